@@ -1,0 +1,46 @@
+# Two commands on a fresh machine that has python3, git and make:
+#   make run    start `enroute dev` (all roles on loopback, file:// store)
+#   make test   install what is needed, lint, type-check and run every test
+UV_VERSION := 0.13.9
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+export UV_PYTHON_PREFERENCE := only-system
+PYTEST_ARGS ?=
+
+.PHONY: all sync lint typecheck imports test test-fast run bench clean
+
+all: test
+
+$(UV):
+	python3 -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install --quiet uv==$(UV_VERSION)
+
+sync: $(UV)
+	$(UV) sync --locked --all-packages
+
+lint: sync
+	$(UV) run --locked ruff check .
+	$(UV) run --locked ruff format --check .
+
+typecheck: sync
+	$(UV) run --locked mypy
+
+imports: sync
+	$(UV) run --locked lint-imports
+
+test: lint typecheck imports
+	$(UV) run --locked pytest $(PYTEST_ARGS)
+
+# Everything but the suites marked slow; CI runs them all through `make test`.
+test-fast: sync
+	$(UV) run --locked pytest -m "not slow" $(PYTEST_ARGS)
+
+run: sync
+	@if [ -x .venv/bin/enroute ]; then .venv/bin/enroute dev; else \
+	  echo "enroute dev is not built yet: see the open push-and-clone issue" >&2; exit 2; fi
+
+bench: sync
+	$(UV) run --locked python bench/codecs.py
+
+clean:
+	rm -rf .venv $(TOOLS) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""Errors and their one mapping table, limits, typed ids, the Clock protocol."""

@@ -1,0 +1,45 @@
+"""One frozen value that bounds every parser, queue, cache, stream and retry.
+
+STYLE rule 5: units last in names; over a bound raises
+:class:`~enroute_core.base.errors.LimitExceeded`, never grows without end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from enroute_core.base.errors import LimitExceeded
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    # git: objects
+    object_bytes_max: int = 2 * GiB
+    object_header_bytes_max: int = 64
+    tree_entries_max: int = 1_000_000
+    commit_parents_max: int = 100_000
+    ref_name_bytes_max: int = 4096
+    # git: pkt-line (gitprotocol-common: 65520 bytes with the 4-byte length)
+    pkt_line_bytes_max: int = 65520
+    # git: packs and deltas
+    pack_objects_max: int = 100_000_000
+    pack_bytes_max: int = 64 * GiB
+    delta_bytes_max: int = 4 * GiB
+    delta_chain_depth_max: int = 10_000
+    # repositories (seed 001, "Limits": names are at most 256 bytes)
+    repo_name_bytes_max: int = 256
+    # layers (seed 004, "Stable object numbering": a 32-bit id space)
+    layer_objects_max: int = 2**32 - 1
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def check_limit(limit: str, value: int, maximum: int) -> None:
+    """Raise ``LimitExceeded`` naming ``limit`` when ``value`` is over ``maximum``."""
+    if value > maximum:
+        raise LimitExceeded(limit, value, maximum)

@@ -1,0 +1,1 @@
+"""Ingest, serving, views and layer maintenance."""

@@ -1,0 +1,1 @@
+"""The repository state, its log commands and checkpoint codec."""

@@ -1,0 +1,1 @@
+"""Layers over immutable files, tiered reads, the buffer pool, the object store."""
