@@ -74,7 +74,9 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    git = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()
+    git = subprocess.run(
+        ["git", "--version"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     return (
         f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"{platform.system()} {platform.release()}, {git}"

@@ -204,3 +204,43 @@ class Timeout(EnrouteError):
 
 class Internal(EnrouteError):
     code = "internal"
+
+
+def render_error_table() -> str:
+    """The generated ``docs/errors.md``: the table as operators and clients see it."""
+    by_code: dict[str, list[str]] = {}
+    for cls in _all_error_classes(EnrouteError):
+        by_code.setdefault(cls.code, []).append(cls.__name__)
+    lines = [
+        "<!-- generated from enroute_core.base.errors.ERROR_TABLE; do not edit -->",
+        "# Errors",
+        "",
+        "Every public error has a stable code. This one table gives its gRPC status,",
+        "HTTP status, the form a Git client sees (FATAL: an `ERR` packet, or side-band",
+        "channel 3 once the response has started; REF: `ng <ref> <reason>` in the push",
+        "report) and whether a caller may retry.",
+        "",
+        "| code | exception | gRPC | HTTP | Git | retry |",
+        "|---|---|---|---|---|---|",
+    ]
+    for code, m in ERROR_TABLE.items():
+        names = ", ".join(f"`{n}`" for n in sorted(by_code.get(code, [])))
+        retry = "yes" if m.retryable else "no"
+        lines.append(
+            f"| `{code}` | {names} | {m.grpc_status} | {m.http_status} "
+            f"| {m.git_form.name} | {retry} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _all_error_classes(root: type[EnrouteError]) -> list[type[EnrouteError]]:
+    found = [root]
+    for sub in root.__subclasses__():
+        found.extend(_all_error_classes(sub))
+    return found
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(render_error_table())
