@@ -1,1 +1,11 @@
-"""Enroute."""
+"""Enroute test kit: drivers and fixtures shared by tests and benchmarks.
+
+- ``enroute_testing.gitcli``: run the real git CLI with a scrubbed,
+  reproducible environment (``git_env``, ``run_git``, ``GitFailed``).
+- ``enroute_testing.repogen``: deterministic repositories from a ``RepoSpec``
+  via ``git fast-import`` (``generate_repo``), and the helpers
+  ``pack_objects``, ``all_objects`` and ``verify_pack`` around git's own pack
+  tools.
+
+Production code never imports this package.
+"""
