@@ -34,6 +34,17 @@ class Limits:
     repo_name_bytes_max: int = 256
     # layers (seed 004, "Stable object numbering": a 32-bit id space)
     layer_objects_max: int = 2**32 - 1
+    # storage.layer: metadata is pinned in memory while a layer is open
+    layer_meta_bytes_max: int = 16 * GiB
+    # git/packindexer.py: inflated delta bases kept while resolving a pack
+    # (git's core.deltaBaseCacheLimit is 96 MiB)
+    pack_base_cache_bytes_max: int = 96 * MiB
+    # state/codec.py: log commands and checkpoints of the repository state
+    state_command_bytes_max: int = 64 * MiB
+    state_checkpoint_bytes_max: int = 4 * GiB
+    state_ref_updates_max: int = 1_000_000
+    state_refs_max: int = 100_000_000
+    state_layers_max: int = 1_000_000
 
 
 DEFAULT_LIMITS = Limits()
