@@ -7,7 +7,7 @@ UV := $(TOOLS)/bin/uv
 export UV_PYTHON_PREFERENCE := only-system
 PYTEST_ARGS ?=
 
-.PHONY: all sync lint typecheck imports test test-fast run bench clean
+.PHONY: all sync lint typecheck imports proto proto-check test test-fast run bench clean
 
 all: test
 
@@ -28,7 +28,14 @@ typecheck: sync
 imports: sync
 	$(UV) run --locked lint-imports
 
-test: lint typecheck imports
+# RPC contract: regenerate the committed stubs, or fail when they are stale.
+proto: sync
+	$(UV) run --locked python libs/enroute-proto/scripts/generate.py
+
+proto-check: sync
+	$(UV) run --locked python libs/enroute-proto/scripts/check.py
+
+test: lint typecheck imports proto-check
 	$(UV) run --locked pytest $(PYTEST_ARGS)
 
 # Everything but the suites marked slow; CI runs them all through `make test`.
@@ -40,7 +47,7 @@ run: sync
 	  echo "enroute dev is not built yet: see the open push-and-clone issue" >&2; exit 2; fi
 
 bench: sync
-	$(UV) run --locked python bench/codecs.py
+	$(UV) run --locked python -m bench.codecs
 
 clean:
 	rm -rf .venv $(TOOLS) .mypy_cache .ruff_cache .pytest_cache
