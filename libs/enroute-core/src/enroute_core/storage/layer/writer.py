@@ -1,0 +1,657 @@
+"""Write an ``ENRLAYR1`` layer (seed 004, "Layers"; "Stable object numbering" for id runs).
+
+Sans-IO: bytes leave through a ``sink(bytes)`` callable. Pack entries stream
+straight out as they are added; the metadata (table, oid index, external
+oids, commit section, commit graph, index region, footer) is built in memory
+and written by :meth:`LayerWriter.finish`. Everything written is hashed on
+the way: SHA-256 of every 1 MiB chunk before the index region, and BLAKE3 of
+the whole file (the root).
+
+The writer refuses input that breaks the storage-order invariants of "Layers"
+(kinds grouped commit | tree | blob | tag in a pushed layer, a local delta base
+before its delta, no OFS_DELTA, topological commit order) with
+:class:`InvalidArgument`, before writing anything for that input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import sys
+import zlib
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import blake3
+
+from enroute_core.base.errors import InvalidArgument, InvalidPack
+from enroute_core.base.ids import ObjectId
+from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
+from enroute_core.git.pack import parse_entry_header
+from enroute_core.storage.layer.bloom import PROBES, bloom_bits_for, build_bloom
+from enroute_core.storage.layer.commits import (
+    I64_MAX,
+    I64_MIN,
+    CommitInfo,
+    CommitRecord,
+    GraphCommit,
+    check_graph_input,
+    encode_commit_graph,
+    encode_commit_section,
+)
+from enroute_core.storage.layer.format import (
+    BLOOM_HEADER,
+    CHUNK_BYTES,
+    EXTERNAL_MAX,
+    INDEX_ENTRIES_PER_PAGE,
+    INDEX_ENTRY,
+    LOCAL_MAX,
+    OID_BYTES,
+    PACK_OFS_DELTA,
+    PACK_REF_DELTA,
+    PACK_TYPE_OF_KIND,
+    PAGE_BYTES,
+    RECORD,
+    REF_EXTERNAL,
+    REF_NONE,
+    RUN,
+    SAMPLE_EVERY,
+    U32_MAX,
+    Footer,
+    Kind,
+    LayerKind,
+    Layout,
+    index_pages,
+)
+
+_FLUSH_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class LayerEntry:
+    """One object as stored: its pack entry bytes and what the table records about it.
+
+    ``entry`` is header + zlib stream (REF_DELTA: header, 20-byte base oid,
+    zlib stream of the delta). ``size`` is the size of the object itself (for
+    a delta, of the result). ``depth`` is the delta chain depth (0 when full),
+    counted through bases in other layers by the caller. ``base_context`` is
+    the object through which this one was first reached (DESIGN decision,
+    docs/formats/layer.md), if any.
+    """
+
+    oid: ObjectId
+    kind: Kind
+    entry: bytes
+    size: int
+    base: ObjectId | None
+    depth: int
+    base_context: ObjectId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SealedLayer:
+    """What the manifest records of a finished layer (DESIGN "Repository state")."""
+
+    root: bytes
+    file_size: int
+    meta_size: int
+    object_count: int
+    id_count: int
+
+
+class _Output:
+    """Position, BLAKE3 of everything, SHA-256 per 1 MiB chunk until stopped; buffered."""
+
+    __slots__ = (
+        "_buf",
+        "_chunk",
+        "_chunk_fill",
+        "_chunk_hashes",
+        "_chunking",
+        "_root",
+        "_sink",
+        "pos",
+    )
+
+    def __init__(self, sink: Callable[[bytes], object]) -> None:
+        self._sink = sink
+        self._buf = bytearray()
+        self._root = blake3.blake3()
+        self._chunk = hashlib.sha256()
+        self._chunk_fill = 0
+        self._chunk_hashes: list[bytes] = []
+        self._chunking = True
+        self.pos = 0
+
+    def write(self, data: bytes) -> None:
+        self._buf += data
+        self.pos += len(data)
+        if len(self._buf) >= _FLUSH_BYTES:
+            self.flush()
+
+    def pad_to(self, offset: int) -> None:
+        assert offset >= self.pos, (offset, self.pos)
+        self.write(bytes(offset - self.pos))
+
+    def flush(self) -> None:
+        if not self._buf:
+            return
+        block = bytes(self._buf)
+        self._buf.clear()
+        self._root.update(block)
+        if self._chunking:
+            self._hash_chunks(block)
+        self._sink(block)
+
+    def _hash_chunks(self, block: bytes) -> None:
+        view = memoryview(block)
+        while view:
+            take = min(len(view), CHUNK_BYTES - self._chunk_fill)
+            self._chunk.update(view[:take])
+            self._chunk_fill += take
+            view = view[take:]
+            if self._chunk_fill == CHUNK_BYTES:
+                self._chunk_hashes.append(self._chunk.digest())
+                self._chunk = hashlib.sha256()
+                self._chunk_fill = 0
+
+    def stop_chunks(self) -> list[bytes]:
+        """End chunk hashing at the current position (the start of the index region)."""
+        self.flush()
+        if self._chunk_fill:
+            self._chunk_hashes.append(self._chunk.digest())
+        self._chunking = False
+        return self._chunk_hashes
+
+    def root(self) -> bytes:
+        self.flush()
+        return self._root.digest()
+
+
+class LayerWriter:
+    """Streams one layer out through ``sink``.
+
+    A pushed layer (``merged=False``) takes its entries grouped by kind in
+    storage order and gets one id run. A merged layer takes the entries of its
+    sources in their order, oldest source first, plus its id runs and commit
+    graph at :meth:`finish` (seed 004, "Stable object numbering").
+    """
+
+    def __init__(
+        self,
+        sink: Callable[[bytes], object],
+        *,
+        merged: bool = False,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        self._out = _Output(sink)
+        self._merged = merged
+        self._limits = limits
+        self._objects_max = min(limits.layer_objects_max, LOCAL_MAX + 1)
+        self._depth_max = min(limits.delta_chain_depth_max, U32_MAX)
+        self._oids: list[bytes] = []
+        self._index: dict[bytes, int] = {}
+        self._kinds = bytearray()
+        self._kind_oids: tuple[list[bytes], ...] = ([], [], [], [])
+        self._kind_runs: list[tuple[int, int]] = []
+        self._offsets = array("Q")
+        self._lengths = array("I")
+        self._sizes = array("Q")
+        self._depths = array("I")
+        self._bases: dict[int, bytes] = {}
+        self._contexts: dict[int, bytes] = {}
+        self._pending_bases: dict[bytes, int] = {}
+        self._commits: list[CommitInfo] = []
+        self._commit_oids: set[bytes] = set()
+        self._finished = False
+
+    @property
+    def object_count(self) -> int:
+        return len(self._oids)
+
+    def add(self, entry: LayerEntry) -> None:
+        """Append one entry to the data region (storage order, "Layers": "One order")."""
+        self.append(
+            entry.oid,
+            entry.kind,
+            entry.entry,
+            entry.size,
+            base=entry.base,
+            depth=entry.depth,
+            base_context=entry.base_context,
+        )
+
+    def append(
+        self,
+        oid: ObjectId,
+        kind: Kind,
+        entry: bytes,
+        size: int,
+        *,
+        base: ObjectId | None = None,
+        depth: int = 0,
+        base_context: ObjectId | None = None,
+    ) -> None:
+        """:meth:`add` by fields, for per-object loops that need not build a LayerEntry."""
+        if self._finished:
+            self._check_open()
+        i = len(self._oids)
+        if i >= self._objects_max:
+            check_limit("layer_objects_max", i + 1, self._objects_max)
+        kinds = self._kinds
+        if not (  # the common case, checked inline: a full entry in order
+            base is None
+            and depth == 0
+            and type(oid) is bytes
+            and len(oid) == OID_BYTES
+            and type(kind) is Kind
+            and (self._merged or not kinds or kinds[-1] <= kind)
+            and oid not in self._index
+            and oid not in self._pending_bases
+            and 0 < len(entry) <= U32_MAX
+            and 0 <= size <= self._limits.object_bytes_max
+            and (
+                base_context is None
+                or (
+                    type(base_context) is bytes
+                    and len(base_context) == OID_BYTES
+                    and base_context != oid
+                )
+            )
+            and _is_full_header(entry, kind, size)
+        ):
+            self._check_entry(LayerEntry(oid, kind, entry, size, base, depth, base_context))
+        if not kinds or kinds[-1] != kind:
+            self._kind_runs.append((i, kind))
+        self._oids.append(oid)
+        self._index[oid] = i
+        kinds.append(kind)
+        self._kind_oids[kind].append(oid)
+        out = self._out
+        self._offsets.append(out.pos)
+        self._lengths.append(len(entry))
+        self._sizes.append(size)
+        self._depths.append(depth)
+        if base is not None:
+            self._bases[i] = base
+            if base not in self._index:
+                self._pending_bases.setdefault(base, i)
+        if base_context is not None:
+            self._contexts[i] = base_context
+        out.write(entry)
+
+    def add_commit(self, info: CommitInfo) -> None:
+        """Record a commit for the commit section; order of calls is the section's order."""
+        self._check_open()
+        for name, oid in (("oid", info.oid), ("tree", info.tree)):
+            _check_oid(oid, f"commit {name}")
+        for oid in (*info.parents, *info.segment):
+            _check_oid(oid, "commit parent or segment member")
+        check_limit("commit_parents_max", len(info.parents), self._limits.commit_parents_max)
+        if not I64_MIN <= info.time <= I64_MAX:
+            raise InvalidArgument(f"commit {info.oid.hex()}: time {info.time} is not an i64")
+        if info.oid in self._commit_oids:
+            raise InvalidArgument(f"commit {info.oid.hex()} is given twice")
+        self._commit_oids.add(bytes(info.oid))
+        self._commits.append(info)
+
+    def finish(
+        self,
+        *,
+        id_runs: Sequence[tuple[int, int]] | None = None,
+        id_count: int | None = None,
+        graph: Sequence[GraphCommit] | None = None,
+    ) -> SealedLayer:
+        """Write the metadata and the footer; return the root and sizes for the manifest.
+
+        Pushed layers take none of the arguments. Merged layers give their id
+        runs as (first local index, id relative to the range start), the number
+        of ids their range covers, and their commit graph by repository ids.
+        Invalid arguments raise before anything is written, so ``finish`` may be
+        called again with corrected ones.
+        """
+        self._check_open()
+        n = len(self._oids)
+        runs, ids = self._check_id_runs(id_runs, id_count, n)
+        records_in = self._check_commits()
+        if self._merged:
+            if graph is None:
+                raise InvalidArgument("a merged layer needs its commit graph")
+            check_graph_input(graph)
+            if len(graph) != len(self._commits):
+                raise InvalidArgument(
+                    f"commit graph has {len(graph)} commits, the layer {len(self._commits)}"
+                )
+        elif graph is not None:
+            raise InvalidArgument("only merged layers store a commit graph")
+        graph = graph or ()
+        external = self._externals(records_in)
+        if len(external) > EXTERNAL_MAX + 1:
+            raise InvalidArgument(f"{len(external)} external oids, more than a layer can name")
+        self._finished = True
+        ext_index = {oid: j for j, oid in enumerate(external)}
+        index = self._index
+
+        def ref(oid: bytes) -> int:
+            local = index.get(oid)
+            return local if local is not None else REF_EXTERNAL | ext_index[oid]
+
+        records = [
+            CommitRecord(
+                local_index=index[c.oid],
+                tree_ref=ref(c.tree),
+                time=c.time,
+                parent_refs=tuple(ref(p) for p in c.parents),
+                segment_refs=tuple(sorted({ref(s) for s in c.segment})),
+            )
+            for c in records_in
+        ]
+        layout = Layout.compute(
+            data_end=self._out.pos,
+            object_count=n,
+            external_count=len(external),
+            commit_count=len(records),
+            commit_parent_count=sum(len(r.parent_refs) for r in records),
+            commit_member_count=sum(len(r.segment_refs) for r in records),
+            graph_commit_count=len(graph),
+            graph_parent_count=sum(len(g.parents) for g in graph),
+            graph_member_count=sum(len(g.segment) for g in graph),
+        )
+        out = self._out
+        out.pad_to(layout.table_off)
+        out.write(self._table(ref))
+        out.pad_to(layout.oid_index_off)
+        index_bytes, samples = self._oid_index()
+        out.write(index_bytes)
+        out.write(b"".join(external))
+        assert out.pos == layout.commit_off, (out.pos, layout)
+        out.write(encode_commit_section(records))
+        assert out.pos == layout.graph_off, (out.pos, layout)
+        if self._merged:
+            out.write(encode_commit_graph(graph))
+        assert out.pos == layout.index_region_off, (out.pos, layout)
+        chunk_hashes = out.stop_chunks()
+        assert len(chunk_hashes) == layout.chunk_count, (len(chunk_hashes), layout)
+        bits = bloom_bits_for(n)
+        region = b"".join(
+            (
+                b"".join(samples),
+                b"".join(RUN.pack(s, k) for s, k in self._kind_runs),
+                b"".join(RUN.pack(s, r) for s, r in runs),
+                BLOOM_HEADER.pack(bits, PROBES, 0),
+                build_bloom(self._oids, bits, PROBES),
+                b"".join(chunk_hashes),
+            )
+        )
+        out.write(region)
+        footer = Footer(
+            data_end=layout.data_end,
+            table_off=layout.table_off,
+            oid_index_off=layout.oid_index_off,
+            external_off=layout.external_off,
+            commit_off=layout.commit_off,
+            graph_off=layout.graph_off,
+            index_region_off=layout.index_region_off,
+            kind_counts=(
+                len(self._kind_oids[0]),
+                len(self._kind_oids[1]),
+                len(self._kind_oids[2]),
+                len(self._kind_oids[3]),
+            ),
+            external_count=len(external),
+            kind_run_count=len(self._kind_runs),
+            id_run_count=len(runs),
+            id_count=ids,
+            commit_count=len(records),
+            commit_parent_count=sum(len(r.parent_refs) for r in records),
+            commit_member_count=sum(len(r.segment_refs) for r in records),
+            graph_commit_count=len(graph),
+            graph_parent_count=sum(len(g.parents) for g in graph),
+            graph_member_count=sum(len(g.segment) for g in graph),
+            layer_kind=LayerKind.MERGED if self._merged else LayerKind.PUSHED,
+            index_region_crc=zlib.crc32(region),
+        )
+        out.write(footer.encode())
+        root = out.root()
+        return SealedLayer(
+            root=root,
+            file_size=out.pos,
+            meta_size=out.pos - layout.data_end,
+            object_count=n,
+            id_count=ids,
+        )
+
+    # -- validation -------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._finished:
+            raise InvalidArgument("the layer is already finished")
+
+    def _check_entry(self, e: LayerEntry) -> None:
+        """Cheap checks first: this runs once per object of every push."""
+        oid, kind, data = e.oid, e.kind, e.entry
+        if type(oid) is not bytes or len(oid) != OID_BYTES:
+            _check_oid(oid, "entry oid")
+        if oid in self._index:
+            raise InvalidArgument(f"object {oid.hex()} is added twice")
+        if oid in self._pending_bases:
+            delta = self._oids[self._pending_bases[oid]].hex()
+            raise InvalidArgument(f"object {oid.hex()} comes after {delta}, a delta against it")
+        if type(kind) is not Kind:
+            raise InvalidArgument(f"object {oid.hex()}: kind {kind!r} is not a Kind")
+        if not self._merged and self._kinds and kind < self._kinds[-1]:
+            raise InvalidArgument(
+                f"object {oid.hex()}: a pushed layer groups kinds commit | tree | blob | tag, "
+                f"got a {kind.name.lower()} after a {Kind(self._kinds[-1]).name.lower()}"
+            )
+        if not 0 < len(data) <= U32_MAX:
+            raise InvalidArgument(f"object {oid.hex()}: entry length {len(data)} is out of range")
+        if not 0 <= e.size <= self._limits.object_bytes_max:
+            if e.size < 0:
+                raise InvalidArgument(f"object {oid.hex()}: size {e.size} is negative")
+            check_limit("object_bytes_max", e.size, self._limits.object_bytes_max)
+        if not 0 <= e.depth <= self._depth_max:
+            if e.depth < 0:
+                raise InvalidArgument(f"object {oid.hex()}: depth {e.depth} is negative")
+            check_limit("delta_chain_depth_max", e.depth, self._depth_max)
+        if e.base_context is not None:
+            _check_oid(e.base_context, "base context")
+            if e.base_context == oid:
+                raise InvalidArgument(f"object {oid.hex()} is its own base context")
+        ptype, hsize, hlen = _header(e)
+        if e.base is None:
+            self._check_full(e, ptype, hsize, hlen)
+        else:
+            self._check_delta(e, ptype, hlen)
+
+    def _check_full(self, e: LayerEntry, ptype: int, hsize: int, hlen: int) -> None:
+        name = e.oid.hex()
+        if ptype == PACK_OFS_DELTA:
+            raise InvalidArgument(f"object {name}: layers store no OFS_DELTA entries")
+        if ptype != PACK_TYPE_OF_KIND[e.kind]:
+            raise InvalidArgument(f"object {name}: pack type {ptype} is not a {e.kind.name}")
+        if hsize != e.size:
+            raise InvalidArgument(f"object {name}: header size {hsize} is not {e.size}")
+        if e.depth != 0:
+            raise InvalidArgument(f"object {name}: a full entry has depth 0")
+
+    def _check_delta(self, e: LayerEntry, ptype: int, hlen: int) -> None:
+        name = e.oid.hex()
+        assert e.base is not None
+        _check_oid(e.base, "delta base")
+        if ptype == PACK_OFS_DELTA:
+            raise InvalidArgument(f"object {name}: layers store no OFS_DELTA entries")
+        if ptype != PACK_REF_DELTA:
+            raise InvalidArgument(f"object {name}: an entry with a base must be a REF_DELTA")
+        if len(e.entry) <= hlen + OID_BYTES or e.entry[hlen : hlen + OID_BYTES] != e.base:
+            raise InvalidArgument(f"object {name}: REF_DELTA entry does not name its base")
+        if e.base == e.oid:
+            raise InvalidArgument(f"object {name} is its own delta base")
+        if e.depth < 1:
+            raise InvalidArgument(f"object {name}: a delta has depth at least 1")
+        local = self._index.get(e.base)
+        if local is not None:
+            if self._kinds[local] != e.kind:
+                raise InvalidArgument(f"object {name}: delta base has another kind")
+            if e.depth != self._depths[local] + 1:
+                raise InvalidArgument(
+                    f"object {name}: depth {e.depth}, its base's is {self._depths[local]}"
+                )
+
+    def _check_id_runs(
+        self, id_runs: Sequence[tuple[int, int]] | None, id_count: int | None, n: int
+    ) -> tuple[list[tuple[int, int]], int]:
+        """Canonical runs: one per stretch of consecutive ids ("Stable object numbering")."""
+        if not self._merged:
+            if id_runs is not None or id_count is not None:
+                raise InvalidArgument("a pushed layer has one id run; give no runs")
+            return ([(0, 0)] if n else []), n
+        if id_runs is None or id_count is None:
+            raise InvalidArgument("a merged layer needs its id runs and id count")
+        runs = [(int(a), int(b)) for a, b in id_runs]
+        if n == 0 and runs:
+            raise InvalidArgument("an empty layer has no id runs")
+        if n and (not runs or runs[0][0] != 0):
+            raise InvalidArgument("the first id run must start at local index 0")
+        for (l0, i0), (l1, i1) in itertools.pairwise(runs):
+            if not l0 < l1 < n:
+                raise InvalidArgument(f"id run at local {l1} does not ascend inside the layer")
+            if i1 <= i0 + (l1 - l0):
+                raise InvalidArgument(f"id run at local {l1} leaves no hole before it")
+        if runs and not runs[0][1] >= 0:
+            raise InvalidArgument("ids are not negative")
+        end = runs[-1][1] + (n - runs[-1][0]) if runs else 0
+        if not end <= id_count <= U32_MAX:
+            raise InvalidArgument(f"id count {id_count} does not cover ids up to {end}")
+        return runs, id_count
+
+    def _check_commits(self) -> list[CommitInfo]:
+        """Every commit entry has one commit record, parents first ("Layers": commit section)."""
+        seen: set[bytes] = set()
+        kinds, index = self._kinds, self._index
+        for c in self._commits:
+            local = index.get(c.oid)
+            if local is None or kinds[local] != Kind.COMMIT:
+                raise InvalidArgument(f"commit {c.oid.hex()} is not a commit entry of the layer")
+            tree = index.get(c.tree)
+            if tree is not None and kinds[tree] != Kind.TREE:
+                raise InvalidArgument(f"commit {c.oid.hex()}: its tree is not a tree")
+            for p in c.parents:
+                local_parent = index.get(p)
+                if local_parent is None:
+                    continue
+                if kinds[local_parent] != Kind.COMMIT:
+                    raise InvalidArgument(f"commit {c.oid.hex()}: a parent is not a commit")
+                if p not in seen:
+                    raise InvalidArgument(f"commit {c.oid.hex()} comes before its parent {p.hex()}")
+            seen.add(bytes(c.oid))
+        missing = len(self._kind_oids[Kind.COMMIT]) - len(seen)
+        if missing:
+            raise InvalidArgument(f"{missing} commit entries have no commit record")
+        return self._commits
+
+    # -- building ---------------------------------------------------------------------------
+
+    def _externals(self, commits: Iterable[CommitInfo]) -> list[bytes]:
+        index = self._index
+        found: set[bytes] = set(self._pending_bases)
+        found.update(o for o in self._contexts.values() if o not in index)
+        for c in commits:
+            for oid in (c.tree, *c.parents, *c.segment):
+                if oid not in index:
+                    found.add(bytes(oid))
+        return sorted(found)
+
+    def _table(self, ref: Callable[[bytes], int]) -> bytes:
+        """52-byte records, written column by column with strided copies (C speed)."""
+        n = len(self._oids)
+        base_refs = array("I", [REF_NONE]) * n
+        for i, oid in self._bases.items():
+            base_refs[i] = ref(oid)
+        ctx_refs = array("I", [REF_NONE]) * n
+        for i, oid in self._contexts.items():
+            ctx_refs[i] = ref(oid)
+        columns = (self._offsets, self._lengths, self._sizes, base_refs, ctx_refs, self._depths)
+        return _interleave(n, RECORD.size, (b"".join(self._oids), *(_le_bytes(c) for c in columns)))
+
+    def _oid_index(self) -> tuple[bytes, list[bytes]]:
+        """Pages of 170 (oid, local) entries sorted by (kind, oid), and the per-kind samples."""
+        ordered: list[bytes] = []
+        samples: list[bytes] = []
+        for oids in self._kind_oids:
+            run = sorted(oids)
+            samples.extend(run[::SAMPLE_EVERY])
+            ordered.extend(run)
+        locals_ = array("I", map(self._index.__getitem__, ordered))
+        n = len(ordered)
+        entries = _interleave(n, INDEX_ENTRY.size, (b"".join(ordered), _le_bytes(locals_)))
+        per = INDEX_ENTRIES_PER_PAGE * INDEX_ENTRY.size
+        pages = bytes(PAGE_BYTES - per).join(entries[p : p + per] for p in range(0, n * 24, per))
+        return pages.ljust(index_pages(n) * PAGE_BYTES, b"\0"), samples
+
+
+def _interleave(rows: int, width: int, columns: Sequence[bytes]) -> bytes:
+    """Rows of ``width`` bytes from fixed-width columns: one strided copy per byte lane."""
+    out = bytearray(rows * width)
+    lane = 0
+    for raw in columns:
+        item = len(raw) // rows if rows else 0
+        assert item * rows == len(raw), (item, rows, len(raw))
+        for j in range(item):
+            out[lane + j :: width] = raw[j::item]
+        lane += item
+    assert lane == width or rows == 0, (lane, width)
+    return bytes(out)
+
+
+def _le_bytes(values: array[int]) -> bytes:
+    if sys.byteorder == "big":  # pragma: no cover - the file is little-endian
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
+
+
+def _is_full_header(entry: bytes, kind: Kind, size: int) -> bool:
+    try:
+        ptype, hsize, _, _, _ = parse_entry_header(entry, 0, 0)
+    except InvalidPack:
+        return False
+    return ptype == PACK_TYPE_OF_KIND[kind] and hsize == size
+
+
+def _header(e: LayerEntry) -> tuple[int, int, int]:
+    try:
+        ptype, size, length, _, _ = parse_entry_header(e.entry, 0, 0)
+    except InvalidPack as err:
+        raise InvalidArgument(f"object {e.oid.hex()}: {err.message}") from None
+    # The pack parser counts a REF_DELTA's base oid in the header; the checks below do not.
+    return ptype, size, length - OID_BYTES if ptype == PACK_REF_DELTA else length
+
+
+def _check_oid(oid: object, what: str) -> None:
+    if not isinstance(oid, bytes) or len(oid) != OID_BYTES:
+        raise InvalidArgument(f"{what} is not a 20-byte object id: {oid!r}")
+
+
+def write_layer(
+    entries: Iterable[LayerEntry],
+    commits: Iterable[CommitInfo] = (),
+    *,
+    merged: bool = False,
+    id_runs: Sequence[tuple[int, int]] | None = None,
+    id_count: int | None = None,
+    graph: Sequence[GraphCommit] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> tuple[bytes, SealedLayer]:
+    """A whole layer in memory (small layers, inline layers and tests)."""
+    parts: list[bytes] = []
+    writer = LayerWriter(parts.append, merged=merged, limits=limits)
+    for e in entries:
+        writer.add(e)
+    for c in commits:
+        writer.add_commit(c)
+    sealed = writer.finish(id_runs=id_runs, id_count=id_count, graph=graph)
+    data = b"".join(parts)
+    assert len(data) == sealed.file_size, (len(data), sealed.file_size)
+    return data, sealed
