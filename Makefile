@@ -5,7 +5,7 @@ UV_VERSION := 0.13.9
 TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 export UV_PYTHON_PREFERENCE := only-system
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= -n 2
 
 .PHONY: all sync lint typecheck imports proto proto-check test test-fast run bench clean
 

@@ -89,7 +89,9 @@ def fmt3(series: Series, scale: float = 1.0, digits: int = 3) -> str:
 
 def write_section(name: str, lines: Sequence[str]) -> None:
     """Replace (or append) the section of ``docs/benchmarks.md`` owned by benchmark ``name``."""
-    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT)])
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    target = f"-m {spec.name}" if spec else shlex.quote(os.path.relpath(sys.argv[0], ROOT))
+    command = " ".join(["python", target, *map(shlex.quote, sys.argv[1:])])
     body = "\n".join(
         [
             f"<!-- bench:{name} -->",
