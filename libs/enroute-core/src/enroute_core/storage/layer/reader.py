@@ -415,6 +415,10 @@ class LayerReader:
     def chunk_count(self) -> int:
         return self._layout.chunk_count
 
+    def chunk_hash(self, chunk: int) -> bytes:
+        """The SHA-256 of ``chunk`` from the index region (seed 004, "Layers": chunk hashes)."""
+        return self._chunk_hashes[chunk]
+
     @property
     def external_count(self) -> int:
         return self._footer.external_count

@@ -1,0 +1,327 @@
+"""The storage service facade: open, load and publish layers by repository and key.
+
+Seed 004, "Storage service": the engine asks storage to read a stored layer
+wherever it is, to load bytes before reading them, and to publish a sealed
+layer (put in the object store and keep a local copy). "Files and tiers": one
+opener per layer, opened layers kept for reuse; a copy is found in the node
+catalog first. "Linked local copies": on a ``file://`` store the copy is a
+hard link (made under scratch, renamed into place), read-only, with every
+chunk, outside the disk budget; EXDEV turns linking off for the process.
+"Metadata is always local": a remote open is one ranged read of
+``[meta_base, file_size)``, ``meta_base`` being ``file_size - meta_size``
+rounded down to the 1 MiB chunk, as :meth:`LayerReader.open` expects.
+"Disk budget": without one, an incomplete copy is hydrated in the background;
+with one, only what is loaded is fetched (eviction is not wired here yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from enroute_core.base.errors import CorruptData, InvalidArgument, NotLocal
+from enroute_core.storage.catalog import Catalog
+from enroute_core.storage.diskbudget import CHUNK_BYTES, chunk_count_of, chunks_of_bitmap
+from enroute_core.storage.layer.reader import LayerReader
+from enroute_core.storage.loads import ChunkLoader, LoadGate
+from enroute_core.storage.localcopy import LocalCopy
+from enroute_core.storage.objectstore.base import ObjectStore
+
+
+@dataclass(frozen=True, slots=True)
+class LayerStats:
+    links: int
+    hydrations: int
+    hydrations_active: int
+    loads_in_flight: int
+    gets: int
+    bytes_fetched: int
+    chunks_fetched: int
+    chunks_dropped: int
+    hash_retries: int
+    linking: bool
+
+
+class OpenLayer:
+    """A layer opened by the service: its reader reads local bytes only."""
+
+    def __init__(
+        self, name: str, key: str, reader: LayerReader, copy: LocalCopy, loader: ChunkLoader
+    ) -> None:
+        self.name = name
+        self.key = key
+        self.reader = reader
+        self.copy = copy
+        self.loader = loader
+
+    @property
+    def linked(self) -> bool:
+        return self.copy.linked
+
+    def chunks_needed(self, offset: int, length: int) -> list[int]:
+        """Chunks a read would need that are not local, without reading ("Residency")."""
+        return self.copy.missing(self.reader.data_chunks_for(offset, length))
+
+    def entry_chunks(self, local_index: int) -> range:
+        rec = self.reader.record(local_index)
+        return self.reader.data_chunks_for(rec.offset, rec.length)
+
+    def entry_bytes(self, local_index: int) -> bytes:
+        """The stored entry; ``NotLocal`` when it was not loaded first."""
+        return self.reader.entry_bytes(local_index)
+
+
+class LayerService:
+    """Local copies under ``data_dir`` of layers in ``store``; one instance per node."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        data_dir: str | os.PathLike[str],
+        *,
+        disk_budget_bytes: int | None = None,
+        gate: LoadGate | None = None,
+    ) -> None:
+        self._store = store
+        self._dir = os.fspath(data_dir)
+        self._copies = os.path.join(self._dir, "copies")
+        self._scratch = os.path.join(self._dir, "scratch")
+        os.makedirs(self._copies, exist_ok=True)
+        os.makedirs(self._scratch, exist_ok=True)
+        self.catalog = Catalog(self._dir)
+        self._budget = disk_budget_bytes
+        self._gate = gate or LoadGate()
+        self._opening: dict[str, asyncio.Future[OpenLayer]] = {}
+        self._hydrating: set[asyncio.Task[None]] = set()
+        self._linking = True
+        self._links = 0
+        self._hydrations = 0
+
+    # -- names ------------------------------------------------------------------------------
+
+    @staticmethod
+    def name_of(repo: str, key: str) -> str:
+        """A file name for a layer of ``repo`` ("Files and tiers": named by repository and id)."""
+        if not repo or "/" in repo or repo.startswith("."):
+            raise InvalidArgument("repository name is not a safe file name", repo=repo)
+        return f"{repo}/{hashlib.sha256(key.encode()).hexdigest()[:40]}"
+
+    def path_of(self, name: str) -> str:
+        return os.path.join(self._copies, name)
+
+    # -- open -------------------------------------------------------------------------------
+
+    async def open_layer(self, repo: str, key: str, file_size: int, meta_size: int) -> OpenLayer:
+        """The open layer; concurrent opens of one layer share one opener."""
+        name = self.name_of(repo, key)
+        fut = self._opening.get(name)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._opening[name] = fut
+            try:
+                fut.set_result(await self._open(name, key, file_size, meta_size))
+            except BaseException as e:
+                del self._opening[name]
+                fut.set_exception(e)
+                fut.exception()  # retrieved: the opener re-raises below
+                raise
+        return await asyncio.shield(fut)
+
+    async def _open(self, name: str, key: str, file_size: int, meta_size: int) -> OpenLayer:
+        path = self.path_of(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        copy = await self._existing(name, path, file_size)
+        if copy is None and self._linking:
+            copy = await self._link(name, key, path, file_size)
+        if copy is not None:
+            reader = await self._open_reader(copy, meta_size)
+            if reader is None:
+                copy.close()
+                copy = None
+        if copy is None or reader is None:
+            copy = LocalCopy.create_sparse(path, file_size)
+            await self._fetch_meta(key, copy, meta_size)
+            self.catalog.put(name, file_size, copy.bitmap(), False)
+            reader = await asyncio.to_thread(LayerReader.open, copy, meta_size=meta_size)
+        layer = self._layer(name, key, reader, copy)
+        if self._budget is None and not copy.complete():
+            self._hydrate(layer)
+        return layer
+
+    async def _existing(self, name: str, path: str, size: int) -> LocalCopy | None:
+        rec = self.catalog.get(name)
+        if rec is None or rec.length != size or not os.path.exists(path):
+            return None
+        if rec.linked:
+            self._links += 1
+            return LocalCopy.open_linked(path, size)
+        present = chunks_of_bitmap(rec.bitmap, chunk_count_of(size))
+        return LocalCopy.open_existing(
+            path, size, present=present, checked=self.catalog.written_here(rec)
+        )
+
+    async def _open_reader(self, copy: LocalCopy, meta_size: int) -> LayerReader | None:
+        """Open on local metadata; the reader checks its chunks and crc ("Layers")."""
+        meta = range(_meta_base(copy.size, meta_size) // CHUNK_BYTES, copy.chunk_count)
+        if any(not (copy.is_present(c) or copy.is_unchecked(c)) for c in meta):
+            return None
+        unchecked = [c for c in meta if copy.is_unchecked(c)]
+        copy.mark_present(meta)
+        try:
+            return await asyncio.to_thread(LayerReader.open, copy, meta_size=meta_size)
+        except CorruptData:
+            if copy.linked:
+                raise  # the store holds the same bytes ("Linked local copies")
+            for c in unchecked:
+                copy.drop(c)
+            return None
+
+    async def _link(self, name: str, key: str, path: str, size: int) -> LocalCopy | None:
+        scratch = os.path.join(self._scratch, f"link-{secrets.token_hex(8)}")
+        if not await self._store.link_local(key, scratch):
+            if not getattr(self._store, "linking", False):
+                self._linking = False  # EXDEV, or a store that cannot link at all
+            return None
+        os.replace(scratch, path)
+        self.catalog.put(name, size, b"", True)
+        self._links += 1
+        return LocalCopy.open_linked(path, size)
+
+    async def _fetch_meta(self, key: str, copy: LocalCopy, meta_size: int) -> None:
+        """One ranged read of the metadata into the sparse copy ("Metadata is always local")."""
+        if not 0 < meta_size <= copy.size:
+            raise CorruptData(f"metadata size {meta_size} does not fit", section="footer")
+        base = _meta_base(copy.size, meta_size)
+        data = await self._store.get(key, start=base, end=copy.size)
+        self._gate.stats.gets += 1
+        self._gate.stats.bytes_fetched += len(data)
+        if len(data) != copy.size - base:
+            raise CorruptData(f"{key}: short metadata read", section="footer", key=key)
+        await asyncio.to_thread(copy.write_chunks, base, data)
+        copy.mark_present(range(base // CHUNK_BYTES, copy.chunk_count))
+
+    def _layer(self, name: str, key: str, reader: LayerReader, copy: LocalCopy) -> OpenLayer:
+        def recorded() -> None:
+            if not copy.linked:
+                self.catalog.update_bitmap(name, copy.bitmap())
+
+        hashed = _meta_base(copy.size, copy.size - reader.data_end) // CHUNK_BYTES
+        loader = ChunkLoader(
+            self._store,
+            key,
+            copy,
+            chunk_hash=reader.chunk_hash,
+            hashed_chunks=hashed,
+            gate=self._gate,
+            on_written=recorded,
+        )
+        return OpenLayer(name, key, reader, copy, loader)
+
+    # -- loads ------------------------------------------------------------------------------
+
+    async def load(
+        self,
+        layer: OpenLayer,
+        *,
+        local_indexes: Iterable[int] = (),
+        ranges: Iterable[tuple[int, int]] = (),
+    ) -> None:
+        """Make the entries and byte ranges local ("Storage service", Load)."""
+        chunks: set[int] = set()
+        for i in local_indexes:
+            chunks.update(layer.entry_chunks(i))
+        for offset, length in ranges:
+            chunks.update(layer.reader.data_chunks_for(offset, length))
+        await layer.loader.load(chunks)
+
+    def _hydrate(self, layer: OpenLayer) -> None:
+        self._hydrations += 1
+        task = asyncio.create_task(layer.loader.load(range(layer.copy.chunk_count)))
+        self._hydrating.add(task)
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._hydrating.discard(t)
+            if not t.cancelled():
+                t.exception()  # a failed hydration leaves the chunks to loads
+
+        task.add_done_callback(done)
+
+    async def wait_hydrated(self) -> None:
+        """Wait for background hydrations (tests, shutdown)."""
+        while self._hydrating:
+            await asyncio.gather(*self._hydrating, return_exceptions=True)
+
+    # -- publish ----------------------------------------------------------------------------
+
+    async def publish(self, repo: str, key: str, sealed: bytes | str | os.PathLike[str]) -> None:
+        """Put a sealed layer in the store (create only) and keep a local copy of every chunk."""
+        name = self.name_of(repo, key)
+        path = self.path_of(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if isinstance(sealed, bytes):
+            await self._store.put(key, sealed, if_none_match=True)
+            size = len(sealed)
+        else:
+            await self._store.put_file(key, sealed, if_none_match=True)
+            size = os.stat(sealed).st_size
+        if self._linking and await self._link(name, key, path, size) is not None:
+            with contextlib.suppress(FileNotFoundError):
+                if not isinstance(sealed, bytes):
+                    os.unlink(sealed)
+            return
+        if isinstance(sealed, bytes):
+            tmp = os.path.join(self._scratch, f"pub-{secrets.token_hex(8)}")
+            await asyncio.to_thread(_write_file, tmp, sealed)
+            os.replace(tmp, path)
+        else:
+            os.replace(sealed, path)
+        count = chunk_count_of(size)
+        self.catalog.put(name, size, bytes([0xFF]) * (count // 8) + _tail_bits(count), False)
+
+    # -- status -----------------------------------------------------------------------------
+
+    def stats(self) -> LayerStats:
+        s = self._gate.stats
+        return LayerStats(
+            links=self._links,
+            hydrations=self._hydrations,
+            hydrations_active=len(self._hydrating),
+            loads_in_flight=s.loads_in_flight,
+            gets=s.gets,
+            bytes_fetched=s.bytes_fetched,
+            chunks_fetched=s.chunks_fetched,
+            chunks_dropped=s.chunks_dropped,
+            hash_retries=s.hash_retries,
+            linking=self._linking,
+        )
+
+    async def close(self) -> None:
+        for t in list(self._hydrating):
+            t.cancel()
+        await asyncio.gather(*self._hydrating, return_exceptions=True)
+        for fut in self._opening.values():
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                fut.result().copy.close()
+        self._opening.clear()
+
+
+def _meta_base(file_size: int, meta_size: int) -> int:
+    data_end = file_size - meta_size
+    return data_end - data_end % CHUNK_BYTES
+
+
+def _tail_bits(count: int) -> bytes:
+    return bytes([(1 << (count % 8)) - 1]) if count % 8 else b""
+
+
+def _write_file(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+__all__ = ["LayerService", "LayerStats", "NotLocal", "OpenLayer"]
