@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PURE_PACKAGES = [
     ROOT / "libs/enroute-core/src/enroute_core/git",
     ROOT / "libs/enroute-core/src/enroute_core/base",
+    ROOT / "libs/enroute-core/src/enroute_core/state",
+    ROOT / "libs/enroute-core/src/enroute_core/protocol",
     ROOT / "services/ledger/src/enroute_ledger/raft",
 ]
 FORBIDDEN_MODULES = {

@@ -45,6 +45,7 @@ class Limits:
     state_ref_updates_max: int = 1_000_000
     state_refs_max: int = 100_000_000
     state_layers_max: int = 1_000_000
+    state_change_bytes_max: int = 128 * MiB
     # enroute_ledger.storage: the ledger's log and state stores
     ledger_record_bytes_max: int = 64 * MiB + 64 * KiB
     ledger_state_key_bytes_max: int = 64 * KiB
