@@ -198,6 +198,14 @@ class Unavailable(EnrouteError):
     code = "unavailable"
 
 
+class ProposalDropped(Unavailable):
+    """The Raft core refused a proposal (no leader, transfer under way, a bound).
+
+    Nothing was appended: the caller may retry, here or at the leader.
+    ``details["reason"]`` names why.
+    """
+
+
 class Timeout(EnrouteError):
     code = "timeout"
 
