@@ -52,6 +52,22 @@ class Limits:
     ledger_commit_bytes_max: int = 64 * MiB
     ledger_commit_batches_max: int = 4096
     ledger_queue_batches_max: int = 65536
+    # engine/ingest.py: one pushed pack turned into one pushed layer (seed 004 "Pages and
+    # memory": a 128 MiB cache per concurrent ingest)
+    ingest_objects_max: int = 50_000_000
+    ingest_pack_bytes_max: int = 16 * GiB
+    ingest_body_cache_bytes_max: int = 128 * MiB
+    ingest_segment_members_max: int = 500_000_000
+    # protocol: lists in one wire-protocol request (advertise, ls-refs, fetch, receive)
+    protocol_wants_max: int = 100_000
+    protocol_haves_max: int = 100_000
+    protocol_shallows_max: int = 100_000
+    protocol_deepen_nots_max: int = 1024
+    protocol_ref_prefixes_max: int = 65536
+    protocol_capabilities_max: int = 256
+    protocol_server_options_max: int = 256
+    protocol_push_commands_max: int = 100_000
+    protocol_push_options_max: int = 256
 
 
 DEFAULT_LIMITS = Limits()

@@ -1,0 +1,139 @@
+"""Object bodies during one ingest: re-read from the pack or the snapshot, cached in bytes.
+
+Ingest keeps no body it does not need right now (seed 004, "Pages and
+memory": a bounded cache per concurrent ingest). A body that fell out of the
+cache is rebuilt from the pack along its delta chain (gitformat-pack,
+"Deltified representation"), the way the indexer rebuilds its bases, or
+read again from the snapshot. Held: the LRU (``ingest_body_cache_bytes_max``)
+and the bodies along the one chain being rebuilt.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+
+from enroute_core.base.errors import InvalidObject, InvalidPack
+from enroute_core.base.ids import ObjectId, oid_to_hex
+from enroute_core.base.limits import DEFAULT_LIMITS, Limits
+from enroute_core.engine.snapshot import SnapshotObjects
+from enroute_core.git.delta import apply_delta
+from enroute_core.git.object_type import ObjectType
+from enroute_core.git.pack import PACK_TRAILER_BYTES, read_entry_at
+from enroute_core.git.packindexer import PackObjectInfo
+from enroute_core.git.source import ByteSource
+
+
+class BodyCache:
+    """LRU of (type, body) by oid, bounded in bytes; a body over the bound is not kept."""
+
+    __slots__ = ("_bytes", "_items", "_max")
+
+    def __init__(self, max_bytes: int) -> None:
+        self._items: OrderedDict[ObjectId, tuple[ObjectType, bytes]] = OrderedDict()
+        self._bytes = 0
+        self._max = max_bytes
+
+    @property
+    def held_bytes(self) -> int:
+        return self._bytes
+
+    def get(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
+        found = self._items.get(oid)
+        if found is not None:
+            self._items.move_to_end(oid)
+        return found
+
+    def put(self, oid: ObjectId, type_: ObjectType, body: bytes) -> None:
+        if len(body) > self._max or oid in self._items:
+            return
+        self._bytes += len(body)
+        while self._bytes > self._max:
+            _, (_, old) = self._items.popitem(last=False)
+            self._bytes -= len(old)
+        self._items[oid] = (type_, body)
+
+
+class ObjectBodies:
+    """Bodies of pack objects (first copy of each oid) and of snapshot objects."""
+
+    __slots__ = ("_by_oid", "_cache", "_end", "_limits", "_objects", "_snapshot", "_source")
+
+    def __init__(
+        self,
+        source: ByteSource,
+        objects: Sequence[PackObjectInfo],
+        by_oid: Mapping[ObjectId, int],
+        snapshot: SnapshotObjects,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        cache: BodyCache | None = None,
+    ) -> None:
+        self._source = source
+        self._objects = objects
+        self._by_oid = by_oid
+        self._snapshot = snapshot
+        self._limits = limits
+        self._end = source.size - PACK_TRAILER_BYTES
+        self._cache = cache if cache is not None else BodyCache(limits.ingest_body_cache_bytes_max)
+
+    def get(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
+        """(type, body) from the cache, the pack, then the snapshot; None when nobody has it."""
+        found = self._cache.get(oid)
+        if found is not None:
+            return found
+        index = self._by_oid.get(oid)
+        if index is not None:
+            return self._from_pack(index)
+        found = self._snapshot.read(oid)
+        if found is not None:
+            self._cache.put(oid, found[0], found[1])
+        return found
+
+    def tree(self, oid: ObjectId) -> bytes:
+        """A tree's body; a missing one or another type is an invalid object graph."""
+        found = self.get(oid)
+        if found is None:
+            raise InvalidObject(f"tree {oid_to_hex(oid)} cannot be read", oid=oid_to_hex(oid))
+        if found[0] != ObjectType.TREE:
+            raise InvalidObject(
+                f"object {oid_to_hex(oid)} is a {found[0].name.lower()}, not a tree",
+                oid=oid_to_hex(oid),
+            )
+        return found[1]
+
+    def _from_pack(self, index: int) -> tuple[ObjectType, bytes]:
+        """Rebuild along the chain: walk to a cached or full body, then apply deltas back."""
+        objects = self._objects
+        chain: list[int] = []
+        i = index
+        while True:
+            info = objects[i]
+            if info.base_oid is None:
+                body = self._entry_data(i)
+                break
+            chain.append(i)
+            if len(chain) > self._limits.delta_chain_depth_max + 1:
+                raise InvalidPack("delta chain does not end", offset=info.offset)
+            cached = self._cache.get(info.base_oid)
+            if cached is not None:
+                body = cached[1]
+                break
+            base = self._by_oid.get(info.base_oid)
+            if base is None:
+                found = self._snapshot.read(info.base_oid)
+                if found is None:
+                    raise InvalidPack("thin base vanished from the snapshot", offset=info.offset)
+                body = found[1]
+                break
+            i = base
+        type_ = ObjectType(objects[index].type_num)
+        for j in reversed(chain):
+            body = apply_delta(body, self._entry_data(j), limits=self._limits)
+            self._cache.put(objects[j].oid, type_, body)
+        self._cache.put(objects[index].oid, type_, body)
+        return type_, body
+
+    def _entry_data(self, index: int) -> bytes:
+        offset = self._objects[index].offset
+        return read_entry_at(self._source, offset, self._limits, self._end).data

@@ -1,0 +1,596 @@
+"""Ingest: a pushed pack becomes a pushed layer, ready for the state's ``Commit`` command.
+
+Seed 004, "Layers" (pushed layers: kinds grouped commit | tree | blob | tag,
+topological order within a kind, a delta's base before the delta, REF_DELTA
+only) and "Stable object numbering" (a push refers only to its own objects and
+to the snapshot it was ingested against); DESIGN "Layers" (segments).
+
+:func:`ingest_pack` runs these steps, each a function below:
+
+1. Index the pack (:func:`~enroute_core.git.packindexer.index_pack`); thin
+   bases come from the snapshot. Commit and tag headers are kept as they go
+   by; tree bodies go into the bounded body cache.
+2. Connectivity, from the new ref tips: commits (through parents) and tags
+   (through targets) that the snapshot lacks are new. Every object a new commit
+   needs is found by its segment diff (:mod:`enroute_core.engine.segments`), so
+   connectivity and segments are one walk, commits oldest first. An object
+   neither in the pack nor in the snapshot raises ``MissingObject`` (Git shows
+   ``ng <ref> missing necessary objects``). An object the snapshot holds is
+   not stored again, and its closure is not walked (the snapshot is closed,
+   see :mod:`enroute_core.engine.snapshot`). Pack objects no tip reaches are
+   dropped.
+3. Storage order: commits parents first; trees and blobs in the order the walk
+   first reached them, moved so that a delta's base precedes it; tags targets
+   first.
+4. Entries: full entries are copied verbatim; an OFS_DELTA becomes a REF_DELTA
+   (type 7, same size, the base's oid, the same zlib bytes); a delta whose base
+   the snapshot holds stays a REF_DELTA to an external oid; a delta whose base is
+   stored later, has another kind, or is not kept at all is re-deflated as a
+   full entry. Depth counts the chain inside the layer; a chain ending at an
+   external base counts that base as depth 0 (its depth in the snapshot is not
+   known here), so such a delta has depth 1.
+5. Commit section: each new commit with its tree, parents, committer time and segment.
+
+Memory held: the indexer's per-entry words, a dict entry per pack oid, the
+headers of the pack's commits and tags, one order slot and context per stored
+object, the segments (the layer writer keeps them too), and the body cache
+(``Limits.ingest_body_cache_bytes_max``). Bodies are never all held: a body
+needed again is rebuilt from the pack or read from the snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from enroute_core.base.errors import InvalidArgument, InvalidObject, MissingObject
+from enroute_core.base.ids import ObjectId, oid_to_hex
+from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
+from enroute_core.engine.bodies import BodyCache, ObjectBodies
+from enroute_core.engine.segments import commit_segment
+from enroute_core.engine.snapshot import SnapshotObjects
+from enroute_core.git.commit import Commit
+from enroute_core.git.object_type import ObjectType
+from enroute_core.git.pack import (
+    OBJ_OFS_DELTA,
+    OBJ_REF_DELTA,
+    encode_entry_header,
+    read_pack_header,
+)
+from enroute_core.git.packindexer import PackIndexResult, PackObjectInfo, index_pack
+from enroute_core.git.source import ByteSource
+from enroute_core.git.tag import Tag
+from enroute_core.git.tree import MODE_GITLINK, Tree, TreeEntry
+from enroute_core.git.zstream import deflate
+from enroute_core.state.commands import NewLayer
+from enroute_core.state.model import LayerKind as ManifestKind
+from enroute_core.storage.layer import CommitInfo, Kind, LayerWriter, SealedLayer
+
+_I64_MAX = (1 << 63) - 1
+
+KIND_OF_TYPE = {
+    ObjectType.COMMIT: Kind.COMMIT,
+    ObjectType.TREE: Kind.TREE,
+    ObjectType.BLOB: Kind.BLOB,
+    ObjectType.TAG: Kind.TAG,
+}
+
+LayerSink = Callable[[bytes], object]
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What a push adds; the caller adds the ref updates and proposes the ``Commit``.
+
+    ``data`` is the whole layer file when no sink was given (else the sink got
+    it). ``sealed`` is None when the push adds no object (every object was in
+    the snapshot): the commit then carries ref updates only.
+    """
+
+    data: bytes | None
+    sealed: SealedLayer | None
+    object_count: int
+    new_commits: tuple[ObjectId, ...]
+    """Stored commits, parents first."""
+    external_oids: tuple[ObjectId, ...]
+    """Oids the layer names but does not store, sorted (the layer's external oid table)."""
+    thin_bases: tuple[ObjectId, ...]
+    """Delta bases the pack left out, read from the snapshot."""
+    deduplicated: int
+    """Pack objects not stored because the snapshot holds them."""
+    dropped: int
+    """Pack objects no new ref tip reaches, not stored."""
+
+    def new_layer(self, *, inline: bool, upload_gen: int = 0) -> NewLayer | None:
+        """The ``new_layer`` of the state's ``Commit`` command (None when nothing is new)."""
+        sealed = self.sealed
+        if sealed is None:
+            return None
+        if inline and self.data is None:
+            raise InvalidArgument("an inline layer needs its bytes; ingest without a sink")
+        return NewLayer(
+            kind=ManifestKind.INLINE if inline else ManifestKind.STORED,
+            object_count=sealed.object_count,
+            file_size=sealed.file_size,
+            meta_size=sealed.meta_size,
+            root=sealed.root,
+            upload_gen=0 if inline else upload_gen,
+            data=(self.data or b"") if inline else b"",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _CommitHead:
+    tree: ObjectId
+    parents: tuple[ObjectId, ...]
+    time: int
+
+
+class _Headers:
+    """Step 1's by-product: commit and tag headers of the pack, tree bodies into the cache."""
+
+    __slots__ = ("cache", "commits", "limits", "tags")
+
+    def __init__(self, cache: BodyCache, limits: Limits) -> None:
+        self.cache = cache
+        self.limits = limits
+        self.commits: dict[ObjectId, _CommitHead] = {}
+        self.tags: dict[ObjectId, ObjectId] = {}
+
+    def on_object(self, index: int, oid: ObjectId, type_num: int, body: bytes) -> None:
+        if type_num == ObjectType.TREE:
+            self.cache.put(oid, ObjectType.TREE, body)
+        elif type_num == ObjectType.COMMIT and oid not in self.commits:
+            self.commits[oid] = _commit_head(body, self.limits)
+        elif type_num == ObjectType.TAG and oid not in self.tags:
+            self.tags[oid] = Tag.parse(body, limits=self.limits).object
+
+
+def _commit_head(body: bytes, limits: Limits) -> _CommitHead:
+    commit = Commit.parse(body, limits=limits)
+    committer = commit.committer
+    stamp = committer.timestamp if committer is not None else None
+    return _CommitHead(commit.tree, commit.parents, min(stamp or 0, _I64_MAX))
+
+
+def ingest_pack(
+    source: ByteSource,
+    tips: Sequence[ObjectId],
+    snapshot: SnapshotObjects,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    sink: LayerSink | None = None,
+) -> IngestResult:
+    """Turn the pack in ``source`` into a pushed layer against ``snapshot``.
+
+    ``tips`` are the new values of the pushed refs (deletions left out). Raises
+    ``MissingObject`` when a tip needs an object neither side has, and the
+    typed errors of the pack and object parsers on bad input.
+    """
+    _check_pack_bounds(source, limits)
+    cache = BodyCache(limits.ingest_body_cache_bytes_max)
+    headers = _Headers(cache, limits)
+    indexed = _index(source, snapshot, headers, limits)
+    by_oid = _first_copies(indexed.objects)
+    bodies = ObjectBodies(source, indexed.objects, by_oid, snapshot, limits=limits, cache=cache)
+    walk = _Walk(
+        indexed.objects, by_oid, snapshot=snapshot, bodies=bodies, headers=headers, limits=limits
+    )
+    walk.discover(tips)
+    commits = walk.commit_order()
+    infos = [walk.segment(c) for c in commits]
+    walk.walk_loose_roots()
+    order = _storage_order(walk, indexed.objects, by_oid)
+    parts: list[bytes] = []
+    sealed: SealedLayer | None = None
+    externals: set[ObjectId] = set()
+    if order:
+        writer = LayerWriter(sink if sink is not None else parts.append, limits=limits)
+        externals = _write_entries(
+            writer,
+            order,
+            walk,
+            source=source,
+            indexed=indexed,
+            by_oid=by_oid,
+            bodies=bodies,
+            limits=limits,
+        )
+        for info in infos:
+            writer.add_commit(info)
+        sealed = writer.finish()
+        externals |= _commit_externals(infos, walk.placed)
+    dedup, dropped = _unstored(by_oid, walk)
+    return IngestResult(
+        data=b"".join(parts) if sealed is not None and sink is None else None,
+        sealed=sealed,
+        object_count=len(walk.placed),
+        new_commits=tuple(commits),
+        external_oids=tuple(sorted(externals)),
+        thin_bases=indexed.external_bases,
+        deduplicated=dedup,
+        dropped=dropped,
+    )
+
+
+# -- step 1: index ---------------------------------------------------------------------------
+
+
+def _check_pack_bounds(source: ByteSource, limits: Limits) -> None:
+    check_limit("ingest_pack_bytes_max", source.size, limits.ingest_pack_bytes_max)
+    header = read_pack_header(source, limits)
+    check_limit("ingest_objects_max", header.count, limits.ingest_objects_max)
+
+
+def _index(
+    source: ByteSource, snapshot: SnapshotObjects, headers: _Headers, limits: Limits
+) -> PackIndexResult:
+    def external_base(oid: ObjectId) -> tuple[int, bytes] | None:
+        found = snapshot.read(oid)
+        return None if found is None else (int(found[0]), found[1])
+
+    return index_pack(
+        source, limits=limits, external_base=external_base, on_object=headers.on_object
+    )
+
+
+def _first_copies(objects: Sequence[PackObjectInfo]) -> dict[ObjectId, int]:
+    """Pack index of each oid's first copy (git allows an object twice in a pack)."""
+    by_oid: dict[ObjectId, int] = {}
+    for i, info in enumerate(objects):
+        by_oid.setdefault(info.oid, i)
+    return by_oid
+
+
+# -- step 2: connectivity, segments and the order objects are first reached -----------------
+
+
+class _Walk:
+    """Which objects are new, in the order first reached, and through what."""
+
+    def __init__(
+        self,
+        objects: Sequence[PackObjectInfo],
+        by_oid: dict[ObjectId, int],
+        *,
+        snapshot: SnapshotObjects,
+        bodies: ObjectBodies,
+        headers: _Headers,
+        limits: Limits,
+    ) -> None:
+        self.objects = objects
+        self.by_oid = by_oid
+        self.snapshot = snapshot
+        self.bodies = bodies
+        self.headers = headers
+        self.limits = limits
+        self.known: dict[ObjectId, bool] = {}  # oid -> new (True) or in the snapshot (False)
+        self.placed: dict[ObjectId, Kind] = {}
+        self.order: tuple[list[ObjectId], ...] = ([], [], [], [])
+        self.context: dict[ObjectId, ObjectId] = {}
+        self.commits: list[ObjectId] = []  # new commits, in discovery order
+        self.tags: list[ObjectId] = []
+        self.loose: list[tuple[ObjectId, ObjectId | None]] = []  # new trees/blobs named by refs
+        self.members = 0
+        self._snapshot_trees: dict[ObjectId, ObjectId] = {}
+
+    # classification
+
+    def is_new(self, oid: ObjectId, needed_by: ObjectId | None) -> bool:
+        """True for a pack object the snapshot lacks; False for one the snapshot holds."""
+        known = self.known.get(oid)
+        if known is not None:
+            return known
+        in_pack = oid in self.by_oid
+        if self.snapshot.contains(oid):
+            new = False
+        elif in_pack:
+            new = True
+        else:
+            raise _missing(oid, needed_by)
+        self.known[oid] = new
+        return new
+
+    def type_of(self, oid: ObjectId) -> ObjectType:
+        return ObjectType(self.objects[self.by_oid[oid]].type_num)
+
+    def place(self, oid: ObjectId, context: ObjectId | None) -> None:
+        if oid in self.placed:
+            return
+        check_limit("ingest_objects_max", len(self.placed) + 1, self.limits.ingest_objects_max)
+        kind = KIND_OF_TYPE[self.type_of(oid)]
+        self.placed[oid] = kind
+        self.order[kind].append(oid)
+        if context is not None:
+            self.context[oid] = context
+
+    def _expect(self, oid: ObjectId, want: ObjectType, needed_by: ObjectId | None) -> None:
+        got = self.type_of(oid)
+        if got != want:
+            raise InvalidObject(
+                f"object {oid_to_hex(oid)} is a {got.name.lower()}, expected a {want.name.lower()}",
+                oid=oid_to_hex(oid),
+                needed_by=oid_to_hex(needed_by) if needed_by is not None else None,
+            )
+
+    # discovery of new commits and tags from the tips
+
+    def discover(self, tips: Iterable[ObjectId]) -> None:
+        """Commits through parents and tags through targets, stopping at the snapshot."""
+        seen: set[ObjectId] = set()
+        stack: list[tuple[ObjectId, ObjectId | None, ObjectType | None]] = [
+            (t, None, None) for t in reversed(list(tips))
+        ]
+        while stack:
+            oid, via, want = stack.pop()
+            if oid in seen:
+                continue
+            seen.add(oid)
+            if not self.is_new(oid, via):
+                continue
+            if want is not None:
+                self._expect(oid, want, via)
+            type_ = self.type_of(oid)
+            if via is not None:
+                self.context[oid] = via
+            if type_ == ObjectType.COMMIT:
+                self.commits.append(oid)
+                parents = self.headers.commits[oid].parents
+                stack.extend((p, oid, ObjectType.COMMIT) for p in reversed(parents))
+            elif type_ == ObjectType.TAG:
+                self.tags.append(oid)
+                stack.append((self.headers.tags[oid], oid, None))
+            else:
+                self.loose.append((oid, via))
+
+    def commit_order(self) -> list[ObjectId]:
+        """New commits parents first (a post-order walk, in discovery order)."""
+        heads = self.headers.commits
+        return _postorder(self.commits, lambda c: [p for p in heads[c].parents if self.known[p]])
+
+    # segments
+
+    def segment(self, commit: ObjectId) -> CommitInfo:
+        head = self.headers.commits[commit]
+        self.place(commit, self.context.get(commit))
+        parent_trees = [self._tree_of(p) for p in head.parents]
+        members = commit_segment(commit, head.tree, parent_trees, self._entries, self._visit)
+        self.members += len(members)
+        members_max = self.limits.ingest_segment_members_max
+        check_limit("ingest_segment_members_max", self.members, members_max)
+        return CommitInfo(commit, head.tree, head.parents, head.time, tuple(members))
+
+    def _visit(self, oid: ObjectId, is_tree: bool, via: ObjectId) -> None:
+        if self.is_new(oid, via):
+            self._expect(oid, ObjectType.TREE if is_tree else ObjectType.BLOB, via)
+            self.place(oid, via)
+
+    def _entries(self, tree: ObjectId) -> tuple[TreeEntry, ...]:
+        return Tree.parse(self.bodies.tree(tree), limits=self.limits).entries
+
+    def _tree_of(self, commit: ObjectId) -> ObjectId:
+        if self.known[commit]:
+            return self.headers.commits[commit].tree
+        tree = self._snapshot_trees.get(commit)
+        if tree is None:
+            found = self.bodies.get(commit)
+            if found is None or found[0] != ObjectType.COMMIT:
+                raise InvalidObject(
+                    f"parent {oid_to_hex(commit)} is not a commit of the repository",
+                    oid=oid_to_hex(commit),
+                )
+            tree = Commit.parse(found[1], limits=self.limits).tree
+            self._snapshot_trees[commit] = tree
+        return tree
+
+    # trees and blobs that refs or tags name directly
+
+    def walk_loose_roots(self) -> None:
+        """Whole closures of new trees/blobs named by refs or tags, then the tags themselves."""
+        for oid, via in self.loose:
+            if oid in self.placed:
+                continue
+            self.place(oid, via)
+            if self.type_of(oid) != ObjectType.TREE:
+                continue
+            stack = [oid]
+            while stack:
+                tree = stack.pop()
+                for entry in self._entries(tree):
+                    if entry.mode == MODE_GITLINK or entry.oid in self.placed:
+                        continue
+                    if self.is_new(entry.oid, tree):
+                        want = ObjectType.TREE if entry.is_tree else ObjectType.BLOB
+                        self._expect(entry.oid, want, tree)
+                        self.place(entry.oid, tree)
+                        if entry.is_tree:
+                            stack.append(entry.oid)
+        targets = self.headers.tags
+        new_tags = set(self.tags)
+
+        def tag_edges(tag: ObjectId) -> list[ObjectId]:
+            return [targets[tag]] if targets[tag] in new_tags else []
+
+        for tag in _postorder(self.tags, tag_edges):
+            self.place(tag, self.context.get(tag))
+
+
+def _postorder(
+    roots: Sequence[ObjectId], edges: Callable[[ObjectId], Sequence[ObjectId]]
+) -> list[ObjectId]:
+    """Every root after what its edges reach (iterative, so deep histories do not recurse)."""
+    done: set[ObjectId] = set()
+    out: list[ObjectId] = []
+    for root in roots:
+        if root in done:
+            continue
+        stack: list[tuple[ObjectId, int]] = [(root, 0)]
+        done.add(root)
+        while stack:
+            node, i = stack[-1]
+            children = edges(node)
+            if i < len(children):
+                stack[-1] = (node, i + 1)
+                child = children[i]
+                if child not in done:
+                    done.add(child)
+                    stack.append((child, 0))
+            else:
+                stack.pop()
+                out.append(node)
+    return out
+
+
+def _missing(oid: ObjectId, needed_by: ObjectId | None) -> MissingObject:
+    via = f", needed by {oid_to_hex(needed_by)}" if needed_by is not None else ""
+    return MissingObject(
+        f"missing necessary objects: {oid_to_hex(oid)} is neither in the pack nor in the "
+        f"repository{via}",
+        oid=oid_to_hex(oid),
+        needed_by=oid_to_hex(needed_by) if needed_by is not None else None,
+    )
+
+
+def _unstored(by_oid: dict[ObjectId, int], walk: _Walk) -> tuple[int, int]:
+    """Pack objects not stored: (held by the snapshot, reached by no tip and new)."""
+    dedup = dropped = 0
+    for oid in by_oid:
+        if oid in walk.placed:
+            continue
+        known = walk.known.get(oid)
+        if known is False or (known is None and walk.snapshot.contains(oid)):
+            dedup += 1
+        else:
+            dropped += 1
+    return dedup, dropped
+
+
+# -- step 3: storage order --------------------------------------------------------------------
+
+
+def _storage_order(
+    walk: _Walk, objects: Sequence[PackObjectInfo], by_oid: dict[ObjectId, int]
+) -> list[ObjectId]:
+    """Kinds in order; commits and tags as walked, trees and blobs with delta bases first."""
+
+    def base_of(oid: ObjectId) -> ObjectId | None:
+        return objects[by_oid[oid]].base_oid
+
+    out = list(walk.order[Kind.COMMIT])
+    for kind in (Kind.TREE, Kind.BLOB):
+        members = set(walk.order[kind])
+        out.extend(_bases_first(walk.order[kind], base_of, members.__contains__))
+    out.extend(walk.order[Kind.TAG])
+    return out
+
+
+def _bases_first(
+    order: Sequence[ObjectId],
+    base_of: Callable[[ObjectId], ObjectId | None],
+    same_kind: Callable[[ObjectId], bool],
+) -> list[ObjectId]:
+    """``order`` with each delta's stored chain moved just before it; otherwise unchanged."""
+    emitted: set[ObjectId] = set()
+    out: list[ObjectId] = []
+    for oid in order:
+        if oid in emitted:
+            continue
+        chain = [oid]
+        base = base_of(oid)
+        while base is not None and same_kind(base) and base not in emitted and base not in chain:
+            chain.append(base)
+            base = base_of(base)
+        for item in reversed(chain):
+            emitted.add(item)
+            out.append(item)
+    return out
+
+
+# -- step 4: entries ---------------------------------------------------------------------------
+
+
+def _write_entries(
+    writer: LayerWriter,
+    order: Sequence[ObjectId],
+    walk: _Walk,
+    *,
+    source: ByteSource,
+    indexed: PackIndexResult,
+    by_oid: dict[ObjectId, int],
+    bodies: ObjectBodies,
+    limits: Limits,
+) -> set[ObjectId]:
+    """Append every entry in storage order; return the external delta bases."""
+    depths: dict[ObjectId, int] = {}
+    kinds: dict[ObjectId, Kind] = {}
+    externals: set[ObjectId] = set()
+    thin = set(indexed.external_bases)
+    for oid in order:
+        info = indexed.objects[by_oid[oid]]
+        kind = walk.placed[oid]
+        base = info.base_oid
+        depth = 0
+        if base is not None:
+            if base in kinds:
+                depth = depths[base] + 1
+                if kinds[base] != kind or depth > limits.delta_chain_depth_max:
+                    base = None
+            elif base not in walk.placed and (
+                base in thin or walk.known.get(base) is False or walk.snapshot.contains(base)
+            ):
+                depth = 1  # the base's depth in the snapshot is not known here
+            else:
+                base = None
+        if base is None:
+            entry = _full_entry(info, source, oid, bodies)
+            depth = 0
+        else:
+            entry = _ref_delta_entry(info, source)
+            if base not in kinds:
+                externals.add(base)
+        writer.append(
+            oid,
+            kind,
+            entry,
+            info.object_size,
+            base=base,
+            depth=depth,
+            base_context=walk.context.get(oid),
+        )
+        depths[oid] = depth
+        kinds[oid] = kind
+    return externals
+
+
+def _full_entry(
+    info: PackObjectInfo, source: ByteSource, oid: ObjectId, bodies: ObjectBodies
+) -> bytes:
+    """The pack's full entry verbatim, or a delta's object re-deflated as a full entry."""
+    if info.base_oid is None:
+        return source.read_at(info.offset, info.size_in_pack)
+    found = bodies.get(oid)
+    assert found is not None, oid_to_hex(oid)  # a pack object always has a body
+    type_, body = found
+    return encode_entry_header(int(type_), len(body)) + deflate(body)
+
+
+def _ref_delta_entry(info: PackObjectInfo, source: ByteSource) -> bytes:
+    """A REF_DELTA entry: verbatim, or an OFS_DELTA with its header rewritten, zlib untouched."""
+    raw = source.read_at(info.offset, info.size_in_pack)
+    if info.entry_type == OBJ_REF_DELTA:
+        return raw
+    assert info.entry_type == OBJ_OFS_DELTA and info.base_oid is not None, info
+    header = encode_entry_header(OBJ_REF_DELTA, info.size)
+    return header + info.base_oid + raw[info.header_length :]
+
+
+# -- step 5: commit section --------------------------------------------------------------------
+
+
+def _commit_externals(infos: Iterable[CommitInfo], stored: dict[ObjectId, Kind]) -> set[ObjectId]:
+    found: set[ObjectId] = set()
+    for info in infos:
+        for oid in (info.tree, *info.parents, *info.segment):
+            if oid not in stored:
+                found.add(oid)
+    return found

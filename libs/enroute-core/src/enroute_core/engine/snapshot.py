@@ -1,0 +1,51 @@
+"""The seam between ingest and the repository snapshot a push is ingested against.
+
+Seed 004, "Stable object numbering": a push refers only to its own objects
+and to the snapshot it was ingested against. Ingest needs two questions
+answered about that snapshot: does it hold an object, and what is its body
+(thin-pack bases, and trees of parent commits for segment diffs). The view
+answers them from its layers; tests answer them from a real git repository.
+
+Contract an implementation keeps (ingest relies on it for connectivity):
+every object the snapshot contains has its whole closure in the snapshot,
+as every layer was connectivity-checked when it was ingested.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from enroute_core.base.ids import ObjectId
+from enroute_core.git.object_type import ObjectType
+
+
+class SnapshotObjects(Protocol):
+    """Objects of the snapshot a push is ingested against (read-only)."""
+
+    def contains(self, oid: ObjectId) -> bool:
+        """Whether the snapshot holds ``oid`` (and so its whole closure)."""
+        ...
+
+    def read(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
+        """The object's type and full body, or None when the snapshot lacks it.
+
+        Called only for bytes ingest has loaded first (seed 004, "Never waiting
+        on the object store": ingest loads the bases of the thin pack and the
+        trees it diffs before it runs).
+        """
+        ...
+
+
+class EmptySnapshot:
+    """The snapshot of a repository with no objects yet (the first push)."""
+
+    __slots__ = ()
+
+    def contains(self, oid: ObjectId) -> bool:
+        return False
+
+    def read(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
+        return None
+
+
+EMPTY_SNAPSHOT = EmptySnapshot()
