@@ -273,7 +273,7 @@ def test_v0_acks_ready_with_no_done() -> None:
 
 _FIXTURE = [HealthCheck.function_scoped_fixture]
 oids = st.binary(min_size=20, max_size=20).map(ObjectId)
-words = st.binary(min_size=1, max_size=12).filter(lambda b: all(0x21 <= c < 0x7F for c in b))
+words = st.lists(st.integers(0x21, 0x7E), min_size=1, max_size=12).map(bytes)
 refs = st.lists(st.sampled_from([b"main", b"dev", b"v1.0", b"a-b"]), min_size=1, max_size=3).map(
     lambda parts: b"refs/heads/" + b"/".join(parts)
 )
