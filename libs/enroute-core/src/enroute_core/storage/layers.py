@@ -11,7 +11,13 @@ chunk, outside the disk budget; EXDEV turns linking off for the process.
 ``[meta_base, file_size)``, ``meta_base`` being ``file_size - meta_size``
 rounded down to the 1 MiB chunk, as :meth:`LayerReader.open` expects.
 "Disk budget": without one, an incomplete copy is hydrated in the background;
-with one, only what is loaded is fetched (eviction is not wired here yet).
+with one, nothing loads in the background, only what is loaded is fetched, and
+every non-linked copy is a :class:`BudgetedCopy` of the node's one
+:class:`DiskBudget` (linked copies are registered as linked: outside it). A
+load pins its chunks before it fetches and returns the pins (:class:`LoadPins`)
+for the reader to release after reading ("Pins"); metadata chunks stay pinned
+while the layer is open; entry reads take an ``intent`` ("Intent steers
+eviction") and every pread is epoch-checked ("Races").
 """
 
 from __future__ import annotations
@@ -25,12 +31,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from enroute_core.base.errors import CorruptData, InvalidArgument, NotLocal
+from enroute_core.storage.budgeted import BudgetedCopy, LoadPins
 from enroute_core.storage.catalog import Catalog
-from enroute_core.storage.diskbudget import CHUNK_BYTES, chunk_count_of, chunks_of_bitmap
+from enroute_core.storage.diskbudget import (
+    CHUNK_BYTES,
+    ChunkPins,
+    DiskBudget,
+    DiskBudgetStats,
+    chunk_count_of,
+    chunks_of_bitmap,
+)
 from enroute_core.storage.layer.reader import LayerReader
-from enroute_core.storage.loads import ChunkLoader, LoadGate
+from enroute_core.storage.loads import ChunkLoader, LoadGate, coalesce
 from enroute_core.storage.localcopy import LocalCopy
 from enroute_core.storage.objectstore.base import ObjectStore
+from enroute_core.storage.pool import Intent
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,19 +60,28 @@ class LayerStats:
     chunks_dropped: int
     hash_retries: int
     linking: bool
+    disk_budget: DiskBudgetStats | None = None
 
 
 class OpenLayer:
     """A layer opened by the service: its reader reads local bytes only."""
 
     def __init__(
-        self, name: str, key: str, reader: LayerReader, copy: LocalCopy, loader: ChunkLoader
+        self,
+        name: str,
+        key: str,
+        reader: LayerReader,
+        copy: LocalCopy,
+        loader: ChunkLoader,
+        *,
+        budget: DiskBudget | None = None,
     ) -> None:
         self.name = name
         self.key = key
         self.reader = reader
         self.copy = copy
         self.loader = loader
+        self.budget = budget
 
     @property
     def linked(self) -> bool:
@@ -71,8 +95,16 @@ class OpenLayer:
         rec = self.reader.record(local_index)
         return self.reader.data_chunks_for(rec.offset, rec.length)
 
-    def entry_bytes(self, local_index: int) -> bytes:
-        """The stored entry; ``NotLocal`` when it was not loaded first."""
+    def entry_bytes(self, local_index: int, intent: Intent = Intent.POINT) -> bytes:
+        """The stored entry; ``NotLocal`` when it was not loaded first (or was evicted).
+
+        "Intent steers eviction": a point read marks its chunks referenced
+        before the (epoch-checked) preads; a scan leaves them cold.
+        """
+        if self.budget is not None and isinstance(self.copy, BudgetedCopy):
+            rec = self.reader.record(local_index)
+            chunks = self.reader.data_chunks_for(rec.offset, rec.length)
+            self.budget.touch(self.name, chunks, intent)
         return self.reader.entry_bytes(local_index)
 
 
@@ -86,6 +118,7 @@ class LayerService:
         *,
         disk_budget_bytes: int | None = None,
         gate: LoadGate | None = None,
+        disk_budget: DiskBudget | None = None,
     ) -> None:
         self._store = store
         self._dir = os.fspath(data_dir)
@@ -95,6 +128,11 @@ class LayerService:
         os.makedirs(self._scratch, exist_ok=True)
         self.catalog = Catalog(self._dir)
         self._budget = disk_budget_bytes
+        self.budget: DiskBudget | None = disk_budget
+        if self.budget is None and disk_budget_bytes is not None:
+            self.budget = DiskBudget(disk_budget_bytes)
+        if self.budget is not None:
+            self._budget = self.budget.budget_bytes
         self._gate = gate or LoadGate()
         self._opening: dict[str, asyncio.Future[OpenLayer]] = {}
         self._hydrating: set[asyncio.Task[None]] = set()
@@ -135,32 +173,66 @@ class LayerService:
     async def _open(self, name: str, key: str, file_size: int, meta_size: int) -> OpenLayer:
         path = self.path_of(name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        copy = await self._existing(name, path, file_size)
+        copy = await self._existing(name, path, file_size, meta_size)
         if copy is None and self._linking:
             copy = await self._link(name, key, path, file_size)
         if copy is not None:
             reader = await self._open_reader(copy, meta_size)
             if reader is None:
-                copy.close()
+                self._discard(name, copy)
                 copy = None
         if copy is None or reader is None:
-            copy = LocalCopy.create_sparse(path, file_size)
-            await self._fetch_meta(key, copy, meta_size)
+            if self.budget is not None:
+                meta = _meta_chunks(file_size, meta_size)
+                copy = BudgetedCopy.create_budgeted(self.budget, name, path, file_size, meta)
+            else:
+                copy = LocalCopy.create_sparse(path, file_size)
+            try:
+                await self._fetch_meta(key, copy, meta_size)
+            except BaseException:
+                self._discard(name, copy)
+                raise
             self.catalog.put(name, file_size, copy.bitmap(), False)
-            reader = await asyncio.to_thread(LayerReader.open, copy, meta_size=meta_size)
+            try:
+                reader = await asyncio.to_thread(LayerReader.open, copy, meta_size=meta_size)
+            except BaseException:
+                self._discard(name, copy)
+                raise
         layer = self._layer(name, key, reader, copy)
         if self._budget is None and not copy.complete():
             self._hydrate(layer)
         return layer
 
-    async def _existing(self, name: str, path: str, size: int) -> LocalCopy | None:
+    def _discard(self, name: str, copy: LocalCopy) -> None:
+        """Close a copy that failed to open; it leaves the budget (BudgetedCopy.close)."""
+        copy.close()
+        if copy.linked and self.budget is not None:
+            self.budget.unregister(name)
+
+    def _linked(self, name: str, path: str, size: int) -> LocalCopy:
+        copy = LocalCopy.open_linked(path, size)
+        if self.budget is not None:  # outside the budget ("Linked local copies")
+            self.budget.register(name, path, size, linked=True)
+        return copy
+
+    async def _existing(self, name: str, path: str, size: int, meta_size: int) -> LocalCopy | None:
         rec = self.catalog.get(name)
         if rec is None or rec.length != size or not os.path.exists(path):
             return None
         if rec.linked:
             self._links += 1
-            return LocalCopy.open_linked(path, size)
+            return self._linked(name, path, size)
         present = chunks_of_bitmap(rec.bitmap, chunk_count_of(size))
+        if self.budget is not None:
+            return BudgetedCopy.open_budgeted(
+                self.budget,
+                name,
+                path,
+                size,
+                _meta_chunks(size, meta_size),
+                present=present,
+                checked=self.catalog.written_here(rec),
+            )
         return LocalCopy.open_existing(
             path, size, present=present, checked=self.catalog.written_here(rec)
         )
@@ -177,6 +249,8 @@ class LayerService:
         except CorruptData:
             if copy.linked:
                 raise  # the store holds the same bytes ("Linked local copies")
+            if isinstance(copy, BudgetedCopy):
+                return None  # the caller discards the whole copy and starts sparse
             for c in unchecked:
                 copy.drop(c)
             return None
@@ -190,7 +264,7 @@ class LayerService:
         os.replace(scratch, path)
         self.catalog.put(name, size, b"", True)
         self._links += 1
-        return LocalCopy.open_linked(path, size)
+        return self._linked(name, path, size)
 
     async def _fetch_meta(self, key: str, copy: LocalCopy, meta_size: int) -> None:
         """One ranged read of the metadata into the sparse copy ("Metadata is always local")."""
@@ -220,7 +294,8 @@ class LayerService:
             gate=self._gate,
             on_written=recorded,
         )
-        return OpenLayer(name, key, reader, copy, loader)
+        budget = self.budget if isinstance(copy, BudgetedCopy) else None
+        return OpenLayer(name, key, reader, copy, loader, budget=budget)
 
     # -- loads ------------------------------------------------------------------------------
 
@@ -230,14 +305,40 @@ class LayerService:
         *,
         local_indexes: Iterable[int] = (),
         ranges: Iterable[tuple[int, int]] = (),
-    ) -> None:
-        """Make the entries and byte ranges local ("Storage service", Load)."""
+    ) -> LoadPins:
+        """Make the entries and byte ranges local ("Storage service", Load).
+
+        "Disk budget", "Pins": the chunks are pinned before anything is
+        fetched (pinning waits out an eviction in flight, which lasts one
+        local punch), so neither present nor freshly written chunks can be
+        evicted before the caller reads them. The caller releases the
+        returned pins once it has read; without a budget they hold nothing.
+        """
         chunks: set[int] = set()
         for i in local_indexes:
             chunks.update(layer.entry_chunks(i))
         for offset, length in ranges:
             chunks.update(layer.reader.data_chunks_for(offset, length))
-        await layer.loader.load(chunks)
+        pins = LoadPins(self._pin(layer, chunks))
+        try:
+            await layer.loader.load(chunks)
+        except BaseException:
+            pins.release()
+            raise
+        return pins
+
+    def _pin(self, layer: OpenLayer, chunks: set[int]) -> list[ChunkPins]:
+        if layer.budget is None:
+            return []
+        pins: list[ChunkPins] = []
+        try:
+            for run in coalesce(chunks, layer.copy.chunk_count or 1):
+                pins.append(layer.budget.pin_chunks(layer.name, run))
+        except BaseException:
+            for p in pins:
+                p.release()
+            raise
+        return pins
 
     def _hydrate(self, layer: OpenLayer) -> None:
         self._hydrations += 1
@@ -298,21 +399,32 @@ class LayerService:
             chunks_dropped=s.chunks_dropped,
             hash_retries=s.hash_retries,
             linking=self._linking,
+            disk_budget=None if self.budget is None else self.budget.stats(),
         )
 
     async def close(self) -> None:
         for t in list(self._hydrating):
             t.cancel()
         await asyncio.gather(*self._hydrating, return_exceptions=True)
-        for fut in self._opening.values():
+        for name, fut in self._opening.items():
             if fut.done() and not fut.cancelled() and fut.exception() is None:
-                fut.result().copy.close()
+                copy = fut.result().copy
+                if isinstance(copy, BudgetedCopy):
+                    self.catalog.update_bitmap(name, copy.bitmap())
+                self._discard(name, copy)
         self._opening.clear()
 
 
 def _meta_base(file_size: int, meta_size: int) -> int:
     data_end = file_size - meta_size
     return data_end - data_end % CHUNK_BYTES
+
+
+def _meta_chunks(file_size: int, meta_size: int) -> range:
+    """The chunks "Metadata is always local" keeps pinned while the layer is open."""
+    if not 0 < meta_size <= file_size:
+        raise CorruptData(f"metadata size {meta_size} does not fit", section="footer")
+    return range(_meta_base(file_size, meta_size) // CHUNK_BYTES, chunk_count_of(file_size))
 
 
 def _tail_bits(count: int) -> bytes:
@@ -324,4 +436,4 @@ def _write_file(path: str, data: bytes) -> None:
         f.write(data)
 
 
-__all__ = ["LayerService", "LayerStats", "NotLocal", "OpenLayer"]
+__all__ = ["LayerService", "LayerStats", "LoadPins", "NotLocal", "OpenLayer"]
