@@ -1,0 +1,62 @@
+"""Configuration: YAML plus ENROUTE_ overrides; unknown keys are errors (DESIGN "Configuration")."""
+
+from __future__ import annotations
+
+import pytest
+
+from enroute_core.base.errors import InvalidArgument
+from enroute_core.base.limits import MiB
+from enroute_core.config import load_config, parse_bytes, parse_seconds
+
+
+def test_defaults_match_the_seeds() -> None:
+    c = load_config(None, {})
+    assert c.node.page_cache == 256 * MiB  # seed 004: default 256 MiB
+    assert c.node.disk_cache is None  # seed 004: default unbounded
+    assert c.layers.upload_window == 64  # DESIGN: default 64
+    assert c.auth.anonymous == "none"
+
+
+def test_file_and_environment_override() -> None:
+    text = "node:\n  page_cache: 1GiB\nlayers:\n  sweep_retention: 2h\n"
+    c = load_config(text, {"ENROUTE_NODE__PAGE_CACHE": "512MiB", "HOME": "/x"})
+    assert c.node.page_cache == 512 * MiB
+    assert c.layers.sweep_retention == 7200.0
+    c = load_config(None, {"ENROUTE_LEDGER__MEMBERS": "[a:7000, b:7000]"})
+    assert c.ledger.members == ("a:7000", "b:7000")
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "key"),
+    [
+        ("node:\n  page_cahce: 1GiB\n", {}, "node.page_cahce"),
+        ("nodes: {}\n", {}, "nodes"),
+        (None, {"ENROUTE_NODE__PAGECACHE": "1"}, "node.pagecache"),
+        ("node:\n  page_cache: lots\n", {}, "node.page_cache"),
+        ("auth:\n  anonymous: everyone\n", {}, "auth.anonymous"),
+        ("layers:\n  sweep_interval: soon\n", {}, "layers.sweep_interval"),
+    ],
+)
+def test_unknown_or_bad_keys_are_errors(text: str | None, env: dict[str, str], key: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        load_config(text, env)
+    assert info.value.details["key"] == key
+
+
+def test_store_options_are_checked() -> None:
+    c = load_config("store:\n  url: s3://b/p\n  options: {attempts_max: 3}\n", {})
+    assert c.store.store_options().attempts_max == 3
+    with pytest.raises(InvalidArgument):
+        load_config("store:\n  options: {attempts: 3}\n", {})
+    with pytest.raises(InvalidArgument):
+        load_config("- a\n- b\n", {})
+    with pytest.raises(InvalidArgument):
+        load_config(None, {"ENROUTE_NODE": "x"})
+
+
+def test_units() -> None:
+    assert parse_bytes("4KiB") == 4096 and parse_bytes("1MB") == 1_000_000
+    assert parse_bytes(10) == 10
+    assert parse_seconds("100ms") == pytest.approx(0.1) and parse_seconds("5m") == 300.0
+    with pytest.raises(ValueError):
+        parse_bytes("12 parsecs")
