@@ -18,6 +18,7 @@ PURE_PACKAGES = [
     ROOT / "libs/enroute-core/src/enroute_core/state",
     ROOT / "libs/enroute-core/src/enroute_core/protocol",
     ROOT / "services/ledger/src/enroute_ledger/raft",
+    ROOT / "services/ledger/src/enroute_ledger/multiraft",
 ]
 FORBIDDEN_MODULES = {
     "asyncio", "socket", "os", "io", "pathlib", "mmap", "threading", "time", "random",

@@ -1,0 +1,455 @@
+"""One ledger node hosting the Raft group of every repository incarnation.
+
+DESIGN.md, Processes (multi-Raft, as TiKV and CockroachDB do it): every
+member hosts every group, traffic between two nodes travels as one batch per
+Ready, heartbeats are coalesced into it, and idle groups go quiet. Pure like
+the core: the driver owns the clock, the disk and the network.
+
+Scenarios the code keeps (docs/raft.md, duty 12):
+
+1. An idle leader group (everyone holds and acknowledged the log, nothing
+   pending) is quiesced on a tick: one heartbeat marked ``quiesce`` goes to
+   each follower, which stops ticking. Quiet groups are out of the active
+   set, so a tick costs O(active groups + peers).
+2. Any proposal, read, transfer or waking message puts a group back in the
+   active set.
+3. Node liveness replaces per-group heartbeats of quiet groups: every batch,
+   even an empty beat sent every ``liveness_interval_ticks``, proves its
+   sender alive. A peer not heard from for ``liveness_timeout_ticks`` (or
+   reported by the driver) is down: every quiet group it leads is woken here
+   so its followers can elect.
+4. A node leading more than ``ceil(groups / live nodes) + slack`` groups
+   hands some to the least-loaded live peer that holds the whole log,
+   at most ``transfers_per_tick_max`` per tick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from enroute_core.base.errors import AlreadyExists, InvalidArgument, LimitExceeded, NotFound
+from enroute_core.base.ids import LogIndex, NodeId
+
+from ..raft.config import RaftConfig, RandomSource, SplitMix64
+from ..raft.rawnode import RawNode
+from ..raft.storage import Storage
+from ..raft.types import ConfChange, ConfState, Message, MessageType, Role
+from .types import Batch, GroupId, GroupMessage, GroupReady, Heartbeat, NodeReady
+
+StorageFactory = Callable[[GroupId, frozenset[NodeId]], Storage]
+_ZERO_INDEX = LogIndex(0)
+
+
+@dataclass(frozen=True, slots=True)
+class MultiRaftConfig:
+    """Node-level settings; ``raft`` is every group's core config (its id is this node)."""
+
+    raft: RaftConfig
+    liveness_interval_ticks: int = 1
+    liveness_timeout_ticks: int = 0  # 0: the core's election_ticks
+    leader_slack: int = 1
+    transfers_per_tick_max: int = 8
+    transfer_candidates_per_tick_max: int = 64
+    groups_max: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        for name in (
+            "liveness_interval_ticks",
+            "transfers_per_tick_max",
+            "transfer_candidates_per_tick_max",
+            "groups_max",
+        ):
+            if getattr(self, name) <= 0:
+                raise InvalidArgument(f"{name} must be positive")
+        if self.liveness_timeout_ticks < 0 or self.leader_slack < 0:
+            raise InvalidArgument("liveness_timeout_ticks and leader_slack must be >= 0")
+
+    @property
+    def liveness_timeout(self) -> int:
+        return self.liveness_timeout_ticks or self.raft.election_ticks
+
+
+@dataclass(slots=True)
+class MultiRaftStats:
+    """Counters for tests and /metrics; never read by the logic."""
+
+    group_ticks: int = 0
+    quiesced: int = 0
+    batches_out: int = 0
+    beats_out: int = 0
+    heartbeats_out: int = 0
+    messages_out: int = 0
+    batches_dropped: int = 0
+    messages_dropped: int = 0
+    nodes_down: int = 0
+    transfers: int = 0
+
+
+class MultiRaft:
+    def __init__(
+        self,
+        node_id: NodeId,
+        peers: Iterable[NodeId],
+        storage_factory: StorageFactory,
+        config: MultiRaftConfig,
+        rand: RandomSource | None = None,
+    ) -> None:
+        if config.raft.id != node_id:
+            raise InvalidArgument("config id is not the node id", id=config.raft.id)
+        self.id = node_id
+        self.peers: tuple[NodeId, ...] = tuple(sorted(set(peers) - {node_id}))
+        self.config = config
+        self.stats = MultiRaftStats()
+        self._factory = storage_factory
+        self._rand = rand if rand is not None else SplitMix64(node_id)
+        self._nodes: dict[GroupId, RawNode] = {}
+        self._storages: dict[GroupId, Storage] = {}
+        # dicts as ordered sets: iteration order must not depend on hash seeds
+        self._active: dict[GroupId, None] = {}
+        self._dirty: dict[GroupId, None] = {}
+        self._lead: dict[GroupId, NodeId] = {}
+        self._led: dict[GroupId, None] = {}
+        self._lead_counts: dict[NodeId, int] = {n: 0 for n in (node_id, *self.peers)}
+        self._transfers: dict[GroupId, tuple[NodeId, int]] = {}
+        self._ticks = 0
+        self._last_heard = dict.fromkeys(self.peers, 0)
+        self._last_sent = dict.fromkeys(self.peers, 0)
+        self._alive = dict.fromkeys(self.peers, True)
+        self._outstanding = False
+
+    # -- groups ----------------------------------------------------------------------------
+
+    def create_group(
+        self, group: GroupId, voters: Iterable[NodeId], *, applied: LogIndex = _ZERO_INDEX
+    ) -> None:
+        """Host ``group``; its storage comes from the factory (bootstrap: docs/raft.md duty 2)."""
+        if group in self._nodes:
+            raise AlreadyExists("group exists", repo=group.repo, incarnation=group.incarnation)
+        if len(self._nodes) >= self.config.groups_max:
+            raise LimitExceeded("groups_max", len(self._nodes) + 1, self.config.groups_max)
+        members = frozenset(voters)
+        storage = self._factory(group, members)
+        cfg = dataclasses.replace(self.config.raft, applied=applied)
+        self._nodes[group] = RawNode(cfg, storage, self._rand)
+        self._storages[group] = storage
+        self._active[group] = None
+        self._dirty[group] = None
+
+    def drop_group(self, group: GroupId) -> None:
+        self._get(group)
+        self._set_lead(group, None)
+        del self._nodes[group], self._storages[group]
+        self._active.pop(group, None)
+        self._dirty.pop(group, None)
+        self._transfers.pop(group, None)
+
+    def groups(self) -> Iterable[GroupId]:
+        return self._nodes.keys()
+
+    def raw_node(self, group: GroupId) -> RawNode:
+        """The group's core, for status and tests; drive it only through this class."""
+        return self._get(group)
+
+    def storage(self, group: GroupId) -> Storage:
+        self._get(group)
+        return self._storages[group]
+
+    def leader_counts(self) -> dict[NodeId, int]:
+        """Groups led by each node, as this node sees them."""
+        return dict(self._lead_counts)
+
+    def active_count(self) -> int:
+        return len(self._active)
+
+    def is_alive(self, node: NodeId) -> bool:
+        return node == self.id or self._alive.get(node, False)
+
+    # -- inputs ----------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """One node tick: liveness, then every awake group, then leader spreading."""
+        self._ticks += 1
+        self._check_liveness()
+        stats = self.stats
+        for g in list(self._active):
+            node = self._nodes[g]
+            if node.quiesced:
+                del self._active[g]
+                continue
+            node.tick()
+            stats.group_ticks += 1
+            self._dirty[g] = None
+            if node.raft.role is Role.LEADER and node.is_idle() and node.quiesce():
+                stats.quiesced += 1
+                del self._active[g]
+        self._expire_transfers()
+        self._rebalance()
+
+    def step(self, batch: Batch) -> None:
+        """Take one batch from a peer; heartbeats are expanded into per-group messages."""
+        src = batch.from_node
+        if batch.to_node != self.id or src not in self._alive:
+            self.stats.batches_dropped += 1
+            return
+        self._last_heard[src] = self._ticks
+        self._alive[src] = True
+        for gm in batch.messages:
+            m = gm.message
+            if m.to != self.id or m.from_ != src:
+                self.stats.messages_dropped += 1
+                continue
+            self._step_group(gm.group, m)
+        for hb in batch.heartbeats:
+            m = Message(
+                MessageType.HEARTBEAT,
+                self.id,
+                src,
+                hb.term,
+                commit=hb.commit,
+                context=hb.context,
+                quiesce=hb.quiesce,
+            )
+            self._step_group(hb.group, m)
+        for hb in batch.heartbeat_responses:
+            m = Message(MessageType.HEARTBEAT_RESP, self.id, src, hb.term, context=hb.context)
+            self._step_group(hb.group, m)
+
+    def propose(self, group: GroupId, data: bytes) -> None:
+        """May raise ProposalDropped (retryable): docs/raft.md duty 9."""
+        self._get(group).propose(data)
+        self._touch(group)
+
+    def propose_conf_change(self, group: GroupId, cc: ConfChange) -> None:
+        self._get(group).propose_conf_change(cc)
+        self._touch(group)
+
+    def apply_conf_change(self, group: GroupId, cc: ConfChange) -> ConfState:
+        cs = self._get(group).apply_conf_change(cc)
+        self._touch(group)
+        return cs
+
+    def read_index(self, group: GroupId, context: bytes) -> None:
+        self._get(group).read_index(context)
+        self._touch(group)
+
+    def transfer_leader(self, group: GroupId, to: NodeId) -> None:
+        self._get(group).transfer_leader(to)
+        self._touch(group)
+
+    def campaign(self, group: GroupId) -> None:
+        self._get(group).campaign()
+        self._touch(group)
+
+    def report_snapshot(self, group: GroupId, to: NodeId, *, ok: bool) -> None:
+        self._get(group).report_snapshot(to, ok=ok)
+        self._touch(group)
+
+    def report_node_unreachable(self, node: NodeId) -> None:
+        """The transport lost ``node``: wake what it leads, and probe it from what we lead."""
+        if node not in self._alive:
+            raise InvalidArgument("not a peer", node=node)
+        for g in self._led:
+            self._nodes[g].report_unreachable(node)
+            self._dirty[g] = None
+        if self._alive[node]:
+            self._node_down(node)
+
+    # -- output ----------------------------------------------------------------------------
+
+    def has_ready(self) -> bool:
+        if self._outstanding:
+            return False
+        if self._dirty:
+            return True
+        due = self._ticks - self.config.liveness_interval_ticks
+        return any(sent <= due for sent in self._last_sent.values())
+
+    def ready(self) -> NodeReady:
+        assert not self._outstanding, "ready() again before advance()"
+        groups: list[GroupReady] = []
+        must_sync = False
+        out: dict[NodeId, _Outbox] = {}
+        for g in list(self._dirty):
+            node = self._nodes[g]
+            if not node.has_ready():
+                del self._dirty[g]
+                continue
+            rd = node.ready()
+            groups.append(GroupReady(g, rd))
+            must_sync = must_sync or rd.must_sync
+            if rd.soft_state is not None:
+                self._set_lead(g, rd.soft_state.lead)
+            for m in rd.messages:
+                if m.to not in self._alive:
+                    self.stats.messages_dropped += 1
+                    continue
+                box = out.get(m.to)
+                if box is None:
+                    box = out[m.to] = _Outbox()
+                box.add(g, m)
+        batches: list[Batch] = []
+        due = self._ticks - self.config.liveness_interval_ticks
+        for peer in self.peers:
+            box = out.get(peer)
+            if box is None and self._last_sent[peer] > due:
+                continue
+            b = box.batch(self.id, peer) if box is not None else Batch(self.id, peer)
+            batches.append(b)
+            self._last_sent[peer] = self._ticks
+            self.stats.batches_out += 1
+            self.stats.beats_out += b.is_empty
+            self.stats.heartbeats_out += len(b.heartbeats) + len(b.heartbeat_responses)
+            self.stats.messages_out += len(b.messages)
+        self._outstanding = True
+        return NodeReady(tuple(groups), tuple(batches), must_sync)
+
+    def advance(self, node_ready: NodeReady) -> None:
+        """The driver persisted, sent and applied ``node_ready``."""
+        assert self._outstanding, "advance() without ready()"
+        for gr in node_ready.groups:
+            node = self._nodes.get(gr.group)
+            if node is not None:  # dropped meanwhile
+                node.advance(gr.ready)
+                self._dirty[gr.group] = None
+        self._outstanding = False
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _get(self, group: GroupId) -> RawNode:
+        node = self._nodes.get(group)
+        if node is None:
+            raise NotFound("no such group", repo=group.repo, incarnation=group.incarnation)
+        return node
+
+    def _touch(self, group: GroupId) -> None:
+        self._dirty[group] = None
+        if not self._nodes[group].quiesced:
+            self._active[group] = None
+
+    def _step_group(self, group: GroupId, m: Message) -> None:
+        node = self._nodes.get(group)
+        if node is None:
+            self.stats.messages_dropped += 1
+            return
+        try:
+            node.step(m)
+        except InvalidArgument:
+            self.stats.messages_dropped += 1  # a local type from the network
+            return
+        self._touch(group)
+
+    def _set_lead(self, group: GroupId, lead: NodeId | None) -> None:
+        old = self._lead.pop(group, None)
+        if old is not None:
+            self._lead_counts[old] -= 1
+        if lead is not None and lead in self._lead_counts:
+            self._lead[group] = lead
+            self._lead_counts[lead] += 1
+        if lead == self.id:
+            self._led[group] = None
+        else:
+            self._led.pop(group, None)
+        if lead != old:
+            self._transfers.pop(group, None)
+
+    def _check_liveness(self) -> None:
+        deadline = self._ticks - self.config.liveness_timeout
+        for peer in self.peers:
+            if self._alive[peer] and self._last_heard[peer] <= deadline:
+                self._node_down(peer)
+
+    def _node_down(self, peer: NodeId) -> None:
+        """Scenario 3: one pass over the groups per failure, not per tick."""
+        self._alive[peer] = False
+        self.stats.nodes_down += 1
+        for g, node in self._nodes.items():
+            if node.quiesced and node.raft.lead == peer:
+                node.unquiesce()
+                self._active[g] = None
+
+    def _expire_transfers(self) -> None:
+        if not self._transfers:
+            return
+        horizon = self._ticks - 2 * self.config.raft.election_ticks
+        for g, (_, started) in list(self._transfers.items()):
+            if started <= horizon:
+                del self._transfers[g]
+
+    def _rebalance(self) -> None:
+        """Scenario 4: bounded per tick; transfers in flight count as already moved."""
+        live = [p for p in self.peers if self._alive[p]]
+        if not live or not self._led:
+            return
+        fair = -(-len(self._nodes) // (len(live) + 1))
+        pending: dict[NodeId, int] = {}
+        for target, _ in self._transfers.values():
+            pending[target] = pending.get(target, 0) + 1
+        mine = self._lead_counts[self.id] - len(self._transfers)
+        budget = self.config.transfers_per_tick_max
+        for _ in range(min(len(self._led), self.config.transfer_candidates_per_tick_max)):
+            if mine <= fair + self.config.leader_slack or budget == 0:
+                return
+            g = next(iter(self._led))
+            del self._led[g]
+            self._led[g] = None  # rotate, so a group that cannot move does not block others
+            if g in self._transfers:
+                continue
+            to = self._transfer_target(g, live, pending, fair)
+            if to is None:
+                continue
+            self._nodes[g].transfer_leader(to)
+            self._touch(g)
+            self._transfers[g] = (to, self._ticks)
+            pending[to] = pending.get(to, 0) + 1
+            self.stats.transfers += 1
+            mine -= 1
+            budget -= 1
+
+    def _transfer_target(
+        self, group: GroupId, live: list[NodeId], pending: dict[NodeId, int], fair: int
+    ) -> NodeId | None:
+        r = self._nodes[group].raft
+        if r.role is not Role.LEADER or r.lead_transferee is not None:
+            return None
+        last = r.log.last_index()
+        best: tuple[int, NodeId] | None = None
+        for p in live:
+            pr = r.tracker.progress.get(p)
+            if pr is None or pr.is_learner or pr.match != last:
+                continue
+            load = self._lead_counts[p] + pending.get(p, 0)
+            if load < fair and (best is None or (load, p) < best):
+                best = (load, p)
+        return None if best is None else best[1]
+
+
+class _Outbox:
+    """One destination's share of a Ready: heartbeats coalesced, the rest in order."""
+
+    __slots__ = ("heartbeats", "messages", "responses")
+
+    def __init__(self) -> None:
+        self.messages: list[GroupMessage] = []
+        self.heartbeats: list[Heartbeat] = []
+        self.responses: list[Heartbeat] = []
+
+    def add(self, group: GroupId, m: Message) -> None:
+        plain = (
+            not m.entries
+            and m.snapshot is None
+            and not m.reject
+            and m.log_term == 0
+            and m.index == 0
+            and m.reject_hint == 0
+        )
+        if plain and m.type is MessageType.HEARTBEAT:
+            self.heartbeats.append(Heartbeat(group, m.term, m.commit, m.context, m.quiesce))
+        elif plain and m.type is MessageType.HEARTBEAT_RESP and m.commit == 0 and not m.quiesce:
+            self.responses.append(Heartbeat(group, m.term, context=m.context))
+        else:
+            self.messages.append(GroupMessage(group, m))
+
+    def batch(self, src: NodeId, dst: NodeId) -> Batch:
+        return Batch(src, dst, tuple(self.messages), tuple(self.heartbeats), tuple(self.responses))
