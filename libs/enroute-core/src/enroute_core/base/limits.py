@@ -68,6 +68,8 @@ class Limits:
     protocol_server_options_max: int = 256
     protocol_push_commands_max: int = 100_000
     protocol_push_options_max: int = 256
+    # engine/view.py: inflated bodies a view keeps (delta bases, trees, tags)
+    view_body_cache_bytes_max: int = 64 * MiB
 
 
 DEFAULT_LIMITS = Limits()

@@ -1,0 +1,309 @@
+"""Fetch planning and pack writing over a view (DESIGN "Layers": closures and kind runs;
+seed 004, "Layers": a pack sent in id order names each base by offset; gitprotocol-v2
+"fetch": thin-pack, ofs-delta, filter, deepen, include-tag).
+
+Every pack written here is checked by real git: ``index-pack --strict`` and
+``fsck --strict`` for self-contained packs, ``index-pack --fix-thin`` against a
+repository holding the client's objects for thin ones.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from enroute_core.base.errors import InvalidArgument, MissingObject
+from enroute_core.base.ids import LogIndex, ObjectId, oid_from_hex
+from enroute_core.engine.ingest import ingest_pack
+from enroute_core.engine.serve import (
+    BlobLimit,
+    BlobNone,
+    FetchFilter,
+    PackPlan,
+    ProgressEvent,
+    TreeDepth,
+    WriteStats,
+    plan_fetch,
+    write_pack,
+)
+from enroute_core.engine.view import View
+from enroute_core.git.object_type import ObjectType
+from enroute_core.git.source import BytesSource
+from enroute_core.state.model import LayerEntry
+from enroute_core.state.model import LayerKind as ManifestKind
+from enroute_core.storage.layer import LayerReader
+from enroute_testing.gitcli import run_git
+from enroute_testing.repogen import (
+    GeneratedRepo,
+    RepoSpec,
+    generate_repo,
+    pack_objects,
+    verify_pack,
+)
+
+pytestmark = pytest.mark.interop
+
+_SPEC = RepoSpec(seed=23, commits=30, branches=2, merge_every=5, files=16, file_bytes=900,
+                 rename_rate=0.1, annotated_tags=2, lightweight_tags=1)  # fmt: skip
+
+
+# -- the view: three pushes, ids as the state assigns them --------------------------------------
+
+
+def _rev_parse(repo: Path, rev: str) -> ObjectId:
+    return oid_from_hex(run_git(["rev-parse", rev], cwd=repo).strip())
+
+
+def _rev_list_objects(repo: Path, *args: str) -> set[ObjectId]:
+    out = run_git(["rev-list", "--objects", *args], cwd=repo)
+    return {oid_from_hex(line.split(b" ", 1)[0]) for line in out.splitlines() if line}
+
+
+def _cuts(repo: Path) -> tuple[str, str]:
+    count = int(run_git(["rev-list", "--count", "--first-parent", "main"], cwd=repo))
+    return f"main~{count * 2 // 3}", f"main~{count // 3}"
+
+
+def _build_view(repo: GeneratedRepo) -> View:
+    first, second = _cuts(repo.path)
+    a, b = _rev_parse(repo.path, first), _rev_parse(repo.path, second)
+    tips = [oid_from_hex(v) for v in repo.refs.values()]
+    steps = [([a.hex()], [], [a]), ([b.hex()], [a.hex()], [b]), (["--all"], [b.hex()], tips)]
+    layers: list[tuple[LayerEntry, LayerReader]] = []
+    next_id = 0
+    for revs, exclude, step_tips in steps:
+        pack = pack_objects(repo.path, revs=revs, exclude=exclude, thin=bool(exclude))
+        result = ingest_pack(BytesSource(pack), step_tips, View(layers))
+        assert result.data is not None and result.sealed is not None
+        s = result.sealed
+        reader = LayerReader.open(BytesSource(result.data), meta_size=s.meta_size)
+        entry = LayerEntry(ManifestKind.INLINE, next_id, s.id_count, s.object_count, 0,
+                           s.file_size, s.meta_size, s.root, LogIndex(len(layers) + 1))  # fmt: skip
+        layers.append((entry, reader))
+        next_id = entry.end_id
+    return View(layers)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> GeneratedRepo:
+    return generate_repo(tmp_path_factory.mktemp("serve") / "full.git", _SPEC)
+
+
+@pytest.fixture(scope="module")
+def view(repo: GeneratedRepo) -> View:
+    return _build_view(repo)
+
+
+@pytest.fixture(scope="module")
+def old_repo(repo: GeneratedRepo, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A client that has exactly what the second cut of main reaches."""
+    path = tmp_path_factory.mktemp("client") / "old.git"
+    path.mkdir()
+    run_git(["init", "--quiet", "--bare", "."], cwd=path)
+    old = _rev_parse(repo.path, _cuts(repo.path)[1]).hex()
+    run_git(["index-pack", "--stdin"], cwd=path, input=pack_objects(repo.path, revs=[old]))
+    return path
+
+
+def _type_of(view: View, oid: ObjectId) -> ObjectType | None:
+    found = view.read(oid)
+    return None if found is None else found[0]
+
+
+def _tips(repo: GeneratedRepo) -> list[ObjectId]:
+    return [oid_from_hex(v) for v in repo.refs.values()]
+
+
+def _write(view: View, plan: PackPlan) -> tuple[bytes, WriteStats, list[ProgressEvent]]:
+    parts: list[bytes] = []
+    events: list[ProgressEvent] = []
+    stats = write_pack(view, plan, parts.append, progress=events.append, progress_every=50)
+    return b"".join(parts), stats, events
+
+
+def _oids(view: View, plan: PackPlan) -> set[ObjectId]:
+    return {view.oid_of_id(i) for i in plan.ids}
+
+
+def _strict_check(pack: bytes, tmp: Path, refs: dict[bytes, bytes]) -> None:
+    """``index-pack --strict`` in a fresh repository, the refs set, then ``fsck --strict``."""
+    fresh = tmp / "fresh.git"
+    fresh.mkdir()
+    run_git(["init", "--quiet", "--bare", "."], cwd=fresh)
+    run_git(["index-pack", "--strict", "--stdin"], cwd=fresh, input=pack)
+    for name, value in refs.items():
+        run_git(["update-ref", name.decode(), value.decode()], cwd=fresh)
+    run_git(["fsck", "--strict", "--no-dangling"], cwd=fresh)
+
+
+# -- full clone -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ofs_delta", [True, False])
+def test_full_clone_passes_strict_checks(
+    repo: GeneratedRepo, view: View, tmp_path: Path, ofs_delta: bool
+) -> None:
+    plan = plan_fetch(view, _tips(repo), ofs_delta=ofs_delta)
+    assert _oids(view, plan) == _rev_list_objects(repo.path, "--all")
+    pack, stats, events = _write(view, plan)
+    assert stats.object_count == plan.object_count and stats.pack_bytes == len(pack)
+    assert stats.thin_kept == 0
+    assert events[-1] == ProgressEvent("Writing objects", plan.object_count, plan.object_count)
+    assert len(events) == plan.object_count // 50 + (plan.object_count % 50 != 0)
+    _strict_check(pack, tmp_path, repo.refs)
+    entries = verify_pack(pack, tmp_path)
+    assert {oid_from_hex(e.oid) for e in entries} == _rev_list_objects(repo.path, "--all")
+    kinds = {e.pack_type for e in entries}
+    if ofs_delta:
+        assert stats.ofs_rewritten > 0 and b"ofs-delta" in kinds and b"ref-delta" not in kinds
+    else:
+        assert stats.ofs_rewritten == 0 and b"ofs-delta" not in kinds and b"ref-delta" in kinds
+    # Layers 2 and 3 hold deltas against older layers: still bases in a full clone.
+    assert stats.resolved == 0
+
+
+def test_pack_is_in_id_order_and_copies_entries(repo: GeneratedRepo, view: View) -> None:
+    plan = plan_fetch(view, _tips(repo), ofs_delta=False)
+    pack, stats, _ = _write(view, plan)
+    pos = 12
+    for object_id in plan.ids:
+        reader, local = view.locate(object_id)
+        raw = reader.entry_bytes(local)
+        assert pack[pos : pos + len(raw)] == raw, "stored entries are copied verbatim"
+        pos += len(raw)
+    assert pos == len(pack) - 20
+    assert stats.copied == plan.object_count
+
+
+# -- incremental fetches -------------------------------------------------------------------
+
+
+def test_incremental_thin_fetch_is_fixable(
+    repo: GeneratedRepo, view: View, old_repo: Path, tmp_path: Path
+) -> None:
+    old = _rev_parse(repo.path, _cuts(repo.path)[1])
+    new = _rev_parse(repo.path, "main")
+    plan = plan_fetch(view, [new], [old], thin=True)
+    want = _rev_list_objects(repo.path, new.hex(), "--not", old.hex())
+    assert _oids(view, plan) == want
+    pack, stats, _ = _write(view, plan)
+    assert stats.thin_kept > 0, "deltas against the client's objects stay thin"
+    entries = verify_pack(pack, tmp_path, fix_thin_from=old_repo)
+    assert want <= {oid_from_hex(e.oid) for e in entries}
+
+
+def test_incremental_fetch_without_thin_is_self_contained(
+    repo: GeneratedRepo, view: View, tmp_path: Path
+) -> None:
+    old = _rev_parse(repo.path, _cuts(repo.path)[1])
+    new = _rev_parse(repo.path, "main")
+    plan = plan_fetch(view, [new], [old], thin=False)
+    pack, stats, _ = _write(view, plan)
+    assert stats.thin_kept == 0 and stats.resolved > 0
+    entries = verify_pack(pack, tmp_path)
+    assert {oid_from_hex(e.oid) for e in entries} == _oids(view, plan)
+
+
+def test_up_to_date_fetch_is_empty(repo: GeneratedRepo, view: View, tmp_path: Path) -> None:
+    main = _rev_parse(repo.path, "main")
+    plan = plan_fetch(view, [main], [main])
+    assert plan.object_count == 0
+    pack, stats, _ = _write(view, plan)
+    assert len(pack) == 32 and stats.object_count == 0
+
+
+def test_unknown_haves_are_ignored_and_unknown_wants_refused(
+    repo: GeneratedRepo, view: View
+) -> None:
+    main = _rev_parse(repo.path, "main")
+    stranger = ObjectId(b"\x02" * 20)
+    assert plan_fetch(view, [main], [stranger]).ids == plan_fetch(view, [main]).ids
+    with pytest.raises(MissingObject):
+        plan_fetch(view, [stranger])
+
+
+# -- filters -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "git_spec"),
+    [(BlobNone(), "blob:none"), (BlobLimit(1000), "blob:limit=1000"), (TreeDepth(0), "tree:0"),
+     (TreeDepth(1), "tree:1"), (TreeDepth(2), "tree:2"), (TreeDepth(3), "tree:3")],
+)  # fmt: skip
+def test_filters_match_rev_list(
+    repo: GeneratedRepo, view: View, tmp_path: Path, spec: FetchFilter, git_spec: str
+) -> None:
+    main = _rev_parse(repo.path, "main")
+    plan = plan_fetch(view, [main], filter=spec)
+    want = _rev_list_objects(repo.path, f"--filter={git_spec}", "main")
+    assert _oids(view, plan) == want
+    pack, _, _ = _write(view, plan)
+    entries = verify_pack(pack, tmp_path)
+    assert {oid_from_hex(e.oid) for e in entries} == want
+    if isinstance(spec, BlobNone):
+        assert all(e.type != b"blob" for e in entries)
+        assert any(e.type == b"tree" for e in entries)
+
+
+def test_blob_limit_zero_is_blob_none(repo: GeneratedRepo, view: View) -> None:
+    main = _rev_parse(repo.path, "main")
+    assert (
+        plan_fetch(view, [main], filter=BlobLimit(0)).ids
+        == plan_fetch(view, [main], filter=BlobNone()).ids
+    )
+
+
+# -- shallow -------------------------------------------------------------------------------------
+
+
+def test_deepen_1_is_the_tip_and_its_tree(repo: GeneratedRepo, view: View, tmp_path: Path) -> None:
+    main = _rev_parse(repo.path, "main")
+    plan = plan_fetch(view, [main], deepen=1)
+    assert _oids(view, plan) == _rev_list_objects(repo.path, "--no-walk", "main")
+    assert plan.shallow == (main,)
+    pack, _, _ = _write(view, plan)
+    assert {oid_from_hex(e.oid) for e in verify_pack(pack, tmp_path)} == _oids(view, plan)
+
+
+@pytest.mark.parametrize("depth", [2, 4])
+def test_deepen_n_matches_a_shallow_clone(repo: GeneratedRepo, view: View, depth: int) -> None:
+    main = _rev_parse(repo.path, "main")
+    plan = plan_fetch(view, [main], deepen=depth)
+    commits = run_git(["rev-list", "--first-parent", f"--max-count={depth}", "main"], cwd=repo.path)
+    # Commits within ``depth`` by the shortest path; merges bring their other parents too.
+    out = run_git(["rev-list", "--parents", "main"], cwd=repo.path)
+    parents = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+    level, seen = [main.hex().encode()], {main.hex().encode()}
+    for _ in range(depth - 1):
+        level = list(dict.fromkeys(p for c in level for p in parents[c] if p not in seen))
+        seen.update(level)
+    assert set(commits.split()) <= seen
+    want = _rev_list_objects(repo.path, "--no-walk", *(c.decode() for c in seen))
+    assert _oids(view, plan) == want
+    cut = {oid_from_hex(c) for c in level if parents[c]}
+    assert set(plan.shallow) == cut
+
+
+def test_deepen_must_be_positive(repo: GeneratedRepo, view: View) -> None:
+    with pytest.raises(InvalidArgument):
+        plan_fetch(view, [_rev_parse(repo.path, "main")], deepen=0)
+
+
+# -- include-tag ---------------------------------------------------------------------------------
+
+
+def test_include_tag_sends_tags_of_sent_commits(repo: GeneratedRepo, view: View) -> None:
+    tag_values = [oid_from_hex(v) for n, v in repo.refs.items() if n.startswith(b"refs/tags/")]
+    annotated = [t for t in tag_values if _type_of(view, t) == ObjectType.TAG]
+    assert annotated, "the fixture has annotated tags"
+    heads = [oid_from_hex(v) for n, v in repo.refs.items() if n.startswith(b"refs/heads/")]
+    plan = plan_fetch(view, heads, include_tag=tag_values)
+    without = plan_fetch(view, heads)
+    added = set(plan.ids) - set(without.ids)
+    expected: set[int | None] = set()
+    for t in annotated:
+        target = _rev_parse(repo.path, t.hex() + "^{}")
+        if view.id_of_oid(target) in without.ids:
+            expected.add(view.id_of_oid(t))
+    assert expected and added == expected

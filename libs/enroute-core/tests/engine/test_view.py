@@ -1,0 +1,245 @@
+"""The repository view over pushed layers (seed 004, "Stable object numbering": ids,
+duplicates resolve to the smallest id; "Pages and memory": the commit graph in ids;
+DESIGN "Layers": segments and closures).
+
+The layers come from a real generated repository pushed in three parts: the
+first part of main's history, then thin packs of the later parts ingested
+against a view of the earlier layers, with ids assigned as the state does.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from enroute_core.base.errors import CorruptData, InvalidArgument
+from enroute_core.base.ids import LogIndex, ObjectId, oid_from_hex
+from enroute_core.engine.ingest import ingest_pack
+from enroute_core.engine.view import View
+from enroute_core.git.object_type import ObjectType
+from enroute_core.git.source import BytesSource
+from enroute_core.state.model import LayerEntry
+from enroute_core.state.model import LayerKind as ManifestKind
+from enroute_core.storage.layer import Kind, LayerReader
+from enroute_testing.gitcli import run_git
+from enroute_testing.repogen import (
+    GeneratedRepo,
+    RepoSpec,
+    all_objects,
+    generate_repo,
+    pack_objects,
+)
+
+pytestmark = pytest.mark.interop
+
+_SPEC = RepoSpec(seed=11, commits=30, branches=2, merge_every=5, files=16, file_bytes=900,
+                 rename_rate=0.1, annotated_tags=2, lightweight_tags=1)  # fmt: skip
+_TYPES = {b"commit": ObjectType.COMMIT, b"tree": ObjectType.TREE, b"blob": ObjectType.BLOB,
+          b"tag": ObjectType.TAG}  # fmt: skip
+
+
+def rev_parse(repo: Path, rev: str) -> ObjectId:
+    return oid_from_hex(run_git(["rev-parse", rev], cwd=repo).strip())
+
+
+def rev_list_objects(repo: Path, *args: str) -> set[ObjectId]:
+    out = run_git(["rev-list", "--objects", *args], cwd=repo)
+    return {oid_from_hex(line.split(b" ", 1)[0]) for line in out.splitlines() if line}
+
+
+def push_layer(
+    repo: Path,
+    layers: list[tuple[LayerEntry, LayerReader]],
+    next_id: int,
+    *,
+    revs: list[str],
+    exclude: list[str],
+    tips: list[ObjectId],
+) -> tuple[LayerEntry, LayerReader]:
+    """Ingest one (thin) pack against a view of ``layers``; the range starts at ``next_id``."""
+    pack = pack_objects(repo, revs=revs, exclude=exclude, thin=bool(exclude))
+    result = ingest_pack(BytesSource(pack), tips, View(layers))
+    assert result.data is not None and result.sealed is not None
+    sealed = result.sealed
+    reader = LayerReader.open(BytesSource(result.data), meta_size=sealed.meta_size)
+    entry = LayerEntry(
+        kind=ManifestKind.INLINE,
+        first_id=next_id,
+        id_count=sealed.id_count,
+        object_count=sealed.object_count,
+        upload_gen=0,
+        file_size=sealed.file_size,
+        meta_size=sealed.meta_size,
+        root=sealed.root,
+        pin=LogIndex(len(layers) + 1),
+    )
+    return entry, reader
+
+
+def history_cuts(repo: Path) -> tuple[str, str]:
+    """Two points on main's first-parent line: about a third and two thirds of the way."""
+    count = int(run_git(["rev-list", "--count", "--first-parent", "main"], cwd=repo))
+    return f"main~{count * 2 // 3}", f"main~{count // 3}"
+
+
+def build_layers(repo: GeneratedRepo) -> list[tuple[LayerEntry, LayerReader]]:
+    first, second = history_cuts(repo.path)
+    a, b = rev_parse(repo.path, first), rev_parse(repo.path, second)
+    all_tips = [oid_from_hex(v) for v in repo.refs.values()]
+    steps = [([a.hex()], [], [a]), ([b.hex()], [a.hex()], [b]), (["--all"], [b.hex()], all_tips)]
+    layers: list[tuple[LayerEntry, LayerReader]] = []
+    next_id = 0
+    for revs, exclude, tips in steps:
+        entry, reader = push_layer(
+            repo.path, layers, next_id, revs=revs, exclude=exclude, tips=tips
+        )
+        layers.append((entry, reader))
+        next_id = entry.end_id
+    return layers
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> GeneratedRepo:
+    return generate_repo(tmp_path_factory.mktemp("view") / "full.git", _SPEC)
+
+
+@pytest.fixture(scope="module")
+def layers(repo: GeneratedRepo) -> list[tuple[LayerEntry, LayerReader]]:
+    return build_layers(repo)
+
+
+@pytest.fixture(scope="module")
+def view(layers: list[tuple[LayerEntry, LayerReader]]) -> View:
+    return View(layers)
+
+
+def test_layers_are_three_thin_pushes(layers: list[tuple[LayerEntry, LayerReader]]) -> None:
+    assert len(layers) == 3
+    assert all(r.object_count > 0 for _, r in layers)
+    assert layers[1][1].external_count > 0 and layers[2][1].external_count > 0
+    assert [e.first_id for e, _ in layers] == [0, layers[0][0].end_id, layers[1][0].end_id]
+
+
+def test_every_object_reads_back(repo: GeneratedRepo, view: View) -> None:
+    objects = all_objects(repo.path)
+    ids: set[int] = set()
+    for hex_oid, type_name, body in objects:
+        oid = oid_from_hex(hex_oid)
+        assert view.contains(oid)
+        assert view.read(oid) == (_TYPES[type_name], body)
+        object_id = view.id_of_oid(oid)
+        assert object_id is not None and view.oid_of_id(object_id) == oid
+        assert view.kind_of(object_id) == Kind(int(_TYPES[type_name]) - 1)
+        assert object_id in view.kind_ids(view.kind_of(object_id))
+        ids.add(object_id)
+    assert len(ids) == len(objects) == view.end_id, "ids are dense without duplicates"
+
+
+def test_missing_objects(view: View) -> None:
+    absent = ObjectId(b"\x01" * 20)
+    assert not view.contains(absent)
+    assert view.read(absent) is None and view.id_of_oid(absent) is None
+    with pytest.raises(KeyError):
+        view.locate(view.end_id)
+
+
+def test_locate_by_ranges(view: View, layers: list[tuple[LayerEntry, LayerReader]]) -> None:
+    for entry, reader in layers:
+        for local in (0, reader.object_count // 2, reader.object_count - 1):
+            found, at = view.locate(entry.first_id + local)
+            assert found is reader and at == local
+
+
+@pytest.mark.parametrize("ref", ["main", "HEAD~3", "--all"])
+def test_closure_is_rev_list(repo: GeneratedRepo, view: View, ref: str) -> None:
+    if ref == "--all":
+        tips = [view.id_of_oid(oid_from_hex(v)) for v in repo.refs.values()]
+        got = view.object_closure(t for t in tips if t is not None)
+    else:
+        tip = view.id_of_oid(rev_parse(repo.path, ref))
+        assert tip is not None
+        got = view.closure([tip])
+    want = {view.id_of_oid(o) for o in rev_list_objects(repo.path, ref)}
+    assert set(got) == want
+
+
+def test_commit_graph(repo: GeneratedRepo, view: View) -> None:
+    out = run_git(["rev-list", "--all", "--parents", "--timestamp"], cwd=repo.path)
+    lines = out.splitlines()
+    assert view.commit_count == len(lines)
+    for line in lines:
+        time, commit_hex, *parent_hexes = line.split()
+        cid = view.id_of_oid(oid_from_hex(commit_hex))
+        assert cid is not None
+        commit = view.commit(cid)
+        assert commit is not None and commit.time == int(time)
+        assert commit.parents == tuple(view.id_of_oid(oid_from_hex(p)) for p in parent_hexes)
+        tree = rev_parse(repo.path, commit_hex.decode() + "^{tree}")
+        assert commit.tree_id == view.id_of_oid(tree)
+        parents = [view.commit(p) for p in commit.parents]
+        assert commit.generation == 1 + max((p.generation for p in parents if p), default=0)
+        assert cid in commit.segment and all(p < cid for p in commit.parents)
+
+
+def test_duplicates_resolve_to_the_smallest_id(
+    repo: GeneratedRepo, layers: list[tuple[LayerEntry, LayerReader]]
+) -> None:
+    """A concurrent push stored the second part again: its copies never win."""
+    first, second = history_cuts(repo.path)
+    b = rev_parse(repo.path, second)
+    again = push_layer(
+        repo.path, layers[:1], layers[-1][0].end_id, revs=[b.hex()], exclude=[first], tips=[b]
+    )
+    view = View([*layers, again])
+    dup_entry, dup_reader = again
+    for local in range(dup_reader.object_count):
+        oid = dup_reader.ref_oid(local)
+        found = view.id_of_oid(oid)
+        assert found is not None and found < dup_entry.first_id
+    tip = view.id_of_oid(b)
+    assert tip is not None
+    assert set(view.closure([tip])) == {
+        view.id_of_oid(o) for o in rev_list_objects(repo.path, b.hex())
+    }
+
+
+def test_overlapping_ranges_are_refused(layers: list[tuple[LayerEntry, LayerReader]]) -> None:
+    (e0, r0), (e1, r1) = layers[0], layers[1]
+    shifted = LayerEntry(e1.kind, e0.end_id - 1, e1.id_count, e1.object_count, 0, e1.file_size,
+                         e1.meta_size, e1.root, e1.pin)  # fmt: skip
+    with pytest.raises(InvalidArgument, match="overlaps"):
+        View([(e0, r0), (shifted, r1)])
+
+
+def test_a_thin_layer_without_its_base_layer_is_corrupt(
+    layers: list[tuple[LayerEntry, LayerReader]],
+) -> None:
+    with pytest.raises(CorruptData):
+        View(layers[1:])
+
+
+def test_flipped_data_bytes_raise_only_corrupt_data(repo: GeneratedRepo) -> None:
+    """A flipped byte in the data region fails its chunk hash on the first read."""
+    seed = int(os.environ.get("ENROUTE_SEED", random.randrange(1 << 32)))
+    print(f"ENROUTE_SEED={seed}")
+    rng = random.Random(seed)
+    a = rev_parse(repo.path, history_cuts(repo.path)[0])
+    result = ingest_pack(BytesSource(pack_objects(repo.path, revs=[a.hex()])), [a], View([]))
+    assert result.data is not None and result.sealed is not None
+    good = LayerReader.open(BytesSource(result.data), meta_size=result.sealed.meta_size)
+    meta_size = result.sealed.meta_size
+    for _ in range(4):
+        data = bytearray(result.data)
+        data[rng.randrange(good.data_end)] ^= 1 << rng.randrange(8)
+        with pytest.raises(CorruptData):  # at open when the chunk also holds metadata
+            reader = LayerReader.open(BytesSource(bytes(data)), meta_size=meta_size)
+            entry = LayerEntry(
+                ManifestKind.INLINE, 0, reader.object_count, reader.object_count, 0,
+                len(data), meta_size, result.sealed.root, LogIndex(1),
+            )  # fmt: skip
+            view = View([(entry, reader)])
+            for object_id in range(view.end_id):
+                view.read_id(object_id)
