@@ -104,6 +104,13 @@ class LedgerConfig(_Section):
     members: tuple[str, ...] = ()
 
 
+class ComputeConfig(_Section):
+    """Where gitproto finds computes (static discovery); rendezvous hashing picks one."""
+
+    # host:port of every compute's gRPC endpoint
+    members: tuple[str, ...] = ()
+
+
 class StoreConfig(_Section):
     """The object store: a ``file://`` directory or ``s3://bucket/prefix``."""
 
@@ -141,6 +148,7 @@ class Config(_Section):
     node: NodeConfig = NodeConfig()
     layers: LayersConfig = LayersConfig()
     ledger: LedgerConfig = LedgerConfig()
+    compute: ComputeConfig = ComputeConfig()
     store: StoreConfig = StoreConfig()
     auth: AuthConfig = AuthConfig()
     listen: ListenConfig = ListenConfig()
