@@ -588,6 +588,38 @@ class PoolMachine(RuleBasedStateMachine):
         with self.pool.pin(f, n, Intent.SCAN if scan else Intent.POINT) as page:
             assert bytes(page) == self._expected(i, f, n)
 
+    @rule(
+        i=st.integers(0, 2),
+        at=st.floats(0, 1, exclude_max=True),
+        n=st.integers(1, 80),
+        keep=st.booleans(),
+    )
+    def scan(self, i: int, at: float, n: int, keep: bool) -> None:
+        """``BufferPool.scan``: runs read ahead and recycled, checked after every page."""
+        f = self.files[i]
+        first = int(at * f.page_count)
+        end = min(f.page_count, first + n)
+        with self.pool.scan(f, first, end) as pages:
+            for page_no, view in pages:
+                assert bytes(view) == self._expected(i, f, page_no)
+                _check_budget(self.pool)
+                if keep and len(self.guards) < _PINS_MAX:  # pinned mid-scan, held on
+                    g = self.pool.pin(f, page_no, Intent.SCAN)
+                    self.guards.append((g, self._expected(i, f, page_no)))
+                    keep = False
+        # The scan's own pins are gone; only the guards' pages (some shared) stay pinned.
+        assert self.pool.stats().pinned_bytes <= sum(g.page.nbytes for g, _ in self.guards)
+
+    @rule(at=st.floats(0, 1, exclude_max=True), n=st.integers(1, 8))
+    def temp_scan(self, at: float, n: int) -> None:
+        first = int(at * self.temp.page_count)
+        end = min(self.temp.page_count, first + n)
+        with self.pool.scan(self.temp, first, end) as pages:
+            for page_no, view in pages:
+                off, _, _ = self.temp.page_span(page_no)
+                want = bytes(self.model[off : off + len(view)])
+                assert bytes(view)[: len(want)] == want
+
     @precondition(lambda self: len(self.guards) < _PINS_MAX)
     @rule(i=st.integers(0, 2), at=st.floats(0, 1, exclude_max=True), scan=st.booleans())
     def pin(self, i: int, at: float, scan: bool) -> None:
