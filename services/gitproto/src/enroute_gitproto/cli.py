@@ -1,0 +1,257 @@
+"""The ``enroute`` command: ``enroute dev`` and ``enroute token create``.
+
+``enroute dev`` (DESIGN.md, "Processes"; docs: services) runs the three roles
+as child processes on loopback with generated configs under ``--data``: one
+ledger voter, a ``file://`` store, internal ports picked by the children
+(port 0) and read from their ready lines, gitproto on ``--listen`` with
+anonymous write. It prints ``enroute ready: http://HOST:PORT`` and forwards
+SIGTERM/SIGINT to the children, then exits when they have.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Enroute Git hosting")
+token_app = typer.Typer(no_args_is_help=True, help="Access tokens")
+app.add_typer(token_app, name="token")
+
+READY = re.compile(r"^enroute (\w+) ready: (.*)$")
+ROLES = ("ledger", "compute", "gitproto")
+STOP_GRACE_S = 10.0
+LOG_TAIL_BYTES = 4000
+
+
+class Child:
+    """One role: its process, its log file, and the addresses of its ready line."""
+
+    def __init__(self, role: str, argv: list[str], log_path: Path) -> None:
+        self.role = role
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 (closed in close())
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log
+        )
+        self.ready = threading.Event()
+        self.addresses: dict[str, str] = {}
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+
+    def _read_stdout(self) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            self._log.write(raw)
+            self._log.flush()
+            match = READY.match(raw.decode("utf-8", "replace").strip())
+            if match and match.group(1) == self.role and not self.ready.is_set():
+                for item in match.group(2).split():
+                    key, _, value = item.partition("=")
+                    self.addresses[key] = value
+                self.ready.set()
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.ready.wait(0.05):
+                return True
+            if self.process.poll() is not None:
+                return self.ready.wait(0.2)
+        return False
+
+    def log_tail(self) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-LOG_TAIL_BYTES:].decode("utf-8", "replace")
+
+    def stop(self, grace_s: float) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(grace_s)
+        self._log.close()
+        return self.process.returncode
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def role_config(
+    role: str, data: Path, listen: str, found: dict[str, dict[str, str]]
+) -> dict[str, Any]:
+    """The generated config of one role; ``found`` holds the ready addresses of earlier roles."""
+    store = {"url": f"file://{data / 'store'}"}
+    if role == "ledger":
+        return {
+            "node": {"id": "dev-ledger-1", "data_dir": str(data / "ledger")},
+            "store": store,
+            "listen": {"grpc": "127.0.0.1:0", "http": "127.0.0.1:0"},
+        }
+    if role == "compute":
+        return {
+            "node": {"id": "dev-compute-1", "data_dir": str(data / "compute")},
+            "ledger": {"members": [found["ledger"]["grpc"]]},
+            "store": store,
+            "listen": {"grpc": "127.0.0.1:0", "http": "127.0.0.1:0"},
+        }
+    return {
+        "node": {"id": "dev-gitproto-1"},
+        "compute": {"members": [found["compute"]["grpc"]]},
+        "auth": {"anonymous": "write"},
+        "listen": {"http": listen},
+    }
+
+
+def _child_argv(role: str, config_path: Path, templates: dict[str, str]) -> list[str]:
+    template = templates.get(role)
+    if template is None:
+        return [sys.executable, "-m", f"enroute_{role}", "--config", str(config_path)]
+    return shlex.split(template.format(role=role, config=config_path, python=sys.executable))
+
+
+def run_dev(data: Path, listen: str, user_config: dict[str, Any], templates: dict[str, str],
+            start_timeout_s: float) -> int:  # fmt: skip
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "config").mkdir(exist_ok=True)
+    (data / "logs").mkdir(exist_ok=True)
+    children: list[Child] = []
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        found: dict[str, dict[str, str]] = {}
+        for role in ROLES:
+            config = _merge(role_config(role, data, listen, found), user_config)
+            config_path = data / "config" / f"{role}.yaml"
+            config_path.write_text(yaml.safe_dump(config, sort_keys=True))
+            child = Child(
+                role, _child_argv(role, config_path, templates), data / "logs" / f"{role}.log"
+            )
+            children.append(child)
+            if not child.wait_ready(start_timeout_s) or stopping.is_set():
+                if stopping.is_set():
+                    return 0
+                print(f"enroute dev: {role} was not ready within {start_timeout_s:g} s "
+                      f"(exit status {child.process.poll()}); its log ({child.log_path}):\n"
+                      f"{child.log_tail()}", file=sys.stderr, flush=True)  # fmt: skip
+                return 1
+            found[role] = child.addresses
+        print(f"enroute ready: http://{found['gitproto']['http']}", flush=True)
+        while not stopping.wait(0.2):
+            for child in children:
+                if child.process.poll() is not None:
+                    print(f"enroute dev: {child.role} exited with status "
+                          f"{child.process.returncode}; its log ({child.log_path}):\n"
+                          f"{child.log_tail()}", file=sys.stderr, flush=True)  # fmt: skip
+                    return 1
+        return 0
+    finally:
+        for child in reversed(children):
+            child.stop(STOP_GRACE_S)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@app.command()
+def dev(
+    data: Annotated[Path, typer.Option(help="data directory")] = Path(".enroute"),
+    listen: Annotated[str, typer.Option(help="HTTP address HOST:PORT (:0 for a free port)")] = (
+        "127.0.0.1:8080"
+    ),
+    config: Annotated[
+        Path | None, typer.Option(help="YAML config merged over the generated ones")
+    ] = None,
+    start_timeout: Annotated[float, typer.Option(help="seconds each role may take")] = 60.0,
+    child_cmd: Annotated[list[str] | None, typer.Option(hidden=True)] = None,
+) -> None:
+    """Run ledger, compute and gitproto on loopback with a file:// store."""
+    if listen.startswith(":"):
+        listen = "127.0.0.1" + listen
+    user: dict[str, Any] = {}
+    if config is not None:
+        loaded = yaml.safe_load(config.read_text())
+        if loaded is not None and not isinstance(loaded, dict):
+            raise typer.BadParameter("the config file must be a mapping", param_hint="--config")
+        user = loaded or {}
+    templates = {}
+    for item in child_cmd or []:
+        role, _, template = item.partition("=")
+        templates[role] = template
+    raise typer.Exit(run_dev(data.resolve(), listen, user, templates, start_timeout))
+
+
+def add_token(path: Path, name: str, scopes: list[str], repos: str | None) -> str:
+    """Append a token entry (its SHA-256 only) to ``path`` and return the token."""
+    data: dict[str, Any] = {}
+    if path.exists():
+        data = yaml.safe_load(path.read_text()) or {}
+    entries = data.setdefault("tokens", [])
+    if any(entry.get("name") == name for entry in entries):
+        raise ValueError(f"a token named {name!r} exists already in {path}")
+    token = "enr_" + secrets.token_urlsafe(32)
+    entry: dict[str, Any] = {
+        "name": name,
+        "sha256": hashlib.sha256(token.encode()).hexdigest(),
+        "scopes": scopes,
+    }
+    if repos:
+        entry["repos"] = repos
+    entries.append(entry)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    os.replace(tmp, path)
+    return token
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Option(help="token name (shown as the principal)")],
+    scopes: Annotated[str, typer.Option(help="comma-separated: read,write,admin")],
+    file: Annotated[Path, typer.Option(help="tokens YAML file")],
+    repos: Annotated[str | None, typer.Option(help="repository-name glob")] = None,
+) -> None:
+    """Add a token to the tokens file and print it once."""
+    wanted = [s.strip() for s in scopes.split(",") if s.strip()]
+    bad = [s for s in wanted if s not in ("read", "write", "admin")]
+    if not wanted or bad:
+        raise typer.BadParameter("scopes are read, write and admin", param_hint="--scopes")
+    try:
+        token = add_token(file, name, wanted, repos)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--name") from None
+    typer.echo(token)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,401 @@
+"""Git smart HTTP, relayed to a compute as opaque byte streams.
+
+DESIGN.md, "Processes" and "Git protocol"; docs/rpc.md, "Git streams";
+gitprotocol-http ("Smart Clients", "Smart Service git-upload-pack"). URLs:
+``/<name>.git/info/refs?service=...``, ``/<name>.git/git-upload-pack``,
+``/<name>.git/git-receive-pack``, and the same without ``.git``.
+
+1. The header message goes first (repository, service, ``Git-Protocol``,
+   principal), then the request body in chunks as it arrives. A gzip body
+   (``Content-Encoding: gzip``) is inflated here, so the header says no
+   encoding and the compute always sees the plain protocol bytes.
+2. Nothing is sent to the client until the compute's first body bytes (or
+   the end of its answer): an error before then is a gRPC status, mapped
+   through ERROR_TABLE to an HTTP status with a plain-text reason.
+3. Until then an UNAVAILABLE compute is replaced by the next one in
+   rendezvous order, and the body read so far is replayed to it, as long as
+   it fits ``replay_bytes_max``.
+4. An error after the response started means the conversation broke: the
+   HTTP response is cut short (no final chunk), which Git clients detect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qs
+
+import grpc
+
+from enroute_core.base.errors import EnrouteError, InvalidArgument, LimitExceeded, NotFound
+from enroute_core.base.limits import GiB, MiB
+from enroute_core.state.names import repo_name_from_url
+from enroute_gitproto.auth import Authorizer
+from enroute_gitproto.observe import Metrics
+from enroute_gitproto.responses import (
+    NO_CACHE,
+    Receive,
+    Scope,
+    Send,
+    header,
+    send_text_error,
+)
+from enroute_gitproto.routing import ComputePool
+from enroute_gitproto.rpc.convert import (
+    SERVICE_RECEIVE_PACK,
+    SERVICE_UPLOAD_PACK,
+    GitHeader,
+    GitResponsePart,
+    git_body_request,
+    git_header_request,
+    git_response_part,
+)
+from enroute_gitproto.rpc.errors import from_rpc_error
+from enroute_proto.gen.enroute.compute.v1.compute_pb2 import GitRequest, GitResponse
+
+if TYPE_CHECKING:
+    from enroute_proto.gen.enroute.compute.v1.compute_pb2_grpc import ComputeAsyncStub
+
+INFO_REFS = "info/refs"
+_ENDPOINTS = (INFO_REFS, SERVICE_UPLOAD_PACK, SERVICE_RECEIVE_PACK)
+_SCOPE_OF = {SERVICE_UPLOAD_PACK: "read", SERVICE_RECEIVE_PACK: "write"}
+
+
+@dataclass(frozen=True, slots=True)
+class GitHttpLimits:
+    """Bounds of one relayed conversation (STYLE rule 5)."""
+
+    # a request body after gzip inflation (pushes of packs)
+    body_bytes_max: int = 16 * GiB
+    # body bytes kept to replay to the next compute on failover
+    replay_bytes_max: int = 8 * MiB
+    # body bytes read ahead of what the compute has taken
+    window_bytes_max: int = 4 * MiB
+    # inflated bytes produced per step of the gzip decoder
+    inflate_step_bytes: int = 1 * MiB
+
+
+class ConversationBroken(Exception):
+    """The compute failed after the response started; the HTTP response is cut short."""
+
+
+@dataclass(frozen=True, slots=True)
+class GitCall:
+    repo: str
+    service: str
+    endpoint: str
+
+
+def parse_git_request(method: str, path: str, query: str) -> GitCall | None:
+    """The Git call of a request, None when the path is no Git endpoint.
+
+    InvalidName for a bad repository name (``//``, empty, ``.`` or ``..``
+    segments among them); InvalidArgument for a bad service or method.
+    """
+    for endpoint in _ENDPOINTS:
+        suffix = "/" + endpoint
+        if path.endswith(suffix):
+            name_part = path[: -len(suffix)]
+            break
+    else:
+        return None
+    repo = repo_name_from_url(name_part[1:] if name_part.startswith("/") else name_part)
+    if endpoint == INFO_REFS:
+        if method != "GET":
+            raise InvalidArgument(f"{method} is not allowed on info/refs; use GET")
+        services = parse_qs(query).get("service", [])
+        if len(services) != 1 or services[0] not in _SCOPE_OF:
+            raise InvalidArgument(
+                "info/refs needs ?service=git-upload-pack or ?service=git-receive-pack "
+                "(the dumb HTTP protocol is not served)"
+            )
+        return GitCall(repo, services[0], endpoint)
+    if method != "POST":
+        raise InvalidArgument(f"{method} is not allowed on {endpoint}; use POST")
+    return GitCall(repo, endpoint, endpoint)
+
+
+class BodyBuffer:
+    """The request body between the HTTP receiver and the compute's request stream.
+
+    One pump reads (and inflates) the body; each attempt reads it from the
+    start while it is replayable, so a failover resends what the failed
+    compute already got. Read-ahead is bounded by ``window_bytes_max``.
+    """
+
+    def __init__(self, receive: Receive, gzip: bool, limits: GitHttpLimits) -> None:
+        self._receive = receive
+        self._limits = limits
+        self._inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS) if gzip else None
+        self._chunks: list[bytes] = []
+        self._base = 0  # absolute index of _chunks[0]
+        self._next = 0  # absolute index of the chunk the current attempt takes next
+        self._attempt = 0
+        self._changed = asyncio.Condition()
+        self.total_bytes = 0
+        self.replayable = True
+        self.done = False
+        self.error: EnrouteError | None = None
+
+    def _pending_bytes(self) -> int:
+        return sum(len(c) for c in self._chunks[self._next - self._base :])
+
+    def _drop_taken(self) -> None:
+        taken = self._next - self._base
+        if taken > 0:
+            del self._chunks[:taken]
+            self._base = self._next
+
+    async def _append(self, data: bytes) -> None:
+        async with self._changed:
+            await self._changed.wait_for(
+                lambda: self._pending_bytes() < self._limits.window_bytes_max
+            )
+            self.total_bytes += len(data)
+            if self.total_bytes > self._limits.body_bytes_max:
+                raise LimitExceeded("body_bytes_max", self.total_bytes, self._limits.body_bytes_max)
+            self._chunks.append(data)
+            if self.replayable and self.total_bytes > self._limits.replay_bytes_max:
+                self.replayable = False
+                self._drop_taken()
+            self._changed.notify_all()
+
+    def _inflate(self, data: bytes) -> list[bytes]:
+        assert self._inflater is not None
+        pieces: list[bytes] = []
+        try:
+            while data and not self._inflater.eof:
+                piece = self._inflater.decompress(data, self._limits.inflate_step_bytes)
+                if piece:
+                    pieces.append(piece)
+                data = self._inflater.unconsumed_tail
+        except zlib.error as error:
+            raise InvalidArgument(f"the gzip request body does not inflate: {error}") from None
+        return pieces
+
+    async def _end(self, error: EnrouteError | None) -> None:
+        async with self._changed:
+            self.error = error
+            self.done = True
+            self._changed.notify_all()
+
+    async def pump(self) -> None:
+        try:
+            while True:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    raise InvalidArgument("the client went away before the request body ended")
+                data = message.get("body", b"")
+                pieces = self._inflate(data) if self._inflater is not None else [data]
+                for piece in pieces:
+                    if piece:
+                        await self._append(piece)
+                if not message.get("more_body", False):
+                    if self._inflater is not None and not self._inflater.eof:
+                        raise InvalidArgument("the gzip request body is truncated")
+                    await self._end(None)
+                    return
+        except EnrouteError as error:
+            await self._end(error)
+
+    def rewind(self) -> None:
+        """Start a new attempt from the first byte of the body."""
+        assert self.replayable and self._base == 0
+        self._attempt += 1
+        self._next = 0
+
+    async def commit(self) -> None:
+        """The response started: no more failover, so taken chunks can go."""
+        async with self._changed:
+            self.replayable = False
+            self._drop_taken()
+            self._changed.notify_all()
+
+    async def requests(self, first: GitRequest) -> AsyncIterator[GitRequest]:
+        attempt = self._attempt
+        yield first
+        while True:
+            async with self._changed:
+                await self._changed.wait_for(
+                    lambda: (
+                        self._next < self._base + len(self._chunks)
+                        or self.done
+                        or attempt != self._attempt
+                    )
+                )
+                if attempt != self._attempt or self._next >= self._base + len(self._chunks):
+                    return
+                chunk = self._chunks[self._next - self._base]
+                self._next += 1
+                if not self.replayable:
+                    self._drop_taken()
+                self._changed.notify_all()
+            yield git_body_request(chunk)
+
+
+async def _only(first: GitRequest) -> AsyncIterator[GitRequest]:
+    yield first
+
+
+@dataclass
+class _Opened:
+    call: grpc.aio.StreamStreamCall[GitRequest, GitResponse]
+    parts: list[GitResponsePart]
+    ended: bool
+
+
+class GitHandler:
+    def __init__(
+        self,
+        pool: ComputePool,
+        authorizer: Authorizer,
+        metrics: Metrics,
+        limits: GitHttpLimits | None = None,
+    ) -> None:
+        self.pool = pool
+        self.authorizer = authorizer
+        self.metrics = metrics
+        self.limits = limits or GitHttpLimits()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> int:
+        """Serve one Git request; answers the HTTP status it started with."""
+        try:
+            call = parse_git_request(
+                scope["method"], scope["path"], scope.get("query_string", b"").decode("latin-1")
+            )
+            if call is None:
+                raise NotFound(f"no such path: {scope['path'][:200]}")
+            principal = self.authorizer.authorize(
+                header(scope, b"authorization"), _SCOPE_OF[call.service], call.repo
+            )
+        except EnrouteError as error:
+            await send_text_error(send, error)
+            return error.mapping.http_status
+        return await self._converse(scope, receive, send, call, principal.name)
+
+    def _header(self, scope: Scope, call: GitCall, principal: str) -> GitHeader:
+        encoding = (header(scope, b"content-encoding") or "").strip().lower()
+        length = header(scope, b"content-length")
+        inflated = encoding in ("gzip", "x-gzip")
+        return GitHeader(
+            repo=call.repo,
+            service=call.service,
+            git_protocol=header(scope, b"git-protocol") or "",
+            content_encoding="" if inflated else encoding,
+            principal=principal,
+            user_agent=header(scope, b"user-agent") or "",
+            content_length_bytes=(
+                int(length) if length and length.isdigit() and not inflated else None
+            ),
+        )
+
+    async def _converse(
+        self, scope: Scope, receive: Receive, send: Send, call: GitCall, principal: str
+    ) -> int:
+        git_header = self._header(scope, call, principal)
+        first = git_header_request(git_header)
+        body: BodyBuffer | None = None
+        pump: asyncio.Task[None] | None = None
+        if call.endpoint != INFO_REFS:
+            encoding = (header(scope, b"content-encoding") or "").strip().lower()
+            body = BodyBuffer(receive, encoding in ("gzip", "x-gzip"), self.limits)
+            pump = asyncio.create_task(body.pump())
+        try:
+            try:
+                opened = await self._open(call, first, body)
+            except grpc.aio.AioRpcError as rpc_error:
+                error: EnrouteError = from_rpc_error(rpc_error)
+                if body is not None and body.error is not None:
+                    error = body.error
+                await send_text_error(send, error)
+                return error.mapping.http_status
+            except EnrouteError as enroute_error:
+                await send_text_error(send, enroute_error)
+                return enroute_error.mapping.http_status
+            if body is not None and body.error is not None:
+                opened.call.cancel()
+                await send_text_error(send, body.error)
+                return body.error.mapping.http_status
+            return await self._relay(send, call, opened)
+        finally:
+            if pump is not None:
+                pump.cancel()
+            if body is not None:
+                self.metrics.git_request_bytes.labels(call.service).inc(body.total_bytes)
+
+    async def _open(self, call: GitCall, first: GitRequest, body: BodyBuffer | None) -> _Opened:
+        """Start the conversation on the repository's compute; fail over while nothing is sent."""
+        attempts = 0
+        last_error: grpc.aio.AioRpcError | None = None
+
+        async def attempt(stub: ComputeAsyncStub) -> _Opened:
+            nonlocal attempts, last_error
+            attempts += 1
+            if attempts > 1:
+                self.metrics.failovers.inc()
+            if body is not None and attempts > 1:
+                if not body.replayable and last_error is not None:
+                    raise from_rpc_error(last_error)
+                body.rewind()
+            requests = body.requests(first) if body is not None else _only(first)
+            method = {
+                INFO_REFS: stub.InfoRefs,
+                SERVICE_UPLOAD_PACK: stub.UploadPack,
+                SERVICE_RECEIVE_PACK: stub.ReceivePack,
+            }[call.endpoint]
+            rpc = method(requests)
+            parts: list[GitResponsePart] = []
+            try:
+                while True:
+                    message = await rpc.read()
+                    if message is grpc.aio.EOF or not isinstance(message, GitResponse):
+                        return _Opened(rpc, parts, True)
+                    part = git_response_part(message)
+                    parts.append(part)
+                    if part.body:
+                        return _Opened(rpc, parts, False)
+            except grpc.aio.AioRpcError as error:
+                last_error = error
+                rpc.cancel()
+                raise
+
+        opened = await self.pool.call(call.repo, attempt)
+        if body is not None:
+            await body.commit()
+        return opened
+
+    async def _relay(self, send: Send, call: GitCall, opened: _Opened) -> int:
+        status = 200
+        kind = "result" if call.endpoint != INFO_REFS else "advertisement"
+        content_type = f"application/x-{call.service}-{kind}"
+        for part in opened.parts:
+            status = part.http_status or status
+            content_type = part.content_type or content_type
+        headers = [(b"content-type", content_type.encode()), *NO_CACHE]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        sent = self.metrics.git_response_bytes.labels(call.service)
+        for part in opened.parts:
+            if part.body:
+                await send({"type": "http.response.body", "body": part.body, "more_body": True})
+                sent.inc(len(part.body))
+        if not opened.ended:
+            try:
+                while True:
+                    message = await opened.call.read()
+                    if message is grpc.aio.EOF or not isinstance(message, GitResponse):
+                        break
+                    part = git_response_part(message)
+                    if part.body:
+                        await send(
+                            {"type": "http.response.body", "body": part.body, "more_body": True}
+                        )
+                        sent.inc(len(part.body))
+            except grpc.aio.AioRpcError as error:
+                raise ConversationBroken(f"{call.service} of {call.repo!r}: {error}") from None
+            finally:
+                opened.call.cancel()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return status

@@ -1,0 +1,118 @@
+"""Process entry: ``python -m enroute_gitproto --config FILE`` (the only reader of os.environ).
+
+Prints ``enroute gitproto ready: http=HOST:PORT`` with the bound port once it
+serves; SIGTERM or SIGINT stops it cleanly with exit status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable, Iterator
+
+import uvicorn
+
+from enroute_core.base.errors import EnrouteError, InvalidArgument
+from enroute_core.config import load_config
+from enroute_gitproto.app import GitprotoApp
+
+DEFAULT_HTTP = ":8080"
+GRACEFUL_SHUTDOWN_S = 5
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise InvalidArgument(f"listen address {value!r} is not HOST:PORT", key="listen")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal capture: ours stops it and the exit status stays 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve(
+    app: GitprotoApp,
+    sock: socket.socket,
+    on_ready: Callable[[str], None],
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve ``app`` on ``sock`` until SIGTERM/SIGINT (or ``stop`` when given)."""
+    config = uvicorn.Config(
+        app,
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
+    server = _Server(config)
+    loop = asyncio.get_running_loop()
+    if stop is None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.01)
+    if server.started:
+        on_ready(address(sock))
+    if stop is not None:
+        waiter = asyncio.create_task(stop.wait())
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True
+        waiter.cancel()
+    await task
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m enroute_gitproto")
+    parser.add_argument("--config", help="YAML configuration file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        text = None
+        if args.config:
+            with open(args.config, encoding="utf-8") as f:
+                text = f.read()
+        config = load_config(text, os.environ)
+        host, port = parse_listen(config.listen.http or DEFAULT_HTTP)
+        app = GitprotoApp(
+            config.compute.members,
+            anonymous=config.auth.anonymous,
+            tokens_file=config.auth.tokens_file,
+            node_id=config.node.id,
+        )
+        sock = bind(host, port)
+    except (EnrouteError, OSError) as error:
+        print(f"enroute gitproto: {error}", file=sys.stderr)
+        return 2
+
+    def ready(where: str) -> None:
+        print(f"enroute gitproto ready: http={where}", flush=True)
+
+    asyncio.run(serve(app, sock, ready))
+    return 0

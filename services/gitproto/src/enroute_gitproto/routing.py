@@ -1,0 +1,82 @@
+"""Which compute serves a repository: rendezvous hashing with failover.
+
+DESIGN.md, "Processes": gitproto routes a repository to a compute by
+rendezvous (highest random weight) hashing of its name, so each view is warm
+on one node, and fails over to the next when that node is UNAVAILABLE. Adding
+or removing a member moves only the names it wins or held.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+import grpc
+
+from enroute_core.base.errors import Unavailable
+from enroute_proto.gen.enroute.compute.v1.compute_pb2_grpc import ComputeStub
+
+if TYPE_CHECKING:
+    from enroute_proto.gen.enroute.compute.v1.compute_pb2_grpc import ComputeAsyncStub
+
+T = TypeVar("T")
+LIST_KEY = ""
+"""Routing key of calls that name no repository (ListRepositories)."""
+
+
+def rendezvous_weight(member: str, key: str) -> int:
+    digest = hashlib.blake2b(member.encode() + b"\x00" + key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def rendezvous_order(key: str, members: Sequence[str]) -> list[str]:
+    """Members by decreasing weight for ``key``: the first serves it, the rest are failovers."""
+    return sorted(members, key=lambda member: (-rendezvous_weight(member, key), member))
+
+
+class ComputePool:
+    """One gRPC channel per compute member, created lazily inside the serving event loop."""
+
+    def __init__(self, members: Sequence[str]) -> None:
+        self.members: tuple[str, ...] = tuple(dict.fromkeys(members))
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, ComputeAsyncStub] = {}
+        self.failovers_total = 0
+
+    def order(self, key: str) -> list[str]:
+        return rendezvous_order(key, self.members)
+
+    def stub(self, member: str) -> ComputeAsyncStub:
+        stub = self._stubs.get(member)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(member)
+            self._channels[member] = channel
+            stub = self._stubs[member] = ComputeStub(channel)
+        return stub
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+        self._stubs.clear()
+
+    async def call(self, key: str, attempt: Callable[[ComputeAsyncStub], Awaitable[T]]) -> T:
+        """Run ``attempt`` on the member that owns ``key``, then on the next while UNAVAILABLE.
+
+        ``attempt`` must have sent nothing to the client when it raises: only
+        then is trying another member safe.
+        """
+        last: grpc.aio.AioRpcError | None = None
+        for member in self.order(key):
+            if last is not None:
+                self.failovers_total += 1
+            try:
+                return await attempt(self.stub(member))
+            except grpc.aio.AioRpcError as error:
+                if error.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise
+                last = error
+        if last is not None:
+            raise last
+        raise Unavailable("no compute members are configured (compute.members)")

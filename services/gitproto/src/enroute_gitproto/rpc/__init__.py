@@ -1,0 +1,1 @@
+"""The gRPC edge of gitproto: protobuf conversion and error mapping (docs/rpc.md)."""
