@@ -1,0 +1,164 @@
+"""An in-process :class:`~enroute_compute.ledger_port.LedgerPort`: a TEST SEAM.
+
+It applies commands with the real ``enroute_core.state.apply`` and keeps every
+repository's state and the changes of its current incarnation in memory, with
+no Raft, no disk and no object store. It exists so that the compute's push and
+fetch paths can be tested without a ledger process; the contract tests run the
+same cases against the gRPC client and a real ledger when one is available.
+Never use it in production: nothing here is replicated or durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from enroute_compute.ledger_port import (
+    Activated,
+    BarrierPoint,
+    ChangeEvent,
+    CreateMode,
+    FollowEvent,
+    ListPage,
+    Proposed,
+    RepoSummary,
+    SnapshotEvent,
+    summary_of,
+)
+from enroute_core.base.errors import IncarnationEnded, InvalidArgument, NotFound
+from enroute_core.state import (
+    DEFAULT_UPLOAD_WINDOW,
+    MISSING,
+    Activate,
+    Change,
+    Command,
+    Delete,
+    Deleted,
+    RepoState,
+    apply,
+)
+from enroute_core.state.names import check_repo_name
+
+LIST_LIMIT_MAX = 1000
+
+
+class _Repo:
+    __slots__ = ("changes", "state")
+
+    def __init__(self) -> None:
+        self.state: RepoState = MISSING
+        self.changes: list[tuple[int, Change]] = []  # of the current incarnation
+
+
+class LocalLedger:
+    """Test seam: see the module docstring."""
+
+    def __init__(self, *, upload_window: int = DEFAULT_UPLOAD_WINDOW) -> None:
+        self._repos: dict[str, _Repo] = {}
+        self._window = upload_window
+        self._log_index = 0
+        self._changed = asyncio.Condition()
+        self.proposals = 0
+
+    def _repo(self, name: str) -> _Repo:
+        check_repo_name(name)
+        return self._repos.setdefault(name, _Repo())
+
+    async def _apply(self, name: str, repo: _Repo, command: Command) -> Proposed:
+        self._log_index += 1
+        result = apply(repo.state, command, log_index=self._log_index)
+        if result.state.incarnation != repo.state.incarnation:
+            repo.changes = []
+        repo.state = result.state
+        change = result.change
+        repo.changes.append((result.state.version, change))
+        async with self._changed:
+            self._changed.notify_all()
+        return Proposed(result.state.version, change)
+
+    async def activate(self, name: str, create: CreateMode, head: bytes) -> Activated:
+        repo = self._repo(name)
+        if repo.state.live:
+            return Activated(summary_of(name, repo.state), False)
+        if create is CreateMode.NONE:
+            raise NotFound(f"repository {name} not found", name=name)
+        command = Activate(
+            create=True,
+            head=head if create is CreateMode.EXPLICIT else None,
+            upload_window=self._window,
+        )
+        done = await self._apply(name, repo, command)
+        error = done.change.outcome.error()
+        if error is not None:
+            raise error
+        return Activated(summary_of(name, repo.state), True)
+
+    async def describe(self, name: str) -> RepoSummary:
+        repo = self._repo(name)
+        if not repo.state.exists:
+            raise NotFound(f"repository {name} not found", name=name)
+        return summary_of(name, repo.state)
+
+    async def list(self, start_after: str, limit: int) -> list[ListPage]:
+        if limit < 0:
+            raise InvalidArgument("limit must not be negative")
+        limit = min(limit or 100, LIST_LIMIT_MAX)
+        names = sorted(
+            (n for n, r in self._repos.items() if r.state.exists and n > start_after),
+            key=lambda n: n.encode(),
+        )
+        page = tuple(summary_of(n, self._repos[n].state) for n in names[:limit])
+        return [ListPage(page, len(names) > limit)]
+
+    async def delete(self, name: str) -> RepoSummary | None:
+        repo = self._repo(name)
+        if not repo.state.exists:
+            return None
+        if repo.state.live:
+            await self._apply(name, repo, Delete(repo.state.incarnation))
+        return summary_of(name, repo.state)
+
+    async def propose(self, name: str, incarnation: int, command: Command) -> Proposed:
+        repo = self._repo(name)
+        if not repo.state.exists:
+            raise NotFound(f"repository {name} not found", name=name)
+        if repo.state.deleted or repo.state.incarnation != incarnation:
+            reason = "deleted" if repo.state.deleted else "not this incarnation"
+            raise IncarnationEnded(f"incarnation {incarnation} of {name} ended", reason=reason)
+        return await self._apply(name, repo, command)
+
+    async def subscribe(
+        self, name: str, incarnation: int, after_version: int
+    ) -> AsyncIterator[FollowEvent]:
+        repo = self._repo(name)
+        if not repo.state.exists:
+            raise NotFound(f"repository {name} not found", name=name)
+        following = repo.state.incarnation
+        if incarnation not in (0, following) or after_version == 0:
+            # Replay the incarnation from its claim: the changes carry inline layer bytes.
+            yield SnapshotEvent(MISSING)
+            after_version = 0
+        while True:
+            if repo.state.incarnation != following:
+                return  # superseded: the follower follows again
+            for version, change in list(repo.changes):
+                if version <= after_version:
+                    continue
+                yield ChangeEvent(version, change)
+                after_version = version
+                if any(isinstance(e, Deleted) for e in change.effects):
+                    return
+            async with self._changed:
+                if repo.changes and repo.changes[-1][0] > after_version:
+                    continue
+                await self._changed.wait()
+
+    async def barrier(self, name: str) -> BarrierPoint:
+        repo = self._repo(name)
+        if not repo.state.exists:
+            raise NotFound(f"repository {name} not found", name=name)
+        s = repo.state
+        return BarrierPoint(s.incarnation, s.version, s.deleted)
+
+    async def close(self) -> None:
+        return None

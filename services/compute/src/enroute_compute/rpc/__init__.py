@@ -1,0 +1,1 @@
+"""The compute's gRPC surface: servicer, conversions and the error mapping."""

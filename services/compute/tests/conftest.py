@@ -1,0 +1,125 @@
+"""Shared fixtures: a Compute gRPC server on 127.0.0.1 in a background event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from enroute_compute.host import RepositoryHost
+from enroute_compute.ledger_client import GrpcLedger
+from enroute_compute.ledger_port import LedgerPort
+from enroute_compute.local_ledger import LocalLedger
+from enroute_compute.rpc.servicer import ComputeServicer
+from enroute_core.storage.layers import LayerService
+from enroute_core.storage.objectstore import open_store
+from enroute_proto.gen.enroute.compute.v1 import compute_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[3]
+LEDGER_MAIN = ROOT / "services/ledger/src/enroute_ledger/__main__.py"
+
+
+class WallClock:
+    def now_us(self) -> int:
+        return time.time_ns() // 1000
+
+    def monotonic_ns(self) -> int:
+        return time.monotonic_ns()
+
+
+@dataclass
+class ComputeServer:
+    address: str
+    host: RepositoryHost
+    loop: asyncio.AbstractEventLoop
+
+    def call(self, coro: object) -> object:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def ledger_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real ledger (one voter) on 127.0.0.1; its gRPC address."""
+    if not LEDGER_MAIN.exists():
+        pytest.skip("services/ledger has no enroute_ledger/__main__.py yet")
+    data = tmp_path_factory.mktemp("ledger")
+    config = data / "ledger.yaml"
+    config.write_text(
+        f"node:\n  id: '1'\n  data_dir: {data / 'node'}\n"
+        f"store:\n  url: file://{data / 'store'}\n"
+        "listen:\n  grpc: 127.0.0.1:0\n  http: 127.0.0.1:0\n"
+    )
+    log = data / "ledger.stderr"
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "enroute_ledger", "--config", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "ready" not in line:
+        proc.kill()
+        proc.wait()
+        tail = log.read_text(errors="replace")[-1500:]
+        pytest.fail(f"the ledger process did not start ({line!r}); its stderr:\n{tail}")
+    yield line.split("grpc=")[1].split()[0]
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(params=["local-ledger", "grpc-ledger"])
+def compute(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ComputeServer]:
+    address = request.getfixturevalue("ledger_process") if "grpc" in request.param else None
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    box: dict[str, object] = {}
+
+    async def start() -> None:
+        store = open_store(f"file://{tmp_path / 'store'}")
+        layers = LayerService(store, tmp_path / "compute")
+        ledger: LedgerPort = LocalLedger() if address is None else GrpcLedger((address,))
+        host = RepositoryHost(ledger, layers, WallClock(), inline_max_bytes=16 * 1024)
+        server = grpc.aio.server()
+        compute_pb2_grpc.add_ComputeServicer_to_server(ComputeServicer(host), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        box.update(server=server, host=host, layers=layers, port=port)
+        ready.set()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(start())
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    host = box["host"]
+    assert isinstance(host, RepositoryHost)
+    yield ComputeServer(f"127.0.0.1:{box['port']}", host, loop)
+
+    async def stop() -> None:
+        await host.close()
+        await host.ledger.close()
+        server = box["server"]
+        assert isinstance(server, grpc.aio.Server)
+        await server.stop(0)
+        layers = box["layers"]
+        assert isinstance(layers, LayerService)
+        await layers.close()
+
+    asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)

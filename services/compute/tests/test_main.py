@@ -1,0 +1,45 @@
+"""``python -m enroute_compute --config FILE``: ready line, HTTP endpoints, clean stop."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+
+def test_process_serves_ops_endpoints_and_stops_on_sigterm(tmp_path: Path) -> None:
+    config = tmp_path / "compute.yaml"
+    config.write_text(
+        f"node:\n  id: c1\n  data_dir: {tmp_path / 'data'}\n"
+        f"store:\n  url: file://{tmp_path / 'store'}\n"
+        "ledger:\n  members: ['127.0.0.1:1']\n"
+        "listen:\n  grpc: 127.0.0.1:0\n  http: 127.0.0.1:0\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "enroute_compute", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line.startswith("enroute compute ready: grpc=127.0.0.1:"), line
+        http = line.split("http=")[1]
+        assert not http.endswith(":0")
+        with urllib.request.urlopen(f"http://{http}/readyz", timeout=5) as r:
+            assert r.status == 200
+        with urllib.request.urlopen(f"http://{http}/status", timeout=5) as r:
+            status = json.load(r)
+        assert status["role"] == "compute" and status["node_id"] == "c1"
+        assert {"links", "hydrations", "loads_in_flight"} <= set(status["layers"])
+        with urllib.request.urlopen(f"http://{http}/metrics", timeout=5) as r:
+            assert b"enroute_compute_pushes_total 0" in r.read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
