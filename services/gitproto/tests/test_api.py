@@ -108,7 +108,8 @@ def test_errors(gitproto: Any) -> None:
 def test_openapi_and_status(gitproto: Any) -> None:
     a = gitproto.address
     status, _, doc = call(a, "GET", "/api/v1/openapi.json")
-    assert status == 200 and "/repos/{name}/-/commits" in doc["paths"]
+    assert status == 200 and "/api/v1/repos/{name}/-/commits" in doc["paths"]
+    assert all(path.startswith("/api/v1/repos") for path in doc["paths"])
     assert call(a, "GET", "/status")[2]["role"] == "gitproto"
     host, port = a.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=5)

@@ -27,6 +27,7 @@ import logging
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
+from enroute_compute.commits import BuiltCommit, CommitRequest, build_commit
 from enroute_compute.ledger_port import (
     Activated,
     ChangeEvent,
@@ -42,6 +43,7 @@ from enroute_core.base.errors import (
     IncarnationEnded,
     NotFound,
     ProtocolError,
+    StaleRef,
     Unavailable,
 )
 from enroute_core.base.ids import ZERO_OID, ObjectId
@@ -76,11 +78,13 @@ from enroute_core.state import (
     LayerEntry,
     LayerKind,
     LayersChanged,
+    NewLayer,
     RefStatus,
     RefUpdate,
     RepoState,
     apply_change,
 )
+from enroute_core.state.head import branch_ref
 from enroute_core.state.names import check_repo_name, layer_key, storage_segment
 from enroute_core.storage.layer import LayerReader
 from enroute_core.storage.layer.format import layer_key_name
@@ -382,7 +386,11 @@ class RepositoryHost:
             if pfetch.sends_pack(request, reply):
                 plan = await asyncio.to_thread(self._plan, snap, refs, request, wants, common)
                 reply = pfetch.FetchReply(
-                    common, ready, shallow=plan.shallow, wanted_refs=tuple(wanted_refs)
+                    common,
+                    ready,
+                    shallow=plan.shallow,
+                    unshallow=plan.unshallow,
+                    wanted_refs=tuple(wanted_refs),
                 )
             yield pfetch.encode_fetch_head(request, reply)
             if plan is None:
@@ -403,9 +411,6 @@ class RepositoryHost:
         wants: Iterable[ObjectId],
         haves: Iterable[ObjectId],
     ) -> serve.PackPlan:
-        deepen = request.deepen
-        if deepen.since is not None or deepen.not_refs or deepen.relative:
-            raise ProtocolError("deepen-since, deepen-not and deepen-relative are not served yet")
         if isinstance(request, pfetch.FetchRequest):
             thin, ofs, include = request.thin_pack, request.ofs_delta, request.include_tag
         else:
@@ -413,6 +418,7 @@ class RepositoryHost:
             ofs = request.has(b"ofs-delta")
             include = request.has(b"include-tag")
         tags = [r.oid for r in refs.refs if r.peeled is not None] if include else []
+        deepen = request.deepen
         return serve.plan_fetch(
             snap.view,
             list(wants),
@@ -422,6 +428,24 @@ class RepositoryHost:
             ofs_delta=ofs,
             include_tag=tags,
             deepen=deepen.depth,
+            deepen_relative=_deepen_relative(request),
+            deepen_since=deepen.since,
+            deepen_not=_deepen_not_oids(refs, deepen.not_refs),
+            client_shallow=deepen.shallows,
+        )
+
+    def _shallow(
+        self, snap: Snapshot, refs: RefSnapshot, request: pfetch.UploadRequestV0
+    ) -> serve.Shallow:
+        deepen = request.deepen
+        return serve.plan_shallow(
+            snap.view,
+            request.wants,
+            client_shallow=deepen.shallows,
+            deepen=deepen.depth,
+            deepen_relative=_deepen_relative(request),
+            deepen_since=deepen.since,
+            deepen_not=_deepen_not_oids(refs, deepen.not_refs),
         )
 
     async def _pack(
@@ -499,26 +523,22 @@ class RepositoryHost:
                 request = event.request
                 if not request.wants:
                     return
+                if request.deepen.deepening:
+                    # Right after the wants, before any acks (gitprotocol-pack, "Shallow
+                    # update"); a stateless client's first request stops here.
+                    bound = await asyncio.to_thread(self._shallow, snap, refs, request)
+                    yield pfetch.encode_shallow_update(bound.shallow, bound.unshallow)
                 continue
             assert request is not None
             common = [h for h in event.haves if snap.view.contains(h)]
             haves.extend(common)
-            plan: serve.PackPlan | None = None
-            if request.deepen.deepening:
-                plan = await asyncio.to_thread(
-                    self._plan, snap, refs, request, request.wants, haves
-                )
-                yield pfetch.encode_shallow_update(plan.shallow, ())
             acks = pfetch.encode_v0_acks(
                 request, event, frozenset(haves), ready=bool(haves) or event.done
             )
             yield acks.data
             if not acks.send_pack:
                 continue
-            if plan is None:
-                plan = await asyncio.to_thread(
-                    self._plan, snap, refs, request, request.wants, haves
-                )
+            plan = await asyncio.to_thread(self._plan, snap, refs, request, request.wants, haves)
             sideband = request.sideband_max
             progress = sideband is not None and not request.has(b"no-progress")
             try:
@@ -623,6 +643,75 @@ class RepositoryHost:
         await self.wait_applied(name, proposed.version)
         return encode_report_bytes(_report(proposed.change, request), request)
 
+    # -- API commits ----------------------------------------------------------------------
+
+    async def create_commit(self, request: CommitRequest) -> BuiltCommit:
+        """DESIGN "API commits": build on the expected parent, ingest, move the branch by CAS.
+
+        The repository must exist (API commits never create one). A stale
+        ``expected_oid`` raises :class:`StaleRef` with ``current_oid`` (None when
+        unborn), before anything is built and again from the ledger's CAS. The
+        entry is not a push, so it leaves the last push time (seed 001, "Last push").
+        """
+        name = request.repo
+        check_repo_name(name)
+        ref = branch_ref(request.branch)
+        snap = await self.read(name)
+        current = snap.state.refs.get(ref)
+        if (None if current is None else current.oid) != request.expected_oid:
+            raise _stale(ref, None if current is None else current.oid)
+        now_us = self.clock.now_us()
+        built = await asyncio.to_thread(
+            build_commit, snap.view.read, request, now_us, limits=self.limits
+        )
+        result = await asyncio.to_thread(
+            ingest_pack, BytesSource(built.pack()), [built.oid], snap.view, limits=self.limits
+        )
+        command = Commit(
+            incarnation=snap.state.incarnation,
+            ref_updates=(RefUpdate(ref, request.expected_oid, built.oid),),
+            new_layer=await self._api_layer(name, snap, result),
+            stamp_us=now_us,
+            is_push=False,
+            atomic=True,
+        )
+        try:
+            proposed = await self.ledger.propose(name, snap.state.incarnation, command)
+        except IncarnationEnded:
+            self.drop(name)
+            raise NotFound(f"repository {name} not found", name=name) from None
+        refused = proposed.change.outcome.error()
+        if refused is not None:
+            raise refused
+        await self.wait_applied(name, proposed.version)
+        return built
+
+    async def _api_layer(self, name: str, snap: Snapshot, result: IngestResult) -> NewLayer | None:
+        """The layer of an API commit: inline when small, else stored, as for a push."""
+        sealed = result.sealed
+        if sealed is None:
+            return None
+        assert result.data is not None
+        if sealed.file_size <= self.inline_max_bytes or self.layers is None:
+            repo = self._repos.get(name)
+            if repo is not None:
+                repo.inline[sealed.root] = result.data
+            return result.new_layer(inline=True)
+        gen = snap.state.upload_gen
+        key = layer_key(name, layer_key_name(gen, sealed.root))
+        await self.layers.publish(storage_segment(name), key, result.data)
+        return result.new_layer(inline=False, upload_gen=gen)
+
+
+def _stale(ref: bytes, current: ObjectId | None) -> StaleRef:
+    shown = ref.decode("utf-8", "replace")
+    current_hex = None if current is None else current.hex()
+    return StaleRef(
+        f"{shown} is at {current_hex or 'nothing (unborn)'}, not the expected value",
+        ref=shown,
+        current_oid=current_hex,
+    )
+
 
 def encode_report_bytes(report: PushReport, request: PushRequest) -> bytes:
     return encode_report(report, request)
@@ -657,6 +746,31 @@ def _peel(view: View, oid: ObjectId) -> ObjectId | None:
             return target
         target = Tag.parse(found[1]).object
     return target
+
+
+def _deepen_relative(request: pfetch.FetchRequest | pfetch.UploadRequestV0) -> bool:
+    """v2 sends a ``deepen-relative`` line; v0/v1 name it among the capabilities."""
+    if isinstance(request, pfetch.UploadRequestV0):
+        return request.deepen.relative or request.has(b"deepen-relative")
+    return request.deepen.relative
+
+
+def _deepen_not_oids(refs: RefSnapshot, names: Iterable[bytes]) -> list[ObjectId]:
+    """Each ``deepen-not`` name resolved as git's upload-pack does (the ref DWIM rules
+    of gitrevisions, "<refname>"); a name matching no ref, or several, is refused."""
+    by_name = {r.name: r.oid for r in refs.refs}
+    out: list[ObjectId] = []
+    for name in names:
+        rules = (b"%s", b"refs/%s", b"refs/tags/%s", b"refs/heads/%s", b"refs/remotes/%s")
+        found = [by_name[r % name] for r in rules if r % name in by_name]
+        head = b"refs/remotes/%s/HEAD" % name
+        if head in by_name:
+            found.append(by_name[head])
+        if len(found) != 1:
+            what = "ambiguous" if found else "unknown"
+            raise ProtocolError(f"{what} deepen-not: {name.decode(errors='replace')}")
+        out.append(found[0])
+    return out
 
 
 def _engine_filter(spec: pfetch.Filter | None) -> serve.FetchFilter | None:

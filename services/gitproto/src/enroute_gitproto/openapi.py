@@ -1,4 +1,7 @@
-"""The OpenAPI 3.1 document of REST /api/v1, served at /api/v1/openapi.json."""
+"""The OpenAPI 3.1 document of REST /api/v1, served at /api/v1/openapi.json.
+
+Paths are written whole (``/api/v1/repos``) so a reader needs no server URL to resolve them.
+"""
 
 from __future__ import annotations
 
@@ -25,9 +28,9 @@ def _json(ref: str, description: str) -> dict[str, Any]:
 OPENAPI: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {"title": "Enroute", "version": "1"},
-    "servers": [{"url": "/api/v1"}],
+    "servers": [{"url": "/"}],
     "paths": {
-        "/repos": {
+        "/api/v1/repos": {
             "post": {
                 "summary": "Create a repository (an existing one is answered unchanged)",
                 "requestBody": {"required": True, "content": {"application/json": {
@@ -44,7 +47,7 @@ OPENAPI: dict[str, Any] = {
                 "responses": {"200": _json("RepositoryPage", "one page"), "400": _ERROR},
             },
         },
-        "/repos/{name}": {
+        "/api/v1/repos/{name}": {
             "parameters": [_NAME],
             "get": {"summary": "Describe a repository",
                     "responses": {"200": _json("Repository", "the repository"),
@@ -52,12 +55,12 @@ OPENAPI: dict[str, Any] = {
             "delete": {"summary": "Delete a repository (also when missing)",
                        "responses": {"204": {"description": "deleted"}, "400": _ERROR}},
         },
-        "/repos/{name}/-/refs": {
+        "/api/v1/repos/{name}/-/refs": {
             "parameters": [_NAME],
             "get": {"summary": "Refs with their update times",
                     "responses": {"200": _json("Refs", "refs"), "404": _ERROR}},
         },
-        "/repos/{name}/-/commits": {
+        "/api/v1/repos/{name}/-/commits": {
             "parameters": [_NAME],
             "post": {
                 "summary": "Apply a change set and move a branch by compare-and-swap",

@@ -18,7 +18,7 @@ import grpc
 
 from enroute_compute.host import RepositoryHost
 from enroute_compute.ledger_port import CreateMode, RepoSummary
-from enroute_compute.rpc.convert import ref_to_pb, summary_to_pb
+from enroute_compute.rpc.convert import commit_request_from_pb, ref_to_pb, summary_to_pb
 from enroute_compute.rpc.errors import abort_args
 from enroute_core.base.errors import (
     EnrouteError,
@@ -303,8 +303,11 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
         request: compute_pb2.CreateCommitRequest,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> compute_pb2.CreateCommitResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "CreateCommit is not served yet")
-        raise AssertionError("abort returned")
+        try:
+            built = await self.host.create_commit(commit_request_from_pb(request))
+        except EnrouteError as exc:
+            await _abort(context, exc)
+        return compute_pb2.CreateCommitResponse(oid=built.oid, tree=built.tree)
 
 
 def _advancement(s: RepoSummary) -> tuple[int, bool, int]:
