@@ -304,6 +304,126 @@ def test_include_tag_sends_tags_of_sent_commits(repo: GeneratedRepo, view: View)
     expected: set[int | None] = set()
     for t in annotated:
         target = _rev_parse(repo.path, t.hex() + "^{}")
-        if view.id_of_oid(target) in without.ids:
+        if (view.id_of_oid(target) or -1) in without.ids:
             expected.add(view.id_of_oid(t))
     assert expected and added == expected
+
+
+# -- wants of any kind (a partial clone fetching what it lacks) ----------------------------------
+
+
+@pytest.mark.parametrize("spec", [None, BlobNone(), TreeDepth(0), BlobLimit(1)])
+def test_tree_and_blob_wants_are_sent_despite_the_filter(
+    repo: GeneratedRepo, view: View, spec: FetchFilter | None
+) -> None:
+    tree = _rev_parse(repo.path, "main^{tree}")
+    blob = _rev_parse(repo.path, "main~1:" + _first_blob_path(repo.path))
+    plan = plan_fetch(view, [tree, blob], filter=spec)
+    git_filter = [] if spec is None else ["--filter=blob:none"]
+    want = _rev_list_objects(repo.path, *git_filter, tree.hex()) | {blob}
+    if isinstance(spec, TreeDepth):
+        want = {tree, blob}  # the given objects alone: tree:0 keeps nothing below them
+    elif isinstance(spec, BlobLimit):
+        want = _rev_list_objects(repo.path, "--filter=blob:limit=1", tree.hex()) | {blob}
+    assert _oids(view, plan) == want
+
+
+def _first_blob_path(repo: Path) -> str:
+    out = run_git(["ls-tree", "main~1"], cwd=repo)
+    return next(line.split(b"\t")[1].decode() for line in out.splitlines() if b" blob " in line)
+
+
+# -- shallow clients, against git's own upload-pack over file:// -----------------------------
+
+
+def _all_objects(git_dir: Path) -> set[ObjectId]:
+    out = run_git(["cat-file", "--batch-all-objects", "--batch-check=%(objectname)"], cwd=git_dir)
+    return {oid_from_hex(line) for line in out.split()}
+
+
+def _shallow_file(git_dir: Path) -> set[ObjectId]:
+    path = git_dir / "shallow"
+    return {oid_from_hex(x) for x in path.read_bytes().split()} if path.exists() else set()
+
+
+def _shallow_clone(repo: Path, into: Path, *args: str) -> Path:
+    url = "file://" + str(repo)
+    run_git(["clone", "--quiet", "--bare", "--single-branch", "--branch=main", *args, url,
+             str(into)], cwd=into.parent)  # fmt: skip
+    return into
+
+
+@pytest.mark.parametrize(
+    ("fetch_args", "kwargs"),
+    [(["--deepen=2"], {"deepen": 2, "deepen_relative": True}),
+     (["--depth=4"], {"deepen": 4}),
+     (["--unshallow"], {"deepen": 0x7FFFFFFF})],
+)  # fmt: skip
+def test_shallow_client_deepens_as_with_git(
+    repo: GeneratedRepo,
+    view: View,
+    tmp_path: Path,
+    fetch_args: list[str],
+    kwargs: dict[str, object],
+) -> None:
+    client = _shallow_clone(repo.path, tmp_path / "client.git", "--depth=2")
+    before, shallow_before = _all_objects(client), _shallow_file(client)
+    assert shallow_before
+    main = _rev_parse(repo.path, "main")
+    plan = plan_fetch(view, [main], [main], client_shallow=sorted(shallow_before), **kwargs)  # type: ignore[arg-type]
+    run_git(["fetch", "--quiet", *fetch_args, "origin"], cwd=client)
+    assert _oids(view, plan) == _all_objects(client) - before
+    shallow_after = _shallow_file(client)
+    assert set(plan.shallow) == shallow_after - shallow_before
+    assert set(plan.unshallow) == shallow_before - shallow_after
+    pack, _, _ = _write(view, plan)
+    assert len(verify_pack(pack, tmp_path)) == len(plan.ids)
+
+
+def test_shallow_client_without_deepen_gets_what_it_lacks(
+    repo: GeneratedRepo, view: View, tmp_path: Path
+) -> None:
+    """A depth-1 client of an older commit fetches main: ``closure(haves)`` would hide
+    objects behind its boundary that it lacks."""
+    url = "file://" + str(repo.path)
+    old, main = _rev_parse(repo.path, "main~3"), _rev_parse(repo.path, "main")
+    client = tmp_path / "client.git"
+    client.mkdir()
+    run_git(["init", "--quiet", "--bare", "."], cwd=client)
+    run_git(["-c", "protocol.version=2", "fetch", "--quiet", "--depth=1", url,
+             f"{old.hex()}:refs/heads/old"], cwd=client)  # fmt: skip
+    before = _all_objects(client)
+    assert _shallow_file(client) == {old}
+    plan = plan_fetch(view, [main], [old], client_shallow=[old])
+    run_git(["fetch", "--quiet", url, "main:refs/heads/main"], cwd=client)
+    assert _oids(view, plan) == _all_objects(client) - before
+    assert plan.shallow == () and plan.unshallow == ()
+    assert _oids(view, plan) != _oids(view, plan_fetch(view, [main], [old]))
+
+
+def test_shallow_since_and_exclude_match_git(
+    repo: GeneratedRepo, view: View, tmp_path: Path
+) -> None:
+    main = _rev_parse(repo.path, "main")
+    since = int(run_git(["log", "-1", "--format=%ct", "main~3"], cwd=repo.path))
+    client = _shallow_clone(repo.path, tmp_path / "since.git", f"--shallow-since={since}")
+    plan = plan_fetch(view, [main], deepen_since=since)
+    assert _oids(view, plan) == _all_objects(client)
+    assert plan.shallow, "the cut is inside the history"
+    assert set(plan.shallow) == _shallow_file(client)
+
+    other = next(n for n in repo.refs if n.startswith(b"refs/heads/") and n != b"refs/heads/main")
+    name = other.decode().removeprefix("refs/heads/")
+    client = _shallow_clone(repo.path, tmp_path / "not.git", f"--shallow-exclude={name}")
+    plan = plan_fetch(view, [main], deepen_not=[oid_from_hex(repo.refs[other])])
+    assert _oids(view, plan) == _all_objects(client)
+    assert plan.shallow
+    assert set(plan.shallow) == _shallow_file(client)
+
+
+def test_deepen_since_selecting_nothing_is_refused(repo: GeneratedRepo, view: View) -> None:
+    main = _rev_parse(repo.path, "main")
+    with pytest.raises(InvalidArgument):
+        plan_fetch(view, [main], deepen_since=2**40)
+    with pytest.raises(InvalidArgument):
+        plan_fetch(view, [main], deepen=2, deepen_since=1)

@@ -19,10 +19,12 @@ representation"):
 4. Any other REF_DELTA (a base filtered out, not reachable by the client, or
    a thin pack not allowed) is resolved to its full body and deflated.
 
-Shallow fetches (gitprotocol-v2 "fetch", deepen): the commits within depth N
-of the wants are sent with their segments; commits at depth N whose parents
-are cut (the new shallow boundary) get their whole tree closure, since their
-segments assume the parents.
+Shallow fetches (gitprotocol-v2 "fetch", shallow, deepen, deepen-relative,
+deepen-since, deepen-not): :func:`plan_shallow` picks the new boundary as git's
+upload-pack does; then both the wants and the haves are walked with the parents
+of every boundary commit (new, and the client's own) cut. A commit with no cut
+below it contributes its segments; one above a cut has its tree walked, since a
+segment assumes the parents.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pyroaring import BitMap
 
 from enroute_core.base.errors import InvalidArgument, MissingObject
 from enroute_core.base.ids import ObjectId, oid_to_hex
-from enroute_core.engine.view import TYPE_OF_KIND, View
+from enroute_core.engine.view import TYPE_OF_KIND, View, ViewCommit
 from enroute_core.git.pack import (
     OBJ_OFS_DELTA,
     OBJ_REF_DELTA,
@@ -76,8 +78,8 @@ FetchFilter = BlobNone | BlobLimit | TreeDepth
 class PackPlan:
     """What a fetch sends, by id, and what the client is known to have.
 
-    ``shallow`` lists the commits whose parents are cut by ``deepen``: the
-    protocol answers them as ``shallow <oid>`` lines.
+    ``shallow`` lists the new boundary commits (``shallow <oid>`` lines) and
+    ``unshallow`` the client's shallow commits whose parents it now gets.
     """
 
     ids: BitMap
@@ -85,6 +87,7 @@ class PackPlan:
     shallow: tuple[ObjectId, ...]
     thin: bool
     ofs_delta: bool
+    unshallow: tuple[ObjectId, ...] = ()
 
     @property
     def object_count(self) -> int:
@@ -117,7 +120,72 @@ class WriteStats:
 ProgressFn = Callable[[ProgressEvent], object]
 
 
+INFINITE_DEPTH = 0x7FFFFFFF
+"""``deepen 2147483647``: what ``git fetch --unshallow`` asks for (git's INFINITE_DEPTH)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shallow:
+    """The shallow boundary a fetch gives the client (gitprotocol-v2 "fetch", shallow-info).
+
+    ``shallow``: new boundary commits, sent as ``shallow <oid>``; ``unshallow``: the
+    client's shallow commits whose parents it now gets; ``grafts``: every commit whose
+    parents the walks cut (the new boundary and all of the client's shallow commits).
+    """
+
+    shallow: tuple[ObjectId, ...]
+    unshallow: tuple[ObjectId, ...]
+    grafts: BitMap
+
+
 # -- planning --------------------------------------------------------------------------------
+
+
+def plan_shallow(
+    view: View,
+    wants: Sequence[ObjectId],
+    *,
+    client_shallow: Sequence[ObjectId] = (),
+    deepen: int | None = None,
+    deepen_relative: bool = False,
+    deepen_since: int | None = None,
+    deepen_not: Sequence[ObjectId] = (),
+) -> Shallow:
+    """The new shallow boundary, as git's upload-pack decides it (gitprotocol-v2
+    "fetch": shallow, deepen, deepen-relative, deepen-since, deepen-not).
+
+    It does not depend on the haves, so v0 can answer it before the acks. ``deepen``
+    counts commits from the wants (1 = the wanted commits), or, with
+    ``deepen_relative``, from the client's shallow commits (it deepens them by N).
+    :data:`INFINITE_DEPTH` unshallows every client shallow commit. ``deepen_since``
+    keeps commits whose time is at least it, ``deepen_not`` stops at the ancestors of
+    the given objects (both as ``git rev-list --max-age=<t> --not <refs>``). Client
+    shallow commits the view lacks are ignored, as git does.
+    """
+    if deepen is not None and deepen < 1:
+        raise InvalidArgument(f"deepen must be at least 1, not {deepen}")
+    if deepen is not None and (deepen_since is not None or deepen_not):
+        raise InvalidArgument("deepen cannot be used with deepen-since or deepen-not")
+    client = BitMap()
+    for oid in client_shallow:
+        found = view.id_of_oid(oid)
+        if found is not None and view.kind_of(found) == Kind.COMMIT:
+            client.add(found)
+    new = BitMap()
+    walked = BitMap()  # git's NOT_SHALLOW: commits whose parents the client gets
+    if deepen == INFINITE_DEPTH:
+        walked = BitMap(client)
+    elif deepen is not None:
+        starts = list(client) if deepen_relative else _want_commits(view, wants)
+        walked, new = _depth_walk(view, starts, deepen + 1 if deepen_relative else deepen)
+    elif deepen_since is not None or deepen_not:
+        excluded = _ancestors(view, _want_commits(view, deepen_not))
+        walked, new = _since_walk(view, _want_commits(view, wants), deepen_since, excluded)
+    return Shallow(
+        tuple(view.oid_of_id(c) for c in new - client),
+        tuple(view.oid_of_id(c) for c in client & walked),
+        new | client,
+    )
 
 
 def plan_fetch(
@@ -130,32 +198,48 @@ def plan_fetch(
     ofs_delta: bool = True,
     include_tag: Iterable[ObjectId] = (),
     deepen: int | None = None,
+    deepen_relative: bool = False,
+    deepen_since: int | None = None,
+    deepen_not: Sequence[ObjectId] = (),
+    client_shallow: Sequence[ObjectId] = (),
 ) -> PackPlan:
     """``closure(wants) - closure(haves)``, then filtered, plus include-tag's tags.
 
-    ``include_tag`` takes the annotated tags the refs name (gitprotocol-v2
-    "fetch", include-tag): each is sent when the object it peels to is sent.
-    Haves the view lacks are ignored (the client may have more than we do);
-    a want it lacks raises ``MissingObject``. ``deepen`` is a commit depth
-    (1 = the wanted commits alone).
+    Wants may be any objects (a partial clone fetches missing trees and blobs by
+    id); a wanted object itself is always sent, the filter applies below it, as
+    ``git rev-list --filter`` treats objects it is given. ``include_tag`` takes the
+    annotated tags the refs name (gitprotocol-v2 "fetch", include-tag): each is sent
+    when the object it peels to is sent. Haves the view lacks are ignored (the client
+    may have more than we do); a want it lacks raises ``MissingObject``. The shallow
+    arguments are those of :func:`plan_shallow`; with a shallow client, both sides
+    are walked with the parents of the boundary commits cut, so what lies behind the
+    client's boundary is not taken as had.
     """
-    if deepen is not None and deepen < 1:
-        raise InvalidArgument(f"deepen must be at least 1, not {deepen}")
     want_ids = [_want_id(view, w) for w in wants]
     have_ids = [h for h in (view.id_of_oid(o) for o in haves) if h is not None]
-    have_closure = view.object_closure(have_ids)
-    shallow: tuple[ObjectId, ...] = ()
-    if deepen is None:
-        ids = view.object_closure(want_ids)
-    else:
-        ids, cut = _shallow_closure(view, want_ids, deepen)
-        shallow = tuple(view.oid_of_id(c) for c in cut)
-    ids -= have_closure
+    bound = plan_shallow(
+        view,
+        wants,
+        client_shallow=client_shallow,
+        deepen=deepen,
+        deepen_relative=deepen_relative,
+        deepen_since=deepen_since,
+        deepen_not=deepen_not,
+    )
+    unshallow = [_want_id(view, u) for u in bound.unshallow]
+    extra_wants: list[int] = []
+    for u in unshallow:
+        commit = view.commit(u)
+        assert commit is not None
+        extra_wants.extend(commit.parents)
+    have_closure = _reach(view, have_ids + unshallow, bound.grafts)
+    ids = _reach(view, want_ids + extra_wants, bound.grafts) - have_closure
     if filter is not None:
         ids = _apply_filter(view, ids, filter, have_closure)
+        ids.update(w for w in want_ids if w not in have_closure)
     tags = _included_tags(view, include_tag, ids, have_closure)
     ids |= tags
-    return PackPlan(ids, have_closure, shallow, thin, ofs_delta)
+    return PackPlan(ids, have_closure, bound.shallow, thin, ofs_delta, bound.unshallow)
 
 
 def _want_id(view: View, oid: ObjectId) -> int:
@@ -165,40 +249,136 @@ def _want_id(view: View, oid: ObjectId) -> int:
     return found
 
 
-def _shallow_closure(view: View, want_ids: Sequence[int], depth: int) -> tuple[BitMap, BitMap]:
-    """(objects of the commits within ``depth``, the commits whose parents are cut)."""
-    out = BitMap()
-    others: list[int] = []
-    level: list[int] = []
-    for want in want_ids:
-        current = want
-        while view.kind_of(current) == Kind.TAG:  # a wanted tag is sent with what it peels to
-            out.add(current)
+def _want_commits(view: View, oids: Iterable[ObjectId]) -> list[int]:
+    """The commits the objects peel to (trees and blobs have none)."""
+    out: list[int] = []
+    for oid in oids:
+        current = _want_id(view, oid)
+        while view.kind_of(current) == Kind.TAG:
             current = _want_id(view, view.tag_target(current))
-        (level if view.kind_of(current) == Kind.COMMIT else others).append(current)
+        if view.kind_of(current) == Kind.COMMIT:
+            out.append(current)
+    return out
+
+
+def _commit(view: View, commit_id: int) -> ViewCommit:
+    commit = view.commit(commit_id)
+    assert commit is not None
+    return commit
+
+
+def _parents(view: View, commit_id: int) -> tuple[int, ...]:
+    return _commit(view, commit_id).parents
+
+
+def _depth_walk(view: View, starts: Sequence[int], depth: int) -> tuple[BitMap, BitMap]:
+    """Breadth first, so each commit is met at its smallest depth (the starts are at 1):
+    (commits above ``depth``, commits at ``depth`` that have parents)."""
+    walked, cut = BitMap(), BitMap()
+    level = list(dict.fromkeys(starts))
     seen = BitMap(level)
-    cut = BitMap()
     for d in range(1, depth + 1):
         following: list[int] = []
         for c in level:
-            commit = view.commit(c)
-            assert commit is not None
-            out |= commit.segment
-            if d == depth and commit.parents:
+            parents = _parents(view, c)
+            if d < depth:
+                walked.add(c)
+                following.extend(p for p in parents if p not in seen)
+                seen.update(parents)
+            elif parents:
                 cut.add(c)
-            elif d < depth:
-                following.extend(p for p in commit.parents if p not in seen)
-                seen.update(commit.parents)
         level = following
-    roots = []
-    for c in cut:
+        if not level:
+            break
+    return walked, cut
+
+
+def _ancestors(view: View, starts: Iterable[int]) -> BitMap:
+    out = BitMap()
+    stack = list(starts)
+    while stack:
+        c = stack.pop()
+        if c not in out:
+            out.add(c)
+            stack.extend(p for p in _parents(view, c) if p not in out)
+    return out
+
+
+def _since_walk(
+    view: View, starts: Sequence[int], since: int | None, excluded: BitMap
+) -> tuple[BitMap, BitMap]:
+    """git's ``get_shallow_commits_by_rev_list``: the commits ``rev-list`` selects, and
+    those of them with a parent it does not select (the boundary)."""
+
+    def selected(c: int) -> bool:
+        if c in excluded:
+            return False
         commit = view.commit(c)
         assert commit is not None
-        out.add(c)
+        return since is None or commit.time >= since
+
+    chosen = BitMap()
+    stack = [c for c in starts if selected(c)]
+    while stack:
+        c = stack.pop()
+        if c in chosen:
+            continue
+        chosen.add(c)
+        stack.extend(p for p in _parents(view, c) if p not in chosen and selected(p))
+    if not chosen:
+        raise InvalidArgument("no commits selected for shallow requests")
+    cut = BitMap(c for c in chosen if any(p not in chosen for p in _parents(view, c)))
+    return chosen - cut, cut
+
+
+def _reach(view: View, starts: Sequence[int], grafts: BitMap) -> BitMap:
+    """Every object reachable from ``starts`` when the parents of ``grafts`` are cut.
+
+    Commits with no graft below them contribute their closure (segments); a commit
+    above a graft cannot, since its segment assumes parents the walk cut, so its tree
+    is walked (skipping the closed part already found)."""
+    if not grafts:
+        return view.object_closure(starts)
+    out = BitMap()
+    commits: list[int] = []
+    trees: list[int] = []
+    stack = list(starts)
+    while stack:
+        current = stack.pop()
+        kind = view.kind_of(current)
+        if kind == Kind.COMMIT:
+            commits.append(current)
+        elif kind == Kind.TAG:
+            out.add(current)
+            stack.append(_want_id(view, view.tag_target(current)))
+        elif kind == Kind.TREE:
+            trees.append(current)
+        else:
+            out.add(current)
+    walk: list[int] = []
+    seen = BitMap()
+    while commits:
+        c = commits.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        walk.append(c)
+        if c not in grafts:
+            commits.extend(p for p in _parents(view, c) if p not in seen)
+    by_generation = sorted(walk, key=lambda c: _commit(view, c).generation)
+    above = BitMap()  # commits with a graft at or below them
+    for c in by_generation:
+        if c in grafts or any(p in above for p in _parents(view, c)):
+            above.add(c)
+    out |= view.closure(c for c in walk if c not in above)
+    roots: list[int] = []
+    for c in above:
+        commit = view.commit(c)
+        assert commit is not None
         roots.append(commit.tree_id)
-    out |= view.tree_closure(roots)
-    out |= view.object_closure(others)
-    return out, cut
+    out |= view.tree_closure(roots + trees, skip=out)
+    out |= above
+    return out
 
 
 def _apply_filter(view: View, ids: BitMap, spec: FetchFilter, have: BitMap) -> BitMap:
