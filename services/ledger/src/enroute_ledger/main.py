@@ -1,0 +1,177 @@
+"""Process entry of a ledger node: config, wiring, ready line, clean stop on SIGTERM/SIGINT.
+
+The only module that reads the environment, the clock and randomness
+(services.md); everything below gets them passed in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import uvicorn
+
+from enroute_core.base.errors import EnrouteError, InvalidArgument
+from enroute_core.base.ids import NodeId
+from enroute_core.config import Config, load_config
+from enroute_core.storage.objectstore import open_store
+from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
+
+from .checkpoints import Checkpointer
+from .http import StatusApp
+from .lifecycle import Lifecycle
+from .logstore import open_log_store
+from .rpc.servicer import LedgerServicer, RaftTransportServicer
+from .runtime import Runtime, RuntimeConfig
+from .transport import GrpcTransport
+
+log = logging.getLogger("enroute.ledger")
+
+
+def split_hostport(value: str, default: str) -> tuple[str, int]:
+    value = value or default
+    host, _, port = value.rpartition(":")
+    try:
+        return host or "127.0.0.1", int(port)
+    except ValueError:
+        raise InvalidArgument(f"not HOST:PORT: {value!r}", value=value) from None
+
+
+def membership(config: Config, grpc_addr: str) -> tuple[NodeId, dict[NodeId, str]]:
+    """Raft ids: member i of ``ledger.members`` is id i + 1; ``node.id`` digits pick ours.
+
+    Empty members (or only this node) make a single voter with id 1.
+    """
+    members = list(config.ledger.members)
+    nid = config.node.id
+    if nid.isdigit() and int(nid) >= 1:
+        me = int(nid)
+    elif grpc_addr in members:
+        me = members.index(grpc_addr) + 1
+    else:
+        me = 1
+    if len(members) <= 1:
+        return NodeId(me), {}
+    if not 1 <= me <= len(members):
+        raise InvalidArgument("node.id is not a position in ledger.members", id=nid)
+    peers = {NodeId(i + 1): a for i, a in enumerate(members) if i + 1 != me}
+    return NodeId(me), peers
+
+
+async def serve(config: Config) -> int:
+    ghost, gport = split_hostport(config.listen.grpc, "127.0.0.1:7000")
+    hhost, hport = split_hostport(config.listen.http, "127.0.0.1:9100")
+    node_id, peers = membership(config, config.listen.grpc)
+    data = Path(config.node.data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    logstore = open_log_store(data / "log")
+    known = logstore.node_identity()
+    if known is None:
+        logstore.set_node_identity(node_id)
+    elif known != node_id:
+        raise InvalidArgument("data dir belongs to another node id", stored=known, node=node_id)
+    objstore = open_store(config.store.url, config.store.store_options(), env=os.environ)
+    rt = Runtime(
+        RuntimeConfig(
+            node_id=node_id,
+            peers=tuple(sorted(peers)),
+            tick_interval_s=config.ledger.tick_interval,
+            election_ticks=config.ledger.election_ticks,
+            heartbeat_ticks=config.ledger.heartbeat_ticks,
+        ),
+        logstore,
+        clock=time.monotonic,
+        nonce=os.urandom(8),
+        seed=int.from_bytes(os.urandom(8), "big"),
+    )
+    transport = GrpcTransport(rt.mr, peers)
+    rt.transport = transport
+    lc = Lifecycle(
+        rt,
+        objstore,
+        upload_window=config.layers.upload_window,
+        wall_clock_us=lambda: time.time_ns() // 1000,
+    )
+    groups = rt.recover()
+    loop_task = asyncio.get_running_loop().create_task(rt.run())
+    if not peers:
+        rt.campaign_all(groups)
+    for g in groups:
+        commit = int(g.mem.hard_state.commit)
+        try:
+            await rt.wait_applied(g, commit, 30.0)
+        except EnrouteError as e:
+            log.warning("group %s/%s not replayed: %s", g.repo, g.incarnation, e)
+
+    server = grpc.aio.server()
+    ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerServicer(lc), server)
+    ledger_pb2_grpc.add_RaftTransportServicer_to_server(RaftTransportServicer(rt), server)
+    bound = server.add_insecure_port(f"{ghost}:{gport}")
+    if bound == 0:
+        raise InvalidArgument("cannot bind listen.grpc", value=f"{ghost}:{gport}")
+    await server.start()
+    transport.start()
+    await lc.startup()
+    cp = Checkpointer(
+        lc,
+        every_entries=config.ledger.checkpoint_entries,
+        interval_s=config.ledger.checkpoint_interval,
+        clock=time.monotonic,
+    )
+    cp_task = asyncio.get_running_loop().create_task(cp.run())
+
+    app = StatusApp(rt)
+    sock = socket.socket(socket.AF_INET6 if ":" in hhost else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((hhost, hport))
+    hport = sock.getsockname()[1]
+    http = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+    )
+    http_task = asyncio.get_running_loop().create_task(http.serve(sockets=[sock]))
+    while not http.started:
+        if http_task.done():
+            await http_task
+            return 1
+        await asyncio.sleep(0.01)
+    app.ready = True
+    print(f"enroute ledger ready: grpc={ghost}:{bound} http={hhost}:{hport}", flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+    app.ready = False
+    await server.stop(grace=1.0)
+    http.should_exit = True
+    await transport.close()
+    cp.stop()
+    rt.stop()
+    await asyncio.wait({loop_task, http_task, cp_task}, timeout=5.0)
+    logstore.close()
+    await objstore.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="enroute_ledger")
+    parser.add_argument("--config", help="YAML configuration file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("ENROUTE_LOG_LEVEL", "WARNING"), stream=sys.stderr)
+    try:
+        text = Path(args.config).read_text() if args.config else None
+        config = load_config(text, os.environ)
+        return asyncio.run(serve(config))
+    except EnrouteError as e:
+        print(f"enroute ledger: {e.code}: {e.message} {e.details or ''}", file=sys.stderr)
+        return 2

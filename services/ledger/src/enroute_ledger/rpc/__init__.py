@@ -1,0 +1,1 @@
+"""gRPC edge of the ledger: servicers, conversions and the one error mapping."""

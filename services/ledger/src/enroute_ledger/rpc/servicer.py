@@ -1,0 +1,143 @@
+"""Ledger and RaftTransport servicers: thin, every rule lives in lifecycle/runtime."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from enroute_core.base.errors import EnrouteError, InvalidArgument, Unavailable
+from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
+
+from ..lifecycle import Lifecycle
+from ..runtime import Runtime
+from .convert import batch_from_proto, state_to_proto
+from .errors import abort_with
+
+log = logging.getLogger("enroute.ledger.rpc")
+Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it as a union of both APIs
+
+_SNAPSHOT_CHUNK_BYTES = 1 << 20
+
+
+class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
+    def __init__(self, lifecycle: Lifecycle) -> None:
+        self.lc = lifecycle
+
+    async def Activate(
+        self, request: ledger_pb2.ActivateRequest, context: Ctx
+    ) -> ledger_pb2.ActivateResponse:
+        try:
+            create = request.create != ledger_pb2.CREATE_MODE_UNSPECIFIED
+            head: bytes | None = None
+            if request.create == ledger_pb2.CREATE_MODE_EXPLICIT:
+                head = request.head or b"refs/heads/main"
+            got = await self.lc.activate(request.repo, create, head)
+            return ledger_pb2.ActivateResponse(
+                state=state_to_proto(request.repo, got.state), created=got.created
+            )
+        except EnrouteError as e:
+            await abort_with(context, e)
+
+    async def Describe(
+        self, request: ledger_pb2.DescribeRequest, context: Ctx
+    ) -> ledger_pb2.DescribeResponse:
+        try:
+            st = await self.lc.describe(request.repo)
+            return ledger_pb2.DescribeResponse(state=state_to_proto(request.repo, st))
+        except EnrouteError as e:
+            await abort_with(context, e)
+
+    async def List(self, request: ledger_pb2.ListRequest, context: Ctx) -> ledger_pb2.ListResponse:
+        try:
+            states, names, more = self.lc.list(request.start_after, request.limit)
+            return ledger_pb2.ListResponse(
+                repositories=[
+                    state_to_proto(n, s) for n, s in zip(names, states, strict=True) if s
+                ],
+                more=more,
+            )
+        except EnrouteError as e:
+            await abort_with(context, e)
+
+    async def Delete(
+        self, request: ledger_pb2.DeleteRequest, context: Ctx
+    ) -> ledger_pb2.DeleteResponse:
+        try:
+            st = await self.lc.delete(request.repo)
+            if st is None:
+                return ledger_pb2.DeleteResponse()
+            return ledger_pb2.DeleteResponse(state=state_to_proto(request.repo, st))
+        except EnrouteError as e:
+            await abort_with(context, e)
+
+    async def Propose(
+        self, request: ledger_pb2.ProposeRequest, context: Ctx
+    ) -> ledger_pb2.ProposeResponse:
+        try:
+            got = await self.lc.propose(request.repo, request.incarnation, request.command)
+            return ledger_pb2.ProposeResponse(version=got.version, effects=got.change)
+        except EnrouteError as e:
+            await abort_with(context, e)
+
+    async def Subscribe(
+        self, request: ledger_pb2.SubscribeRequest, context: Ctx
+    ) -> AsyncIterator[ledger_pb2.SubscribeResponse]:
+        try:
+            events = self.lc.subscribe(request.repo, request.incarnation, request.after_version)
+            async for kind, inc, version, data in events:
+                if kind == "snapshot":
+                    for i in range(0, max(len(data), 1), _SNAPSHOT_CHUNK_BYTES):
+                        part = data[i : i + _SNAPSHOT_CHUNK_BYTES]
+                        last = i + _SNAPSHOT_CHUNK_BYTES >= len(data)
+                        yield ledger_pb2.SubscribeResponse(
+                            snapshot=ledger_pb2.SnapshotPart(
+                                incarnation=inc, version=version, data=part, last=last
+                            )
+                        )
+                else:
+                    change = ledger_pb2.Change(version=version, effects=data)
+                    yield ledger_pb2.SubscribeResponse(
+                        changes=ledger_pb2.ChangeBatch(changes=[change])
+                    )
+        except EnrouteError as e:
+            await abort_with(context, e)
+
+    async def Barrier(
+        self, request: ledger_pb2.BarrierRequest, context: Ctx
+    ) -> ledger_pb2.BarrierResponse:
+        try:
+            st = await self.lc.barrier(request.repo)
+            return ledger_pb2.BarrierResponse(
+                incarnation=st.incarnation, version=st.version, deleted=st.deleted
+            )
+        except EnrouteError as e:
+            await abort_with(context, e)
+
+
+class RaftTransportServicer(ledger_pb2_grpc.RaftTransportServicer):
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+
+    async def Send(
+        self, request_iterator: AsyncIterator[ledger_pb2.RaftBatch], context: Ctx
+    ) -> ledger_pb2.SendResponse:
+        try:
+            async for req in request_iterator:
+                if req.to_node != self.rt.config.node_id:
+                    raise InvalidArgument("batch addressed to another node", to_node=req.to_node)
+                self.rt.step(batch_from_proto(req))
+            return ledger_pb2.SendResponse()
+        except EnrouteError as e:
+            await abort_with(context, e)
+        except grpc.aio.AioRpcError:
+            return ledger_pb2.SendResponse()
+
+    async def SendSnapshot(
+        self, request_iterator: AsyncIterator[ledger_pb2.SnapshotChunk], context: Ctx
+    ) -> ledger_pb2.SendSnapshotResponse:
+        # Every founder bootstraps a group from the same empty snapshot and the log is
+        # not compacted yet, so leaders never send snapshots; refuse rather than guess.
+        await abort_with(context, Unavailable("snapshot transfer is not supported yet"))
