@@ -7,7 +7,7 @@ UV := $(TOOLS)/bin/uv
 export UV_PYTHON_PREFERENCE := only-system
 PYTEST_ARGS ?= -n 2
 
-.PHONY: all sync lint typecheck imports proto proto-check test test-fast run bench clean
+.PHONY: all sync lint typecheck imports proto proto-check test test-fast conformance run bench clean
 
 all: test
 
@@ -37,17 +37,27 @@ proto-check: sync
 
 test: lint typecheck imports proto-check
 	$(UV) run --locked pytest $(PYTEST_ARGS)
+	$(MAKE) conformance
+
+# The black-box contract suite (../shared/conformance) against `enroute dev`.
+CONFORMANCE := ../shared/conformance
+conformance: sync
+	@if [ -d $(CONFORMANCE) ]; then \
+	  PYTHONDONTWRITEBYTECODE=1 $(UV) run --locked pytest $(CONFORMANCE) -q -p no:cacheprovider \
+	    --enroute-cmd=".venv/bin/enroute dev" $(PYTEST_ARGS); \
+	else echo "$(CONFORMANCE) not found: conformance skipped" >&2; fi
 
 # Everything but the suites marked slow; CI runs them all through `make test`.
 test-fast: sync
 	$(UV) run --locked pytest -m "not slow" $(PYTEST_ARGS)
 
 run: sync
-	@if [ -x .venv/bin/enroute ]; then .venv/bin/enroute dev; else \
-	  echo "enroute dev is not built yet: see the open push-and-clone issue" >&2; exit 2; fi
+	.venv/bin/enroute dev
 
 bench: sync
 	$(UV) run --locked python -m bench.codecs
+	$(UV) run --locked python -m bench.storage
+	$(UV) run --locked python -m bench.ledger_store
 
 clean:
 	rm -rf .venv $(TOOLS) .mypy_cache .ruff_cache .pytest_cache
