@@ -10,4 +10,3 @@ from .api import GroupId, LogStore, WriteBatch
 from .sqlite_store import SqliteStore
 
 __all__ = ["GroupId", "LogStore", "SqliteStore", "WriteBatch"]
-
