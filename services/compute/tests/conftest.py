@@ -1,4 +1,6 @@
-"""Shared fixtures: a Compute gRPC server on 127.0.0.1 in a background event loop."""
+"""Shared fixtures: a Compute gRPC server on 127.0.0.1 in a background event loop, a real
+ledger process, and a test-only smart-HTTP bridge that turns git's HTTP requests into
+Compute streams (the real ingress is gitproto's)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import grpc
 import pytest
@@ -20,12 +24,15 @@ from enroute_compute.ledger_client import GrpcLedger
 from enroute_compute.ledger_port import LedgerPort
 from enroute_compute.local_ledger import LocalLedger
 from enroute_compute.rpc.servicer import ComputeServicer
+from enroute_core.base.errors import ERROR_TABLE
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import open_store
-from enroute_proto.gen.enroute.compute.v1 import compute_pb2_grpc
+from enroute_proto import find_error_detail
+from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[3]
 LEDGER_MAIN = ROOT / "services/ledger/src/enroute_ledger/__main__.py"
+SERVICES = {"git-upload-pack": 1, "git-receive-pack": 2}
 
 
 class WallClock:
@@ -123,3 +130,76 @@ def compute(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ComputeS
     asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
+
+
+def http_bridge(address: str) -> ThreadingHTTPServer:
+    stub = compute_pb2_grpc.ComputeStub(grpc.insecure_channel(address))
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _body(self) -> Iterator[bytes]:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                while size := int(self.rfile.readline().split(b";")[0], 16):
+                    yield self.rfile.read(size)
+                    self.rfile.readline()
+                self.rfile.readline()
+            elif n := int(self.headers.get("Content-Length") or 0):
+                yield self.rfile.read(n)
+
+        def _serve(self, method: str, service: str, body: Iterator[bytes]) -> None:
+            path = (
+                urlsplit(self.path).path.lstrip("/").rsplit("/", 2 if method == "InfoRefs" else 1)
+            )
+            header = compute_pb2.GitRequestHeader(
+                repo=path[0].removesuffix(".git"),
+                service=SERVICES[service],  # type: ignore[arg-type]
+                git_protocol=self.headers.get("Git-Protocol", ""),
+                content_encoding=self.headers.get("Content-Encoding", ""),
+            )
+            msgs = [compute_pb2.GitRequest(header=header)]
+            msgs += [compute_pb2.GitRequest(body=b) for b in body]
+            try:
+                replies = iter(getattr(stub, method)(iter(msgs)))
+                first = next(replies)
+            except grpc.RpcError as e:
+                detail = find_error_detail(e.trailing_metadata())  # type: ignore[arg-type]
+                status = ERROR_TABLE[detail.code].http_status if detail else 500
+                self.send_error(status, detail.message if detail else str(e))
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", first.header.content_type)
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            for reply in replies:
+                self.wfile.write(reply.body)
+
+        def do_GET(self) -> None:
+            service = parse_qs(urlsplit(self.path).query)["service"][0]
+            self._serve("InfoRefs", service, iter(()))
+
+        def do_POST(self) -> None:
+            service = urlsplit(self.path).path.rsplit("/", 1)[1]
+            method = "UploadPack" if service == "git-upload-pack" else "ReceivePack"
+            self._serve(method, service, self._body())
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def git_bridge() -> Iterator[Callable[[str], ThreadingHTTPServer]]:
+    """Start bridges to Compute addresses; all are shut down after the test."""
+    started: list[ThreadingHTTPServer] = []
+
+    def start(address: str) -> ThreadingHTTPServer:
+        server = http_bridge(address)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.shutdown()
+        server.server_close()

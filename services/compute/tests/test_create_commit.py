@@ -3,13 +3,13 @@
 DESIGN "API commits (borrowed from Graft)": the branch moves by
 compare-and-swap, a stale call reports the current value and changes
 nothing, the repository is never created; seed 001 "Last push": API commits
-do not stamp it. The smart-HTTP bridge of ``test_git_e2e.py`` serves git.
+do not stamp it. The smart-HTTP bridge of ``conftest.py`` serves git.
 """
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Iterator
+from collections.abc import Callable
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +26,10 @@ pytestmark = pytest.mark.interop
 AUTHOR = compute_pb2.Signature(name=b"A U Thor", email=b"author@example.com")
 
 
-def _load_bridge() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "compute_git_e2e_bridge", Path(__file__).with_name("test_git_e2e.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module._bridge
-
-
 @pytest.fixture
-def url(compute: Any) -> Iterator[str]:
-    server = _load_bridge()(compute.address)
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def url(compute: Any, git_bridge: Callable[[str], ThreadingHTTPServer]) -> str:
+    server = git_bridge(compute.address)
+    return f"http://127.0.0.1:{server.server_address[1]}"
 
 
 @pytest.fixture

@@ -6,92 +6,27 @@ Compute streams; the real ingress is gitproto's.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from http.server import ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import grpc
 import pytest
 
-from enroute_core.base.errors import ERROR_TABLE
 from enroute_core.base.ids import ZERO_OID, oid_from_hex
 from enroute_core.git.pktline import FLUSH_PKT
 from enroute_core.protocol.receive import PushCommand, PushRequest, encode_push_request
-from enroute_proto import find_error_detail
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
 from enroute_testing.gitcli import run_git
 from enroute_testing.repogen import RepoSpec, generate_repo, list_refs
 
 pytestmark = pytest.mark.interop
 
-SERVICES = {"git-upload-pack": 1, "git-receive-pack": 2}
-
-
-def _bridge(address: str) -> ThreadingHTTPServer:
-    stub = compute_pb2_grpc.ComputeStub(grpc.insecure_channel(address))
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _body(self) -> Iterator[bytes]:
-            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                while size := int(self.rfile.readline().split(b";")[0], 16):
-                    yield self.rfile.read(size)
-                    self.rfile.readline()
-                self.rfile.readline()
-            elif n := int(self.headers.get("Content-Length") or 0):
-                yield self.rfile.read(n)
-
-        def _serve(self, method: str, service: str, body: Iterator[bytes]) -> None:
-            path = (
-                urlsplit(self.path).path.lstrip("/").rsplit("/", 2 if method == "InfoRefs" else 1)
-            )
-            header = compute_pb2.GitRequestHeader(
-                repo=path[0].removesuffix(".git"),
-                service=SERVICES[service],  # type: ignore[arg-type]
-                git_protocol=self.headers.get("Git-Protocol", ""),
-                content_encoding=self.headers.get("Content-Encoding", ""),
-            )
-            msgs = [compute_pb2.GitRequest(header=header)]
-            msgs += [compute_pb2.GitRequest(body=b) for b in body]
-            try:
-                replies = iter(getattr(stub, method)(iter(msgs)))
-                first = next(replies)
-            except grpc.RpcError as e:
-                detail = find_error_detail(e.trailing_metadata())  # type: ignore[arg-type]
-                status = ERROR_TABLE[detail.code].http_status if detail else 500
-                self.send_error(status, detail.message if detail else str(e))
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", first.header.content_type)
-            self.send_header("Cache-Control", "no-cache")
-            self.end_headers()
-            for reply in replies:
-                self.wfile.write(reply.body)
-
-        def do_GET(self) -> None:
-            service = parse_qs(urlsplit(self.path).query)["service"][0]
-            self._serve("InfoRefs", service, iter(()))
-
-        def do_POST(self) -> None:
-            service = urlsplit(self.path).path.rsplit("/", 1)[1]
-            method = "UploadPack" if service == "git-upload-pack" else "ReceivePack"
-            self._serve(method, service, self._body())
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
 
 @pytest.fixture
-def url(compute: object) -> Iterator[str]:
-    server = _bridge(compute.address)  # type: ignore[attr-defined]
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def url(compute: object, git_bridge: Callable[[str], ThreadingHTTPServer]) -> str:
+    server = git_bridge(compute.address)  # type: ignore[attr-defined]
+    return f"http://127.0.0.1:{server.server_address[1]}"
 
 
 def _fsck(path: Path) -> None:

@@ -19,7 +19,7 @@ from enroute_compute.ledger_port import ChangeEvent, CreateMode, LedgerPort, Sna
 from enroute_compute.local_ledger import LocalLedger
 from enroute_core.base.errors import IncarnationEnded, NotFound
 from enroute_core.base.ids import ObjectId
-from enroute_core.state import Commit, RefStatus, RefUpdate
+from enroute_core.state import Commit, LayerKind, NewLayer, RefStatus, RefUpdate
 
 OID_A = ObjectId(bytes(range(1, 21)))
 OID_B = ObjectId(bytes(range(2, 22)))
@@ -74,3 +74,21 @@ async def test_activate_propose_subscribe_barrier_delete(ledger: LedgerPort) -> 
     recreated = await ledger.activate(name, CreateMode.EXPLICIT, b"refs/heads/trunk")
     assert recreated.created and recreated.state.incarnation == inc + 1
     assert recreated.state.head_kept and recreated.state.last_push_us is None
+
+
+@pytest.mark.asyncio
+async def test_snapshot_carries_inline_layer_bytes(ledger: LedgerPort) -> None:
+    name = f"contract/inline{os.getpid()}"
+    made = await ledger.activate(name, CreateMode.IMPLICIT, b"refs/heads/main")
+    inc = made.state.incarnation
+    data = bytes(range(256)) * 3
+    layer = NewLayer(LayerKind.INLINE, 2, len(data), 10, bytes(range(32)), data=data)
+    commit = Commit(inc, (RefUpdate(b"refs/heads/main", None, OID_A),), layer, 10, True)
+    done = await ledger.propose(name, inc, commit)
+    assert done.change.outcome.ok
+    events = ledger.subscribe(name, inc, 0).__aiter__()
+    seen = await _next(events)
+    assert isinstance(seen, SnapshotEvent)
+    assert [e.kind for e in seen.state.manifest] == [LayerKind.INLINE]
+    assert dict(seen.inline) == {layer.root: data}
+    await ledger.delete(name)

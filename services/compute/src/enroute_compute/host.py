@@ -210,6 +210,7 @@ class RepositoryHost:
             while not repo.dead:
                 async for event in self.ledger.subscribe(repo.name, incarnation, after):
                     if isinstance(event, SnapshotEvent):
+                        repo.inline.update(event.inline)
                         await self._set_state(repo, event.state, rebuild=True)
                     elif isinstance(event, ChangeEvent):
                         await self._apply(repo, event)

@@ -10,6 +10,7 @@ table (:mod:`enroute_compute.rpc.errors`). Every call has a deadline.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from types import MappingProxyType
 from typing import Any
 
 import grpc
@@ -116,14 +117,18 @@ class GrpcLedger:
         stub = self._stubs[self._next]
         call = stub.Subscribe(req)
         parts: list[bytes] = []
+        inline: dict[bytes, bytes] = {}
         try:
             async for msg in call:
+                if msg.HasField("inline_layer"):
+                    inline[msg.inline_layer.root] = msg.inline_layer.data
+                    continue
                 if msg.HasField("snapshot"):
                     parts.append(msg.snapshot.data)
                     if msg.snapshot.last:
                         state = decode_state(b"".join(parts))
-                        parts = []
-                        yield SnapshotEvent(state)
+                        yield SnapshotEvent(state, MappingProxyType(inline))
+                        parts, inline = [], {}
                     continue
                 for change in msg.changes.changes:
                     yield ChangeEvent(change.version, decode_change(change.effects))

@@ -10,8 +10,9 @@ the gRPC client does the encoding.
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
 from enroute_core.state import Change, Command, RepoState
@@ -67,11 +68,20 @@ class BarrierPoint:
     deleted: bool
 
 
+def _no_layers() -> Mapping[bytes, bytes]:
+    return MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotEvent:
-    """A state replacing the follower's view (a checkpoint)."""
+    """A state replacing the follower's view (a checkpoint).
+
+    ``inline`` maps the root of every inline layer the manifest names to its
+    file: the checkpoint holds only their pins (DESIGN, "Repository state").
+    """
 
     state: RepoState
+    inline: Mapping[bytes, bytes] = field(default_factory=_no_layers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,8 @@ Never use it in production: nothing here is replicated or durable.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from types import MappingProxyType
 
 from enroute_compute.ledger_port import (
     Activated,
@@ -25,15 +26,19 @@ from enroute_compute.ledger_port import (
     SnapshotEvent,
     summary_of,
 )
-from enroute_core.base.errors import IncarnationEnded, InvalidArgument, NotFound
+from enroute_core.base.errors import CorruptData, IncarnationEnded, InvalidArgument, NotFound
 from enroute_core.state import (
     DEFAULT_UPLOAD_WINDOW,
     MISSING,
     Activate,
     Change,
     Command,
+    Commit,
     Delete,
     Deleted,
+    LayerKind,
+    NewLayer,
+    ReplaceLayers,
     RepoState,
     apply,
 )
@@ -43,11 +48,33 @@ LIST_LIMIT_MAX = 1000
 
 
 class _Repo:
-    __slots__ = ("changes", "state")
+    __slots__ = ("changes", "pinned", "state")
 
     def __init__(self) -> None:
         self.state: RepoState = MISSING
         self.changes: list[tuple[int, Change]] = []  # of the current incarnation
+        self.pinned: dict[int, Command] = {}  # log index -> command, for the manifest's pins
+
+    def inline_layers(self) -> Mapping[bytes, bytes]:
+        """(root -> file) of the manifest's inline layers, read at their pins as the ledger does."""
+        out: dict[bytes, bytes] = {}
+        for entry in self.state.manifest:
+            if entry.kind is not LayerKind.INLINE:
+                continue
+            out[entry.root] = _inline_layer_of(self.pinned.get(entry.pin), entry.root)
+        return MappingProxyType(out)
+
+
+def _inline_layer_of(command: Command | None, root: bytes) -> bytes:
+    added: tuple[NewLayer, ...] = ()
+    if isinstance(command, Commit) and command.new_layer is not None:
+        added = (command.new_layer,)
+    elif isinstance(command, ReplaceLayers):
+        added = tuple(out.layer for out in command.outputs)
+    for layer in added:
+        if layer.kind is LayerKind.INLINE and layer.root == root:
+            return layer.data
+    raise CorruptData(f"no pinned entry holds inline layer {root.hex()[:16]}", section="view")
 
 
 class LocalLedger:
@@ -70,6 +97,9 @@ class LocalLedger:
         if result.state.incarnation != repo.state.incarnation:
             repo.changes = []
         repo.state = result.state
+        repo.pinned[self._log_index] = command
+        pins = set(result.state.pins())
+        repo.pinned = {i: c for i, c in repo.pinned.items() if i in pins}
         change = result.change
         repo.changes.append((result.state.version, change))
         async with self._changed:
@@ -135,9 +165,12 @@ class LocalLedger:
             raise NotFound(f"repository {name} not found", name=name)
         following = repo.state.incarnation
         if incarnation not in (0, following) or after_version == 0:
-            # Replay the incarnation from its claim: the changes carry inline layer bytes.
-            yield SnapshotEvent(MISSING)
-            after_version = 0
+            # As the ledger: the current checkpoint plus its inline layers' bytes.
+            state = repo.state
+            yield SnapshotEvent(state, repo.inline_layers())
+            after_version = state.version
+            if state.deleted:
+                return
         while True:
             if repo.state.incarnation != following:
                 return  # superseded: the follower follows again

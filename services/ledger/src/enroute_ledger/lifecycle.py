@@ -65,6 +65,28 @@ class Activated:
 
 
 @dataclass(frozen=True, slots=True)
+class SnapshotOut:
+    """A Subscribe snapshot: the checkpoint plus (root, file) of each inline layer it names.
+
+    The checkpoint holds only the pins of inline layers (DESIGN, "Repository
+    state"); a subscriber starting from it has no change that carried their bytes.
+    """
+
+    incarnation: int
+    version: int
+    checkpoint: bytes
+    inline: tuple[tuple[bytes, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeOut:
+    """One applied change of a subscription: its version and encoded Change."""
+
+    version: int
+    change: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class StateObject:
     state: RepoState
     etag: str
@@ -381,11 +403,11 @@ class Lifecycle:
 
     async def subscribe(
         self, repo: str, incarnation: int, after_version: int
-    ) -> AsyncIterator[tuple[str, int, int, bytes]]:
-        """Yield ("snapshot", incarnation, version, checkpoint) then ("change", ...) events."""
+    ) -> AsyncIterator[SnapshotOut | ChangeOut]:
+        """A snapshot when needed (with its inline layers' bytes), then every change."""
         got = await self._hosted_for_read(repo)
         if isinstance(got, RepoState):
-            yield ("snapshot", got.incarnation, got.version, encode_state(got))
+            yield SnapshotOut(got.incarnation, got.version, encode_state(got), ())
             return
         g = got
         incarnation = incarnation or g.incarnation  # 0: the current one
@@ -395,7 +417,7 @@ class Lifecycle:
         sent = after_version
         if after_version == 0 or incarnation != g.incarnation or after_version + 1 < oldest:
             st = g.state
-            yield ("snapshot", st.incarnation, st.version, encode_state(st))
+            yield await self._snapshot(g, st)
             sent = st.version
             if st.deleted:
                 return
@@ -405,16 +427,21 @@ class Lifecycle:
             ev = g.changed
             for version, change in list(g.history):
                 if version > sent:
-                    yield ("change", g.incarnation, version, change)
+                    yield ChangeOut(version, change)
                     sent = version
             if g.state.deleted and sent >= g.state.version:
                 return
             if g.history and g.history[0][0] > sent + 1:
                 st = g.state
-                yield ("snapshot", st.incarnation, st.version, encode_state(st))
+                yield await self._snapshot(g, st)
                 sent = st.version
                 continue
             await ev.wait()
+
+    async def _snapshot(self, g: Group, st: RepoState) -> SnapshotOut:
+        """The checkpoint of ``st`` and the bytes of its inline layers, read at their pins."""
+        inline = await self.rt.inline_layers(g, st) if st.live else []
+        return SnapshotOut(st.incarnation, st.version, encode_state(st), tuple(inline))
 
 
 def repo_unhosted(rt: Runtime, repo: str) -> bool:

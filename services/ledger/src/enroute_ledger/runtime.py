@@ -45,8 +45,12 @@ from enroute_core.state import (
     MISSING,
     Activate,
     Change,
+    Commit,
+    LayerKind,
+    NewLayer,
     Outcome,
     OutcomeCode,
+    ReplaceLayers,
     RepoState,
     apply,
     decode_command,
@@ -58,6 +62,7 @@ from enroute_core.state import (
 
 from .multiraft import Batch, GroupId, MultiRaft, MultiRaftConfig, NodeReady
 from .raft.config import RaftConfig, SplitMix64
+from .raft.errors import StorageSignal
 from .raft.storage import MemoryStorage, Storage
 from .raft.types import (
     ConfChange,
@@ -141,6 +146,28 @@ def genesis_entry(rid: bytes, base: RepoState, activate: Activate | None) -> byt
 
 def command_entry(rid: bytes, command: bytes) -> bytes:
     return _COMMAND + rid + command
+
+
+def inline_layer_of(entry: bytes, root: bytes, index: int) -> bytes:
+    """The file of the inline layer ``root`` that the command entry ``entry`` added.
+
+    Raises CorruptData(section="ledger-entry") when the entry adds no such layer.
+    """
+    if entry[:1] == _COMMAND:
+        cmd = decode_command(entry[1 + _ID_BYTES :])
+        added: tuple[NewLayer, ...] = ()
+        if isinstance(cmd, Commit) and cmd.new_layer is not None:
+            added = (cmd.new_layer,)
+        elif isinstance(cmd, ReplaceLayers):
+            added = tuple(out.layer for out in cmd.outputs)
+        for layer in added:
+            if layer.kind is LayerKind.INLINE and layer.root == root:
+                return layer.data
+    raise CorruptData(
+        f"log entry {index} holds no inline layer {root.hex()[:16]}",
+        section="ledger-entry",
+        index=index,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -595,6 +622,32 @@ class Runtime:
             g.history.append((new.version, encoded))
         g.notify()
         return Applied(new.version, encoded, change.outcome, new)
+
+    # -- inline layer bytes ---------------------------------------------------------------
+
+    async def inline_layers(self, g: Group, state: RepoState) -> list[tuple[bytes, bytes]]:
+        """(root, file) of every inline layer in ``state``'s manifest, from its pinned entry.
+
+        DESIGN, "Repository state": a checkpoint names an inline layer by the log
+        index that holds its bytes; a subscriber that starts from a checkpoint
+        needs them. Pinned entries stay readable after compaction (duty 7).
+        """
+        wanted = [e for e in state.manifest if e.kind is LayerKind.INLINE]
+        if not wanted:
+            return []
+        sg = store_gid(g.gid)
+        out: list[tuple[bytes, bytes]] = []
+        for e in wanted:
+            try:
+                entry = await asyncio.to_thread(self.store.entry, sg, e.pin)
+            except StorageSignal as err:
+                raise CorruptData(
+                    f"the log entry pinned by inline layer {e.root.hex()[:16]} is gone",
+                    section="ledger-entry",
+                    index=int(e.pin),
+                ) from err
+            out.append((e.root, inline_layer_of(entry.data, e.root, int(e.pin))))
+        return out
 
     # -- views for status ------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import grpc
 from enroute_core.base.errors import EnrouteError, InvalidArgument, Unavailable
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 
-from ..lifecycle import Lifecycle
+from ..lifecycle import ChangeOut, Lifecycle
 from ..runtime import Runtime
 from .convert import batch_from_proto, state_to_proto
 from .errors import abort_with
@@ -87,20 +87,25 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
     ) -> AsyncIterator[ledger_pb2.SubscribeResponse]:
         try:
             events = self.lc.subscribe(request.repo, request.incarnation, request.after_version)
-            async for kind, inc, version, data in events:
-                if kind == "snapshot":
-                    for i in range(0, max(len(data), 1), _SNAPSHOT_CHUNK_BYTES):
-                        part = data[i : i + _SNAPSHOT_CHUNK_BYTES]
-                        last = i + _SNAPSHOT_CHUNK_BYTES >= len(data)
-                        yield ledger_pb2.SubscribeResponse(
-                            snapshot=ledger_pb2.SnapshotPart(
-                                incarnation=inc, version=version, data=part, last=last
-                            )
-                        )
-                else:
-                    change = ledger_pb2.Change(version=version, effects=data)
+            async for ev in events:
+                if isinstance(ev, ChangeOut):
+                    change = ledger_pb2.Change(version=ev.version, effects=ev.change)
                     yield ledger_pb2.SubscribeResponse(
                         changes=ledger_pb2.ChangeBatch(changes=[change])
+                    )
+                    continue
+                for root, layer in ev.inline:
+                    yield ledger_pb2.SubscribeResponse(
+                        inline_layer=ledger_pb2.InlineLayer(root=root, data=layer)
+                    )
+                data = ev.checkpoint
+                for i in range(0, max(len(data), 1), _SNAPSHOT_CHUNK_BYTES):
+                    part = data[i : i + _SNAPSHOT_CHUNK_BYTES]
+                    last = i + _SNAPSHOT_CHUNK_BYTES >= len(data)
+                    yield ledger_pb2.SubscribeResponse(
+                        snapshot=ledger_pb2.SnapshotPart(
+                            incarnation=ev.incarnation, version=ev.version, data=part, last=last
+                        )
                     )
         except EnrouteError as e:
             await abort_with(context, e)

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from enroute_proto.gen.enroute.common.v1 import common_pb2 as enroute_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x65nroute/ledger/v1/ledger.proto\x12\x11\x65nroute.ledger.v1\x1a\x1e\x65nroute/common/v1/common.proto\"\\\n\x0f\x41\x63tivateRequest\x12\x0c\n\x04repo\x18\x01 \x01(\t\x12-\n\x06\x63reate\x18\x02 \x01(\x0e\x32\x1d.enroute.ledger.v1.CreateMode\x12\x0c\n\x04head\x18\x03 \x01(\x0c\"V\n\x10\x41\x63tivateResponse\x12\x31\n\x05state\x18\x01 \x01(\x0b\x32\".enroute.common.v1.RepositoryState\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\x1f\n\x0f\x44\x65scribeRequest\x12\x0c\n\x04repo\x18\x01 \x01(\t\"E\n\x10\x44\x65scribeResponse\x12\x31\n\x05state\x18\x01 \x01(\x0b\x32\".enroute.common.v1.RepositoryState\"1\n\x0bListRequest\x12\x13\n\x0bstart_after\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\r\"V\n\x0cListResponse\x12\x38\n\x0crepositories\x18\x01 \x03(\x0b\x32\".enroute.common.v1.RepositoryState\x12\x0c\n\x04more\x18\x02 \x01(\x08\"\x1d\n\rDeleteRequest\x12\x0c\n\x04repo\x18\x01 \x01(\t\"R\n\x0e\x44\x65leteResponse\x12\x36\n\x05state\x18\x01 \x01(\x0b\x32\".enroute.common.v1.RepositoryStateH\x00\x88\x01\x01\x42\x08\n\x06_state\"D\n\x0eProposeRequest\x12\x0c\n\x04repo\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x0f\n\x07\x63ommand\x18\x03 \x01(\x0c\"3\n\x0fProposeResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0f\n\x07\x65\x66\x66\x65\x63ts\x18\x02 \x01(\x0c\"L\n\x10SubscribeRequest\x12\x0c\n\x04repo\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x15\n\rafter_version\x18\x03 \x01(\x04\"\x84\x01\n\x11SubscribeResponse\x12\x33\n\x08snapshot\x18\x01 \x01(\x0b\x32\x1f.enroute.ledger.v1.SnapshotPartH\x00\x12\x31\n\x07\x63hanges\x18\x02 \x01(\x0b\x32\x1e.enroute.ledger.v1.ChangeBatchH\x00\x42\x07\n\x05\x65vent\"P\n\x0cSnapshotPart\x12\x13\n\x0bincarnation\x18\x01 \x01(\x04\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0c\n\x04last\x18\x04 \x01(\x08\"9\n\x0b\x43hangeBatch\x12*\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x19.enroute.ledger.v1.Change\"*\n\x06\x43hange\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0f\n\x07\x65\x66\x66\x65\x63ts\x18\x02 \x01(\x0c\"\x1e\n\x0e\x42\x61rrierRequest\x12\x0c\n\x04repo\x18\x01 \x01(\t\"H\n\x0f\x42\x61rrierResponse\x12\x13\n\x0bincarnation\x18\x01 \x01(\x04\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0f\n\x07\x64\x65leted\x18\x03 \x01(\x08\".\n\tRaftGroup\x12\x0c\n\x04repo\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\"\xcf\x01\n\tRaftBatch\x12\x11\n\tfrom_node\x18\x01 \x01(\x04\x12\x0f\n\x07to_node\x18\x02 \x01(\x04\x12\x31\n\x08messages\x18\x03 \x03(\x0b\x32\x1f.enroute.ledger.v1.GroupMessage\x12\x30\n\nheartbeats\x18\x04 \x03(\x0b\x32\x1c.enroute.ledger.v1.Heartbeat\x12\x39\n\x13heartbeat_responses\x18\x05 \x03(\x0b\x32\x1c.enroute.ledger.v1.Heartbeat\"L\n\x0cGroupMessage\x12+\n\x05group\x18\x01 \x01(\x0b\x32\x1c.enroute.ledger.v1.RaftGroup\x12\x0f\n\x07message\x18\x02 \x01(\x0c\"x\n\tHeartbeat\x12+\n\x05group\x18\x01 \x01(\x0b\x32\x1c.enroute.ledger.v1.RaftGroup\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12\x0e\n\x06\x63ommit\x18\x03 \x01(\x04\x12\x0f\n\x07\x63ontext\x18\x04 \x01(\x0c\x12\x0f\n\x07quiesce\x18\x05 \x01(\x08\"\x0e\n\x0cSendResponse\"\x93\x01\n\rSnapshotChunk\x12\x33\n\x06header\x18\x01 \x01(\x0b\x32!.enroute.ledger.v1.SnapshotHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x12\x35\n\x07trailer\x18\x03 \x01(\x0b\x32\".enroute.ledger.v1.SnapshotTrailerH\x00\x42\x06\n\x04part\"\x8b\x01\n\x0eSnapshotHeader\x12\x11\n\tfrom_node\x18\x01 \x01(\x04\x12\x0f\n\x07to_node\x18\x02 \x01(\x04\x12+\n\x05group\x18\x03 \x01(\x0b\x32\x1c.enroute.ledger.v1.RaftGroup\x12\x0f\n\x07message\x18\x04 \x01(\x0c\x12\x17\n\x0f\x64\x61ta_size_bytes\x18\x05 \x01(\x04\"&\n\x0fSnapshotTrailer\x12\x13\n\x0b\x64\x61ta_sha256\x18\x01 \x01(\x0c\"\x16\n\x14SendSnapshotResponse*]\n\nCreateMode\x12\x1b\n\x17\x43REATE_MODE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43REATE_MODE_EXPLICIT\x10\x01\x12\x18\n\x14\x43REATE_MODE_IMPLICIT\x10\x02\x32\xc8\x04\n\x06Ledger\x12S\n\x08\x41\x63tivate\x12\".enroute.ledger.v1.ActivateRequest\x1a#.enroute.ledger.v1.ActivateResponse\x12S\n\x08\x44\x65scribe\x12\".enroute.ledger.v1.DescribeRequest\x1a#.enroute.ledger.v1.DescribeResponse\x12G\n\x04List\x12\x1e.enroute.ledger.v1.ListRequest\x1a\x1f.enroute.ledger.v1.ListResponse\x12M\n\x06\x44\x65lete\x12 .enroute.ledger.v1.DeleteRequest\x1a!.enroute.ledger.v1.DeleteResponse\x12P\n\x07Propose\x12!.enroute.ledger.v1.ProposeRequest\x1a\".enroute.ledger.v1.ProposeResponse\x12X\n\tSubscribe\x12#.enroute.ledger.v1.SubscribeRequest\x1a$.enroute.ledger.v1.SubscribeResponse0\x01\x12P\n\x07\x42\x61rrier\x12!.enroute.ledger.v1.BarrierRequest\x1a\".enroute.ledger.v1.BarrierResponse2\xb5\x01\n\rRaftTransport\x12G\n\x04Send\x12\x1c.enroute.ledger.v1.RaftBatch\x1a\x1f.enroute.ledger.v1.SendResponse(\x01\x12[\n\x0cSendSnapshot\x12 .enroute.ledger.v1.SnapshotChunk\x1a\'.enroute.ledger.v1.SendSnapshotResponse(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x65nroute/ledger/v1/ledger.proto\x12\x11\x65nroute.ledger.v1\x1a\x1e\x65nroute/common/v1/common.proto\"\\\n\x0f\x41\x63tivateRequest\x12\x0c\n\x04repo\x18\x01 \x01(\t\x12-\n\x06\x63reate\x18\x02 \x01(\x0e\x32\x1d.enroute.ledger.v1.CreateMode\x12\x0c\n\x04head\x18\x03 \x01(\x0c\"V\n\x10\x41\x63tivateResponse\x12\x31\n\x05state\x18\x01 \x01(\x0b\x32\".enroute.common.v1.RepositoryState\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\x1f\n\x0f\x44\x65scribeRequest\x12\x0c\n\x04repo\x18\x01 \x01(\t\"E\n\x10\x44\x65scribeResponse\x12\x31\n\x05state\x18\x01 \x01(\x0b\x32\".enroute.common.v1.RepositoryState\"1\n\x0bListRequest\x12\x13\n\x0bstart_after\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\r\"V\n\x0cListResponse\x12\x38\n\x0crepositories\x18\x01 \x03(\x0b\x32\".enroute.common.v1.RepositoryState\x12\x0c\n\x04more\x18\x02 \x01(\x08\"\x1d\n\rDeleteRequest\x12\x0c\n\x04repo\x18\x01 \x01(\t\"R\n\x0e\x44\x65leteResponse\x12\x36\n\x05state\x18\x01 \x01(\x0b\x32\".enroute.common.v1.RepositoryStateH\x00\x88\x01\x01\x42\x08\n\x06_state\"D\n\x0eProposeRequest\x12\x0c\n\x04repo\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x0f\n\x07\x63ommand\x18\x03 \x01(\x0c\"3\n\x0fProposeResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0f\n\x07\x65\x66\x66\x65\x63ts\x18\x02 \x01(\x0c\"L\n\x10SubscribeRequest\x12\x0c\n\x04repo\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\x12\x15\n\rafter_version\x18\x03 \x01(\x04\"\xbc\x01\n\x11SubscribeResponse\x12\x33\n\x08snapshot\x18\x01 \x01(\x0b\x32\x1f.enroute.ledger.v1.SnapshotPartH\x00\x12\x31\n\x07\x63hanges\x18\x02 \x01(\x0b\x32\x1e.enroute.ledger.v1.ChangeBatchH\x00\x12\x36\n\x0cinline_layer\x18\x03 \x01(\x0b\x32\x1e.enroute.ledger.v1.InlineLayerH\x00\x42\x07\n\x05\x65vent\")\n\x0bInlineLayer\x12\x0c\n\x04root\x18\x01 \x01(\x0c\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"P\n\x0cSnapshotPart\x12\x13\n\x0bincarnation\x18\x01 \x01(\x04\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0c\n\x04last\x18\x04 \x01(\x08\"9\n\x0b\x43hangeBatch\x12*\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x19.enroute.ledger.v1.Change\"*\n\x06\x43hange\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12\x0f\n\x07\x65\x66\x66\x65\x63ts\x18\x02 \x01(\x0c\"\x1e\n\x0e\x42\x61rrierRequest\x12\x0c\n\x04repo\x18\x01 \x01(\t\"H\n\x0f\x42\x61rrierResponse\x12\x13\n\x0bincarnation\x18\x01 \x01(\x04\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x0f\n\x07\x64\x65leted\x18\x03 \x01(\x08\".\n\tRaftGroup\x12\x0c\n\x04repo\x18\x01 \x01(\t\x12\x13\n\x0bincarnation\x18\x02 \x01(\x04\"\xcf\x01\n\tRaftBatch\x12\x11\n\tfrom_node\x18\x01 \x01(\x04\x12\x0f\n\x07to_node\x18\x02 \x01(\x04\x12\x31\n\x08messages\x18\x03 \x03(\x0b\x32\x1f.enroute.ledger.v1.GroupMessage\x12\x30\n\nheartbeats\x18\x04 \x03(\x0b\x32\x1c.enroute.ledger.v1.Heartbeat\x12\x39\n\x13heartbeat_responses\x18\x05 \x03(\x0b\x32\x1c.enroute.ledger.v1.Heartbeat\"L\n\x0cGroupMessage\x12+\n\x05group\x18\x01 \x01(\x0b\x32\x1c.enroute.ledger.v1.RaftGroup\x12\x0f\n\x07message\x18\x02 \x01(\x0c\"x\n\tHeartbeat\x12+\n\x05group\x18\x01 \x01(\x0b\x32\x1c.enroute.ledger.v1.RaftGroup\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12\x0e\n\x06\x63ommit\x18\x03 \x01(\x04\x12\x0f\n\x07\x63ontext\x18\x04 \x01(\x0c\x12\x0f\n\x07quiesce\x18\x05 \x01(\x08\"\x0e\n\x0cSendResponse\"\x93\x01\n\rSnapshotChunk\x12\x33\n\x06header\x18\x01 \x01(\x0b\x32!.enroute.ledger.v1.SnapshotHeaderH\x00\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x12\x35\n\x07trailer\x18\x03 \x01(\x0b\x32\".enroute.ledger.v1.SnapshotTrailerH\x00\x42\x06\n\x04part\"\x8b\x01\n\x0eSnapshotHeader\x12\x11\n\tfrom_node\x18\x01 \x01(\x04\x12\x0f\n\x07to_node\x18\x02 \x01(\x04\x12+\n\x05group\x18\x03 \x01(\x0b\x32\x1c.enroute.ledger.v1.RaftGroup\x12\x0f\n\x07message\x18\x04 \x01(\x0c\x12\x17\n\x0f\x64\x61ta_size_bytes\x18\x05 \x01(\x04\"&\n\x0fSnapshotTrailer\x12\x13\n\x0b\x64\x61ta_sha256\x18\x01 \x01(\x0c\"\x16\n\x14SendSnapshotResponse*]\n\nCreateMode\x12\x1b\n\x17\x43REATE_MODE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43REATE_MODE_EXPLICIT\x10\x01\x12\x18\n\x14\x43REATE_MODE_IMPLICIT\x10\x02\x32\xc8\x04\n\x06Ledger\x12S\n\x08\x41\x63tivate\x12\".enroute.ledger.v1.ActivateRequest\x1a#.enroute.ledger.v1.ActivateResponse\x12S\n\x08\x44\x65scribe\x12\".enroute.ledger.v1.DescribeRequest\x1a#.enroute.ledger.v1.DescribeResponse\x12G\n\x04List\x12\x1e.enroute.ledger.v1.ListRequest\x1a\x1f.enroute.ledger.v1.ListResponse\x12M\n\x06\x44\x65lete\x12 .enroute.ledger.v1.DeleteRequest\x1a!.enroute.ledger.v1.DeleteResponse\x12P\n\x07Propose\x12!.enroute.ledger.v1.ProposeRequest\x1a\".enroute.ledger.v1.ProposeResponse\x12X\n\tSubscribe\x12#.enroute.ledger.v1.SubscribeRequest\x1a$.enroute.ledger.v1.SubscribeResponse0\x01\x12P\n\x07\x42\x61rrier\x12!.enroute.ledger.v1.BarrierRequest\x1a\".enroute.ledger.v1.BarrierResponse2\xb5\x01\n\rRaftTransport\x12G\n\x04Send\x12\x1c.enroute.ledger.v1.RaftBatch\x1a\x1f.enroute.ledger.v1.SendResponse(\x01\x12[\n\x0cSendSnapshot\x12 .enroute.ledger.v1.SnapshotChunk\x1a\'.enroute.ledger.v1.SendSnapshotResponse(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'enroute_proto.gen.enroute.ledger.v1.ledger_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CREATEMODE']._serialized_start=2082
-  _globals['_CREATEMODE']._serialized_end=2175
+  _globals['_CREATEMODE']._serialized_start=2181
+  _globals['_CREATEMODE']._serialized_end=2274
   _globals['_ACTIVATEREQUEST']._serialized_start=85
   _globals['_ACTIVATEREQUEST']._serialized_end=177
   _globals['_ACTIVATERESPONSE']._serialized_start=179
@@ -57,37 +57,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBSCRIBEREQUEST']._serialized_start=748
   _globals['_SUBSCRIBEREQUEST']._serialized_end=824
   _globals['_SUBSCRIBERESPONSE']._serialized_start=827
-  _globals['_SUBSCRIBERESPONSE']._serialized_end=959
-  _globals['_SNAPSHOTPART']._serialized_start=961
-  _globals['_SNAPSHOTPART']._serialized_end=1041
-  _globals['_CHANGEBATCH']._serialized_start=1043
-  _globals['_CHANGEBATCH']._serialized_end=1100
-  _globals['_CHANGE']._serialized_start=1102
-  _globals['_CHANGE']._serialized_end=1144
-  _globals['_BARRIERREQUEST']._serialized_start=1146
-  _globals['_BARRIERREQUEST']._serialized_end=1176
-  _globals['_BARRIERRESPONSE']._serialized_start=1178
-  _globals['_BARRIERRESPONSE']._serialized_end=1250
-  _globals['_RAFTGROUP']._serialized_start=1252
-  _globals['_RAFTGROUP']._serialized_end=1298
-  _globals['_RAFTBATCH']._serialized_start=1301
-  _globals['_RAFTBATCH']._serialized_end=1508
-  _globals['_GROUPMESSAGE']._serialized_start=1510
-  _globals['_GROUPMESSAGE']._serialized_end=1586
-  _globals['_HEARTBEAT']._serialized_start=1588
-  _globals['_HEARTBEAT']._serialized_end=1708
-  _globals['_SENDRESPONSE']._serialized_start=1710
-  _globals['_SENDRESPONSE']._serialized_end=1724
-  _globals['_SNAPSHOTCHUNK']._serialized_start=1727
-  _globals['_SNAPSHOTCHUNK']._serialized_end=1874
-  _globals['_SNAPSHOTHEADER']._serialized_start=1877
-  _globals['_SNAPSHOTHEADER']._serialized_end=2016
-  _globals['_SNAPSHOTTRAILER']._serialized_start=2018
-  _globals['_SNAPSHOTTRAILER']._serialized_end=2056
-  _globals['_SENDSNAPSHOTRESPONSE']._serialized_start=2058
-  _globals['_SENDSNAPSHOTRESPONSE']._serialized_end=2080
-  _globals['_LEDGER']._serialized_start=2178
-  _globals['_LEDGER']._serialized_end=2762
-  _globals['_RAFTTRANSPORT']._serialized_start=2765
-  _globals['_RAFTTRANSPORT']._serialized_end=2946
+  _globals['_SUBSCRIBERESPONSE']._serialized_end=1015
+  _globals['_INLINELAYER']._serialized_start=1017
+  _globals['_INLINELAYER']._serialized_end=1058
+  _globals['_SNAPSHOTPART']._serialized_start=1060
+  _globals['_SNAPSHOTPART']._serialized_end=1140
+  _globals['_CHANGEBATCH']._serialized_start=1142
+  _globals['_CHANGEBATCH']._serialized_end=1199
+  _globals['_CHANGE']._serialized_start=1201
+  _globals['_CHANGE']._serialized_end=1243
+  _globals['_BARRIERREQUEST']._serialized_start=1245
+  _globals['_BARRIERREQUEST']._serialized_end=1275
+  _globals['_BARRIERRESPONSE']._serialized_start=1277
+  _globals['_BARRIERRESPONSE']._serialized_end=1349
+  _globals['_RAFTGROUP']._serialized_start=1351
+  _globals['_RAFTGROUP']._serialized_end=1397
+  _globals['_RAFTBATCH']._serialized_start=1400
+  _globals['_RAFTBATCH']._serialized_end=1607
+  _globals['_GROUPMESSAGE']._serialized_start=1609
+  _globals['_GROUPMESSAGE']._serialized_end=1685
+  _globals['_HEARTBEAT']._serialized_start=1687
+  _globals['_HEARTBEAT']._serialized_end=1807
+  _globals['_SENDRESPONSE']._serialized_start=1809
+  _globals['_SENDRESPONSE']._serialized_end=1823
+  _globals['_SNAPSHOTCHUNK']._serialized_start=1826
+  _globals['_SNAPSHOTCHUNK']._serialized_end=1973
+  _globals['_SNAPSHOTHEADER']._serialized_start=1976
+  _globals['_SNAPSHOTHEADER']._serialized_end=2115
+  _globals['_SNAPSHOTTRAILER']._serialized_start=2117
+  _globals['_SNAPSHOTTRAILER']._serialized_end=2155
+  _globals['_SENDSNAPSHOTRESPONSE']._serialized_start=2157
+  _globals['_SENDSNAPSHOTRESPONSE']._serialized_end=2179
+  _globals['_LEDGER']._serialized_start=2277
+  _globals['_LEDGER']._serialized_end=2861
+  _globals['_RAFTTRANSPORT']._serialized_start=2864
+  _globals['_RAFTTRANSPORT']._serialized_end=3045
 # @@protoc_insertion_point(module_scope)

@@ -381,6 +381,7 @@ class SubscribeResponse(_message.Message):
 
     SNAPSHOT_FIELD_NUMBER: _builtins.int
     CHANGES_FIELD_NUMBER: _builtins.int
+    INLINE_LAYER_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def snapshot(self) -> Global___SnapshotPart:
         """Part of a snapshot that replaces the caller's view."""
@@ -389,21 +390,56 @@ class SubscribeResponse(_message.Message):
     def changes(self) -> Global___ChangeBatch:
         """Changes applied after the caller's version or the snapshot."""
 
+    @_builtins.property
+    def inline_layer(self) -> Global___InlineLayer:
+        """The bytes of one inline layer the manifest of the snapshot that follows
+        names. Sent before that snapshot's first part, one per inline layer:
+        the checkpoint carries only the log index (pin) of an inline layer, and
+        a caller starting from a snapshot has no change that carried its bytes.
+        """
+
     def __init__(
         self,
         *,
         snapshot: Global___SnapshotPart | None = ...,
         changes: Global___ChangeBatch | None = ...,
+        inline_layer: Global___InlineLayer | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "event", b"event", "snapshot", b"snapshot"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "event", b"event", "inline_layer", b"inline_layer", "snapshot", b"snapshot"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "event", b"event", "snapshot", b"snapshot"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "event", b"event", "inline_layer", b"inline_layer", "snapshot", b"snapshot"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["snapshot", "changes"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["snapshot", "changes", "inline_layer"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
 Global___SubscribeResponse: _TypeAlias = SubscribeResponse  # noqa: Y015
+
+@_typing.final
+class InlineLayer(_message.Message):
+    """The file of an inline layer, read from the log entry its pin names."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROOT_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    root: _builtins.bytes
+    """The layer's root, as in the checkpoint's manifest entry."""
+    data: _builtins.bytes
+    """The whole layer file."""
+    def __init__(
+        self,
+        *,
+        root: _builtins.bytes = ...,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "root", b"root"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InlineLayer: _TypeAlias = InlineLayer  # noqa: Y015
 
 @_typing.final
 class SnapshotPart(_message.Message):
