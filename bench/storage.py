@@ -32,6 +32,7 @@ from pathlib import Path
 from bench.report import Series, fmt3, run_command, write_section
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import MiB
+from enroute_core.git.pack import encode_entry_header
 from enroute_core.storage.layer import Kind, LayerWriter
 from enroute_core.storage.layer.reader import LayerReader
 from enroute_core.storage.layers import LayerService
@@ -48,18 +49,6 @@ KEY = "repos/bench/layers/1"
 BUCKET = "enroute-bench"
 
 
-def _header(size: int) -> bytes:
-    byte = (3 << 4) | (size & 0x0F)
-    size >>= 4
-    out = bytearray()
-    while size:
-        out.append(byte | 0x80)
-        byte = size & 0x7F
-        size >>= 7
-    out.append(byte)
-    return bytes(out)
-
-
 def blob_layer(path: Path, blobs: int, blob_bytes: int, seed: int) -> tuple[int, int, list[bytes]]:
     """A layer of random blob entries streamed to ``path``: (file size, meta size, oids)."""
     rng = random.Random(seed)
@@ -68,7 +57,12 @@ def blob_layer(path: Path, blobs: int, blob_bytes: int, seed: int) -> tuple[int,
         w = LayerWriter(f.write)
         for _ in range(blobs):
             oid = ObjectId(rng.randbytes(20))
-            w.append(oid, Kind.BLOB, _header(blob_bytes) + rng.randbytes(blob_bytes), blob_bytes)
+            w.append(
+                oid,
+                Kind.BLOB,
+                encode_entry_header(3, blob_bytes) + rng.randbytes(blob_bytes),
+                blob_bytes,
+            )
             oids.append(oid)
         sealed = w.finish()
     return sealed.file_size, sealed.meta_size, oids

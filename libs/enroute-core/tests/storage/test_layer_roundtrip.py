@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from enroute_core.base.errors import CorruptData, InvalidArgument, LimitExceeded
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import Limits
+from enroute_core.git.pack import encode_entry_header as header
 from enroute_core.git.source import BytesSource
 from enroute_core.storage.layer import (
     CHUNK_BYTES,
@@ -48,18 +49,6 @@ SEED = int(os.environ.get("ENROUTE_SEED", "20240601"))
 PACK_TYPE = {Kind.COMMIT: 1, Kind.TREE: 2, Kind.BLOB: 3, Kind.TAG: 4}
 
 
-def header(pack_type: int, size: int) -> bytes:
-    byte = (pack_type << 4) | (size & 0x0F)
-    size >>= 4
-    out = bytearray()
-    while size:
-        out.append(byte | 0x80)
-        byte = size & 0x7F
-        size >>= 7
-    out.append(byte)
-    return bytes(out)
-
-
 def full(
     oid: bytes,
     kind: Kind,
@@ -73,7 +62,12 @@ def full(
 
 def delta(oid: bytes, kind: Kind, base: bytes, depth: int, size: int = 5) -> LayerEntry:
     return LayerEntry(
-        ObjectId(oid), kind, header(7, 9) + base + b"delta", size, ObjectId(base), depth
+        ObjectId(oid),
+        kind,
+        header(7, 9) + base + b"delta",
+        size,
+        ObjectId(base),
+        depth,
     )
 
 
@@ -514,8 +508,14 @@ def oid(n: int) -> bytes:
             [LayerEntry(ObjectId(oid(1)), Kind.BLOB, header(2, 3) + b"x", 3, None, 0)],
             "is not a BLOB",
         ),
-        ([LayerEntry(ObjectId(oid(1)), Kind.BLOB, header(3, 4) + b"x", 3, None, 0)], "header size"),
-        ([LayerEntry(ObjectId(oid(1)), Kind.BLOB, header(3, 3) + b"x", 3, None, 1)], "depth 0"),
+        (
+            [LayerEntry(ObjectId(oid(1)), Kind.BLOB, header(3, 4) + b"x", 3, None, 0)],
+            "header size",
+        ),
+        (
+            [LayerEntry(ObjectId(oid(1)), Kind.BLOB, header(3, 3) + b"x", 3, None, 1)],
+            "depth 0",
+        ),
         (
             [
                 LayerEntry(
@@ -531,7 +531,10 @@ def oid(n: int) -> bytes:
         ),
         ([LayerEntry(ObjectId(oid(1)), Kind.BLOB, b"\xb3", 3, None, 0)], "truncated"),
         ([LayerEntry(ObjectId(oid(1)), Kind.BLOB, b"", 3, None, 0)], "entry length"),
-        ([LayerEntry(ObjectId(b"short"), Kind.BLOB, header(3, 3), 3, None, 0)], "20-byte"),
+        (
+            [LayerEntry(ObjectId(b"short"), Kind.BLOB, header(3, 3), 3, None, 0)],
+            "20-byte",
+        ),
         ([full(oid(1), Kind.BLOB, base_context=ObjectId(oid(1)))], "own base context"),
     ],
 )

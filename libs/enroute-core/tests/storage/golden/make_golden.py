@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from enroute_core.base.ids import ObjectId
+from enroute_core.git.pack import encode_entry_header
 from enroute_core.storage.layer import (
     CommitInfo,
     GraphCommit,
@@ -68,19 +69,6 @@ def zlib_stored(data: bytes) -> bytes:
     return bytes(out)
 
 
-def pack_header(pack_type: int, size: int) -> bytes:
-    """gitformat-pack.txt, "Pack file": type in bits 4-6, size 4 + 7*n bits."""
-    byte = (pack_type << 4) | (size & 0x0F)
-    size >>= 4
-    out = bytearray()
-    while size:
-        out.append(byte | 0x80)
-        byte = size & 0x7F
-        size >>= 7
-    out.append(byte)
-    return bytes(out)
-
-
 def _varint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
@@ -110,7 +98,7 @@ def full_entry(obj: GitObject, base_context: GitObject | ObjectId | None = None)
     return LayerEntry(
         oid=obj.oid,
         kind=obj.kind,
-        entry=pack_header(_PACK_TYPE[obj.kind], len(obj.body)) + zlib_stored(obj.body),
+        entry=encode_entry_header(_PACK_TYPE[obj.kind], len(obj.body)) + zlib_stored(obj.body),
         size=len(obj.body),
         base=None,
         depth=0,
@@ -128,7 +116,7 @@ def delta_entry(
     return LayerEntry(
         oid=obj.oid,
         kind=obj.kind,
-        entry=pack_header(_REF_DELTA, len(delta)) + base.oid + zlib_stored(delta),
+        entry=encode_entry_header(_REF_DELTA, len(delta)) + base.oid + zlib_stored(delta),
         size=len(obj.body),
         base=base.oid,
         depth=depth,

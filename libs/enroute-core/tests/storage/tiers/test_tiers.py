@@ -17,6 +17,7 @@ import pytest
 from enroute_core.base.errors import CorruptData, NotLocal
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import GiB, MiB
+from enroute_core.git.pack import encode_entry_header as header
 from enroute_core.storage.layer import CHUNK_BYTES, Kind, LayerEntry, SealedLayer, write_layer
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.loads import LoadGate, coalesce
@@ -27,18 +28,6 @@ from enroute_testing.faultproxy import FaultKind, FaultProxy, FaultRule
 from enroute_testing.s3servers import S3Endpoint, create_bucket, moto_server
 
 BUCKET = "enroute-tiers"
-
-
-def header(pack_type: int, size: int) -> bytes:
-    byte = (pack_type << 4) | (size & 0x0F)
-    size >>= 4
-    out = bytearray()
-    while size:
-        out.append(byte | 0x80)
-        byte = size & 0x7F
-        size >>= 7
-    out.append(byte)
-    return bytes(out)
 
 
 def make_layer(
