@@ -1,4 +1,5 @@
-"""The ``enroute`` command: ``enroute dev`` and ``enroute token create``.
+"""The ``enroute`` command: ``enroute dev``, ``enroute token create``, and the API client
+commands ``enroute repo ...`` and ``enroute commit`` (cli_api.py).
 
 ``enroute dev`` (DESIGN.md, "Processes"; docs: services) runs the three roles
 as child processes on loopback with generated configs under ``--data``: one
@@ -26,9 +27,13 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from enroute_gitproto.cli_api import commit, repo_app
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Enroute Git hosting")
 token_app = typer.Typer(no_args_is_help=True, help="Access tokens")
 app.add_typer(token_app, name="token")
+app.add_typer(repo_app, name="repo")
+app.command("commit")(commit)
 
 READY = re.compile(r"^enroute (\w+) ready: (.*)$")
 ROLES = ("ledger", "compute", "gitproto")
