@@ -1,0 +1,375 @@
+"""Ledger service benchmark: three real voters on 127.0.0.1, fsync on (``synchronous=FULL``).
+
+Starts three ``python -m enroute_ledger`` processes (a fresh data directory each
+and a shared ``file://`` store under the system temp dir) and talks to them
+through the generated gRPC stubs with commands of ``enroute_core.state``'s codec,
+as compute does:
+
+1. one group: sequential Commit proposals with compare-and-swap on one ref,
+   then 16 concurrent proposers on the same repository with distinct refs;
+2. many groups (1,000; ``--quick`` 100): concurrent proposers spread over the
+   repositories, each repository proposed to by one proposer at a time
+   (target: at least 2,000 commits/s in aggregate);
+3. idle cost: activate 10,000 repositories (``--quick`` 1,000), let them go
+   quiet, then each process's CPU over 10 s (utime + stime of /proc/<pid>/stat;
+   target at most 2% of a core) and its RSS growth per repository (VmRSS
+   before and after; target at most 2 KiB each).
+
+Proposals go to the member that leads the repository's group (read from
+/status), as a client that follows leaders would. Writes its section to
+docs/benchmarks.md (section "ledger"). Usage: ``python -m bench.ledger [--quick]``
+from the checkout root; about 6 minutes (``--quick``: about 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from bench.ledger_cluster import LedgerProc, start_three
+from bench.report import write_section
+from enroute_core.base.ids import ObjectId
+from enroute_core.state import Commit, OutcomeCode, RefUpdate, decode_change, encode_command
+from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
+
+MAIN = b"refs/heads/main"
+CALL_TIMEOUT_S = 30.0
+ACTIVATE_CONCURRENCY = 32
+ACTIVATE_TIMEOUT_S = 10.0
+GROUPS_BUDGET_S = 120.0
+IDLE_CPU_WINDOW_S = 10.0
+QUIET_S = 5.0
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def oid(n: int) -> ObjectId:
+    return ObjectId(n.to_bytes(20, "big"))
+
+
+@dataclass(frozen=True)
+class Result:
+    commits: int
+    seconds: float
+    latencies_s: tuple[float, ...]
+    refused: int
+
+    @property
+    def per_s(self) -> float:
+        return self.commits / self.seconds
+
+
+def pct(samples: Sequence[float], q: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+class Client:
+    """One aio channel per member; a repository's calls go to its leader when known."""
+
+    def __init__(self, nodes: list[LedgerProc]) -> None:
+        self.nodes = nodes
+        self.channels = [grpc.aio.insecure_channel(n.grpc_addr) for n in nodes]
+        # aio stubs: the generated annotations describe the blocking ones
+        self.stubs: list[Any] = [ledger_pb2_grpc.LedgerStub(c) for c in self.channels]
+        self.leader: dict[str, int] = {}
+        self.incarnation: dict[str, int] = {}
+        self.have: dict[tuple[str, bytes], ObjectId | None] = {}
+        self.serial = 0
+        self.failed = 0
+
+    def stub_for(self, repo: str) -> Any:
+        return self.stubs[self.leader.get(repo, 0)]
+
+    async def activate(self, repo: str) -> bool:
+        """Host ``repo`` (creating it); False when the call failed (counted in ``failed``)."""
+        req = ledger_pb2.ActivateRequest(
+            repo=repo, create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN
+        )
+        try:
+            resp = await self.stubs[hash(repo) % len(self.stubs)].Activate(
+                req, timeout=ACTIVATE_TIMEOUT_S
+            )
+        except grpc.RpcError:
+            self.failed += 1
+            return False
+        self.incarnation[repo] = resp.state.incarnation
+        return True
+
+    async def activate_many(self, repos: Sequence[str], concurrency: int) -> float:
+        it = iter(repos)
+
+        async def worker() -> None:
+            for repo in it:
+                if not await self.activate(repo):
+                    # an outcome-unknown create: a second call answers the repository
+                    await self.activate(repo)
+
+        t = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.perf_counter() - t
+
+    def learn_leaders(self) -> None:
+        """Map repositories to the member index of their group leader (Raft id - 1)."""
+        groups = self.nodes[0].status()["raft_groups"]
+        assert isinstance(groups, list)
+        for g in groups:
+            if not g["deleted"] and g["leader"]:
+                self.leader[g["repo"]] = int(g["leader"]) - 1
+
+    async def commit(self, repo: str, ref: bytes) -> bool:
+        """Move ``ref`` of ``repo`` to a fresh id by compare-and-swap on its last value."""
+        self.serial += 1
+        new = oid(self.serial)
+        inc = self.incarnation[repo]
+        old = self.have.get((repo, ref))
+        cmd = encode_command(Commit(inc, (RefUpdate(ref, old, new),), None, self.serial, True))
+        try:
+            resp = await self.stub_for(repo).Propose(
+                ledger_pb2.ProposeRequest(repo=repo, incarnation=inc, command=cmd),
+                timeout=CALL_TIMEOUT_S,
+            )
+        except grpc.RpcError:
+            self.failed += 1
+            return False
+        ok = decode_change(resp.effects).outcome.code is OutcomeCode.OK
+        if ok:
+            self.have[(repo, ref)] = new
+        return ok
+
+    async def close(self) -> None:
+        for c in self.channels:
+            await c.close()
+
+
+Lane = Callable[[int], Awaitable[bool]]
+
+
+async def drive(lanes: Sequence[Lane], seconds: float) -> Result:
+    """Run every lane's commits back to back for ``seconds``; each lane is one proposer."""
+    lat: list[float] = []
+    refused = 0
+    stop = time.perf_counter() + seconds
+
+    async def run(lane: Lane) -> None:
+        nonlocal refused
+        n = 0
+        while time.perf_counter() < stop:
+            n += 1
+            t = time.perf_counter()
+            ok = await lane(n)
+            lat.append(time.perf_counter() - t)
+            refused += not ok
+
+    start = time.perf_counter()
+    await asyncio.gather(*(run(lane) for lane in lanes))
+    elapsed = time.perf_counter() - start
+    return Result(len(lat) - refused, elapsed, tuple(lat), refused)
+
+
+def ref_lane(c: Client, repo: str, ref: bytes) -> Lane:
+    """Commits that move ``ref`` forward by compare-and-swap, one at a time."""
+
+    async def lane(n: int) -> bool:
+        return await c.commit(repo, ref)
+
+    return lane
+
+
+def repos_lane(c: Client, repos: Sequence[str]) -> Lane:
+    """One proposer over several repositories in turn, CAS on each one's main."""
+
+    async def lane(n: int) -> bool:
+        return await c.commit(repos[n % len(repos)], MAIN)
+
+    return lane
+
+
+def row(title: str, r: Result, lanes: int) -> str:
+    return (
+        f"| {title} | {lanes} | {r.commits:,} | {r.per_s:,.0f} | "
+        f"{pct(r.latencies_s, 0.5) * 1e3:.1f} | {pct(r.latencies_s, 0.99) * 1e3:.1f} | "
+        f"{r.refused} |"
+    )
+
+
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def cpu_share(pids: Sequence[int], seconds: float) -> list[float]:
+    """Fraction of one core each process used over ``seconds`` of wall time."""
+    before = [cpu_ticks(p) for p in pids]
+    t = time.perf_counter()
+    time.sleep(seconds)
+    wall = time.perf_counter() - t
+    return [(cpu_ticks(p) - b) / CLK_TCK / wall for p, b in zip(pids, before, strict=True)]
+
+
+async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float) -> list[str]:
+    c = Client(nodes)
+    pids = [n.pid for n in nodes]
+    out = [
+        "Three ledger voters (`python -m enroute_ledger`, default `ledger.*` timing) on "
+        "127.0.0.1, each with its own data directory on the local disk (SQLite WAL, "
+        "`synchronous=FULL`: fsync on every write round) and a shared `file://` store; "
+        "one client process with one `grpc.aio` channel per member. A commit is one "
+        "`Propose` of an atomic `Commit` with one compare-and-swap ref update, answered "
+        "once the proposer has applied it. Calls go to the repository's group leader "
+        "(from /status). Latency: wall time of one `Propose` seen by the client; "
+        f"each case runs {seconds:g} s.",
+        "",
+        "| case | proposers | commits | commits/s | p50 ms | p99 ms | refused or failed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    try:
+        await c.activate("one")
+        c.learn_leaders()
+        r = await drive([ref_lane(c, "one", MAIN)], seconds)
+        out.append(row("1 group, sequential, CAS on one ref", r, 1))
+        print(out[-1], flush=True)
+        lanes = [ref_lane(c, "one", b"refs/heads/w%02d" % k) for k in range(16)]
+        r = await drive(lanes, seconds)
+        out.append(row("1 group, concurrent, distinct refs", r, 16))
+        print(out[-1], flush=True)
+
+        wanted = [f"g/{i:05d}" for i in range(groups)]
+        t = time.perf_counter()
+        for i in range(0, groups, 100):
+            await c.activate_many(wanted[i : i + 100], ACTIVATE_CONCURRENCY)
+            if time.perf_counter() - t > GROUPS_BUDGET_S:
+                break
+        took = time.perf_counter() - t
+        many = [r for r in wanted if r in c.incarnation]
+        cut = "" if len(many) == groups else f" (stopped at {len(many):,}: time budget)"
+        groups = len(many)
+        print(f"activated {groups} groups in {took:.1f} s", flush=True)
+        c.learn_leaders()
+        spread = [0, 0, 0]
+        for repo in many:
+            spread[c.leader.get(repo, 0)] += 1
+        results = []
+        for proposers in sorted({min(groups, 64), min(groups, 256)}):
+            lanes = [repos_lane(c, many[k::proposers]) for k in range(proposers)]
+            r = await drive(lanes, seconds)
+            results.append(r)
+            out.append(row(f"{groups:,} groups, concurrent", r, proposers))
+            print(out[-1], flush=True)
+        best = max(x.per_s for x in results)
+        out += [
+            "",
+            f"{groups:,} groups{cut}: activated in {took:.1f} s "
+            f"({ACTIVATE_CONCURRENCY} at a time); "
+            f"leaders per member {spread[0]} / {spread[1]} / {spread[2]}. "
+            f"Best aggregate {best:,.0f} commits/s; target at least 2,000 "
+            f"({'met' if best >= 2000 else 'NOT met'}).",
+            "",
+        ]
+
+        # idle cost
+        await asyncio.sleep(QUIET_S)
+        base_cpu = cpu_share(pids, IDLE_CPU_WINDOW_S / 2)
+        print(f"cpu before idle activations {base_cpu}", flush=True)
+        rss0 = [rss_kib(p) for p in pids]
+        idle_repos = [f"i/{i:05d}" for i in range(idle)]
+        budget_s = 90.0 if idle >= 10_000 else 40.0
+        done: list[str] = []
+        t = time.perf_counter()
+        step = 100
+        for i in range(0, idle, step):
+            chunk = idle_repos[i : i + step]
+            await c.activate_many(chunk, ACTIVATE_CONCURRENCY)
+            done += chunk
+            if time.perf_counter() - t > budget_s:
+                break
+        took = time.perf_counter() - t
+        hosted = sum(r in c.incarnation for r in done)
+        print(f"activated {hosted} idle repositories in {took:.1f} s", flush=True)
+        await asyncio.sleep(QUIET_S)
+        cpu = cpu_share(pids, IDLE_CPU_WINDOW_S)
+        rss1 = [rss_kib(p) for p in pids]
+        per_repo = [(b - a) / hosted for a, b in zip(rss0, rss1, strict=True)]
+        total_groups = hosted + groups + 1
+        print(f"idle cpu {cpu} rss/repo KiB {per_repo}", flush=True)
+        cut = (
+            ""
+            if hosted == idle
+            else f" (stopped at {hosted:,} of {idle:,}: a {budget_s:.0f} s time budget)"
+        )
+        out += [
+            "### Idle cost",
+            "",
+            f"Activated {hosted:,} more repositories{cut} in {took:.0f} s "
+            f"({hosted / took:,.0f}/s, {ACTIVATE_CONCURRENCY} at a time), so each member "
+            f"hosts {total_groups:,} groups; waited {QUIET_S:g} s, then measured each "
+            f"process over {IDLE_CPU_WINDOW_S:g} s (utime + stime from /proc/PID/stat). "
+            "RSS growth: VmRSS after minus before the activations, divided by "
+            f"{hosted:,}. Before the activations ({groups + 1:,} groups) the CPU was "
+            + " / ".join(f"{x * 100:.1f}%" for x in base_cpu)
+            + ".",
+            f"Calls that failed (deadline) over the whole run: {c.failed}.",
+            "",
+            "| member | CPU (% of a core) | VmRSS before MiB | after MiB | KiB per repository |",
+            "|---|---|---|---|---|",
+        ]
+        for i in range(3):
+            out.append(
+                f"| {i + 1} | {cpu[i] * 100:.2f} | {rss0[i] / 1024:.0f} | {rss1[i] / 1024:.0f} "
+                f"| {per_repo[i]:.2f} |"
+            )
+        cpu_ok = max(cpu) <= 0.02
+        rss_ok = max(per_repo) <= 2.0
+        out += [
+            "",
+            f"Targets: CPU at most 2% of a core ({'met' if cpu_ok else 'NOT met'}: worst "
+            f"{max(cpu) * 100:.2f}%); RSS at most 2 KiB per repository "
+            f"({'met' if rss_ok else 'NOT met'}: worst {max(per_repo):.2f} KiB).",
+            "",
+        ]
+    finally:
+        await c.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="100 groups, 1,000 idle repositories")
+    ap.add_argument("--seconds", type=float, default=None, help="per throughput case")
+    args = ap.parse_args()
+    groups, idle = (100, 1000) if args.quick else (1000, 10_000)
+    seconds = args.seconds if args.seconds is not None else (3.0 if args.quick else 8.0)
+    # SIGTERM (e.g. from `timeout`) unwinds through the finally below too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    work = Path(tempfile.mkdtemp(prefix="ledger-bench-"))
+    started: list[LedgerProc] = []
+    try:
+        nodes = start_three(work, started)
+        lines = asyncio.run(bench(nodes, groups, idle, seconds))
+    finally:
+        for p in started:
+            p.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    write_section("ledger", lines)
+
+
+if __name__ == "__main__":
+    main()
