@@ -38,11 +38,11 @@ from typing import Any
 
 import grpc
 
-from bench.ledger_cluster import LedgerProc, start_three
 from bench.report import write_section
 from enroute_core.base.ids import ObjectId
 from enroute_core.state import Commit, OutcomeCode, RefUpdate, decode_change, encode_command
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
+from enroute_testing.ledgers import LedgerProc, start_three
 
 MAIN = b"refs/heads/main"
 CALL_TIMEOUT_S = 30.0

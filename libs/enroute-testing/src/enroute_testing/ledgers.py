@@ -1,8 +1,8 @@
-"""Three real ledger voters on 127.0.0.1 for the ledger benchmark; always killed at the end.
+"""Real ledger processes on 127.0.0.1 for tests and benchmarks; the caller always kills them.
 
 Ports are picked before the processes start so that every config can name all
-members (``ledger.members``); the processes start side by side and find each
-other through Raft.
+members (``ledger.members``); voters start side by side and find each other
+through Raft.
 """
 
 from __future__ import annotations
@@ -16,6 +16,12 @@ import threading
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import grpc
+
+from enroute_proto import find_error_detail
+from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
 
 READY_PREFIX = "enroute ledger ready: "
 START_TIMEOUT_S = 30.0
@@ -33,6 +39,7 @@ class LedgerProc:
     proc: subprocess.Popen[str] | None = None
     grpc_addr: str = ""
     http_addr: str = ""
+    channel: grpc.Channel | None = None
     stderr: list[str] = field(default_factory=list)
 
     @property
@@ -63,25 +70,64 @@ class LedgerProc:
         t.join(START_TIMEOUT_S)
         if not line or not line[0].startswith(READY_PREFIX):
             self.kill()
-            raise RuntimeError(f"ledger did not start: {line} {''.join(self.stderr)[-3000:]}")
+            raise AssertionError(f"ledger did not start: {line} {''.join(self.stderr)[-3000:]}")
         parts = dict(p.split("=", 1) for p in line[0][len(READY_PREFIX) :].split())
         self.grpc_addr, self.http_addr = parts["grpc"], parts["http"]
+        self.channel = grpc.insecure_channel(self.grpc_addr)
         return self
+
+    def start(self) -> LedgerProc:
+        return self.spawn().wait_ready()
+
+    @property
+    def ledger(self) -> ledger_pb2_grpc.LedgerStub:
+        assert self.channel is not None
+        return ledger_pb2_grpc.LedgerStub(self.channel)
 
     def status(self) -> dict[str, object]:
         with urllib.request.urlopen(f"http://{self.http_addr}/status", timeout=30) as r:
             st: dict[str, object] = json.loads(r.read())
         return st
 
+    def stop(self) -> int:
+        """SIGTERM; the process must exit cleanly."""
+        assert self.proc is not None
+        self._close_channel()
+        self.proc.terminate()
+        try:
+            return self.proc.wait(10)
+        finally:
+            self.kill()
+
     def kill(self) -> None:
+        self._close_channel()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
 
+    def _close_channel(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+
+
+def error_code(e: grpc.RpcError) -> str:
+    call: Any = e  # a failed call is also a grpc.Call
+    detail = find_error_detail(call.trailing_metadata())
+    return detail.code if detail is not None else f"status:{call.code()}"
+
 
 def write_config(
-    path: Path, *, node_id: int, data: Path, store: Path, grpc_port: int, members: tuple[str, ...]
+    path: Path,
+    *,
+    node_id: int,
+    data: Path,
+    store: Path,
+    grpc_port: int = 0,
+    members: tuple[str, ...] = (),
+    ledger: dict[str, object] | None = None,
 ) -> Path:
+    """A ledger config; ``ledger`` adds keys of the ledger section (timing, checkpoints)."""
     lines = [
         "node:",
         f'  id: "{node_id}"',
@@ -92,14 +138,28 @@ def write_config(
         f'  grpc: "127.0.0.1:{grpc_port}"',
         '  http: "127.0.0.1:0"',
         "ledger:",
-        "  members: [" + ", ".join(f'"{m}"' for m in members) + "]",
+        *(f"  {k}: {v}" for k, v in (ledger or {}).items()),
     ]
+    if members:
+        lines.append("  members: [" + ", ".join(f'"{m}"' for m in members) + "]")
+    if lines[-1] == "ledger:":
+        lines.pop()
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def start_three(work: Path, started: list[LedgerProc]) -> list[LedgerProc]:
-    """Start three voters under ``work``; every started process is appended to ``started``."""
+def start_all(nodes: list[LedgerProc], started: list[LedgerProc]) -> None:
+    """Start processes side by side (each waits for its peers' ports only through Raft)."""
+    for n in nodes:
+        started.append(n.spawn())
+    for n in nodes:
+        n.wait_ready()
+
+
+def start_three(
+    work: Path, started: list[LedgerProc], *, ledger: dict[str, object] | None = None
+) -> list[LedgerProc]:
+    """Three voters under ``work``; every started process is appended to ``started``."""
     store = work / "store"
     ports = [free_port() for _ in range(3)]
     members = tuple(f"127.0.0.1:{port}" for port in ports)
@@ -112,12 +172,10 @@ def start_three(work: Path, started: list[LedgerProc]) -> list[LedgerProc]:
                 store=store,
                 grpc_port=ports[i],
                 members=members,
+                ledger=ledger,
             )
         )
         for i in range(3)
     ]
-    for n in nodes:
-        started.append(n.spawn())
-    for n in nodes:
-        n.wait_ready()
+    start_all(nodes, started)
     return nodes
