@@ -82,9 +82,10 @@ def test_list_follows_page_tokens(enroute_url: str) -> None:
     assert len(listed_names) == len(set(listed_names))
     table = run(enroute_url, "repo", "list", "--limit", "2").stdout.splitlines()
     assert [line.split()[0] for line in table[1:]] == listed_names
-    # The server really pages at this size (otherwise the test proves nothing).
+    # The server really pages at this size (otherwise the test proves nothing). A page may
+    # be short, even empty, where deleted names take its places (seed 001, "Listing").
     first = api(enroute_url, "GET", "/repos?limit=1")
-    assert len(first["repos"]) == 1 and first["next_page_token"]
+    assert len(first["repos"]) <= 1 and first["next_page_token"]
 
 
 def test_refs_after_api_commit(enroute_url: str) -> None:
