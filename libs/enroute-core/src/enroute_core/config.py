@@ -88,6 +88,8 @@ class LayersConfig(_Section):
     """DESIGN "Repository state" (the upload window) and seed 001 (sweep times)."""
 
     upload_window: int = Field(default=64, ge=1)
+    # a pushed layer up to this size travels in the log entry (DESIGN "Repository state")
+    inline_max: Bytes = Field(default=512 * KiB, ge=0, le=4 * MiB)
     sweep_retention: Seconds = 3600.0
     sweep_interval: Seconds = 600.0
 

@@ -49,7 +49,7 @@ async def serve(config: Config) -> None:
     data_dir = os.path.join(config.node.data_dir, "layers")
     layers = LayerService(store, data_dir, disk_budget_bytes=config.node.disk_cache)
     ledger = GrpcLedger(tuple(config.ledger.members))
-    host = RepositoryHost(ledger, layers, SystemClock())
+    host = RepositoryHost(ledger, layers, SystemClock(), inline_max_bytes=config.layers.inline_max)
     server = grpc.aio.server()
     compute_pb2_grpc.add_ComputeServicer_to_server(ComputeServicer(host), server)
     grpc_host, grpc_port = split_address(config.listen.grpc, DEFAULT_GRPC)

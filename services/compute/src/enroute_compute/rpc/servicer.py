@@ -16,8 +16,10 @@ from typing import Any, NoReturn
 
 import grpc
 
+from enroute_compute.fetch import Fetcher
 from enroute_compute.host import RepositoryHost
 from enroute_compute.ledger_port import CreateMode, RepoSummary
+from enroute_compute.push import Pusher
 from enroute_compute.rpc.convert import commit_request_from_pb, ref_to_pb, summary_to_pb
 from enroute_compute.rpc.errors import abort_args
 from enroute_core.base.errors import (
@@ -133,6 +135,8 @@ def _token_name(token: str) -> str:
 class ComputeServicer(compute_pb2_grpc.ComputeServicer):
     def __init__(self, host: RepositoryHost) -> None:
         self.host = host
+        self.fetcher = Fetcher(host)
+        self.pusher = Pusher(host)
 
     async def _git(
         self,
@@ -169,7 +173,7 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
             await _abort(context, exc)
 
         async def chunks() -> AsyncIterator[bytes]:
-            yield await self.host.info_refs(header.repo, service, header.git_protocol)
+            yield await self.fetcher.info_refs(header.repo, service, header.git_protocol)
 
         ctype = _CONTENT_TYPES[("advertisement", service)]
         async for msg in self._git(context, ctype, chunks()):
@@ -187,7 +191,7 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
             body = await _collect(_body(request_iterator, header.content_encoding))
         except EnrouteError as exc:
             await _abort(context, exc)
-        chunks = self.host.upload_pack(header.repo, header.git_protocol, body)
+        chunks = self.fetcher.upload_pack(header.repo, header.git_protocol, body)
         ctype = _CONTENT_TYPES[("result", "git-upload-pack")]
         async for msg in self._git(context, ctype, chunks):
             yield msg
@@ -203,7 +207,7 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
             check_repo_name(header.repo)
         except EnrouteError as exc:
             await _abort(context, exc)
-        chunks = self.host.receive_pack(
+        chunks = self.pusher.receive_pack(
             header.repo, _body(request_iterator, header.content_encoding)
         )
         ctype = _CONTENT_TYPES[("result", "git-receive-pack")]
@@ -287,7 +291,7 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[compute_pb2.ListRefsResponse]:
         try:
-            repo = await self.host.open(request.repo)
+            repo = await self.host.read(request.repo)  # behind a barrier: DESIGN "Read path"
         except EnrouteError as exc:
             await _abort(context, exc)
         refs = [
@@ -304,7 +308,7 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> compute_pb2.CreateCommitResponse:
         try:
-            built = await self.host.create_commit(commit_request_from_pb(request))
+            built = await self.pusher.create_commit(commit_request_from_pb(request))
         except EnrouteError as exc:
             await _abort(context, exc)
         return compute_pb2.CreateCommitResponse(oid=built.oid, tree=built.tree)

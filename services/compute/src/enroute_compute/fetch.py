@@ -1,0 +1,307 @@
+"""Fetch (upload-pack) for the hosted repositories: advertisement, negotiation, the pack.
+
+A read barrier (DESIGN "Read path"), the refs, then the v2 or v0 conversation
+(``enroute_core.protocol.fetch``); the pack is planned with ``plan_fetch`` and
+written with ``write_pack`` in side-band-64k with progress, from a worker thread
+so the event loop keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable
+
+from enroute_compute.host import RepositoryHost, Snapshot
+from enroute_core.base.errors import EnrouteError, ProtocolError
+from enroute_core.base.ids import ObjectId
+from enroute_core.base.limits import KiB
+from enroute_core.engine import serve
+from enroute_core.git.pktline import FLUSH_PKT, NEED_DATA
+from enroute_core.git.sideband import SIDEBAND_64K_DATA_BYTES_MAX
+from enroute_core.protocol import fetch as pfetch
+from enroute_core.protocol._common import RefSnapshot
+from enroute_core.protocol.advertise import Service, encode_v0_advertisement, encode_v2_capabilities
+from enroute_core.protocol.errors import fatal_error_bytes
+from enroute_core.protocol.lsrefs import encode_ls_refs_response
+from enroute_core.state.names import check_repo_name
+
+PACK_BUFFER_BYTES = 256 * KiB
+
+
+class Fetcher:
+    """The read side of the Git protocol over a :class:`RepositoryHost`."""
+
+    def __init__(self, host: RepositoryHost) -> None:
+        self.host = host
+
+    # -- advertisement --------------------------------------------------------------------
+
+    async def info_refs(self, name: str, service: Service, git_protocol: str) -> bytes:
+        check_repo_name(name)
+        version = protocol_version(git_protocol)
+        if service == "git-upload-pack":
+            if version == 2:
+                await self.host.open(name)  # a missing repository is not found
+                return encode_v2_capabilities()
+            snap = await self.host.read(name)
+            return encode_v0_advertisement(
+                self.host.ref_snapshot(snap), service, version1=version == 1
+            )
+        # receive-pack: a missing repository advertises nothing; the push creates it.
+        maybe = await self.host.read_or_empty(name)
+        return encode_v0_advertisement(
+            self.host.ref_snapshot(maybe), service, version1=version == 1
+        )
+
+    # -- fetch ----------------------------------------------------------------------------
+
+    async def upload_pack(self, name: str, git_protocol: str, body: bytes) -> AsyncIterator[bytes]:
+        check_repo_name(name)
+        self.host.fetches += 1
+        if protocol_version(git_protocol) == 2:
+            async for chunk in self._upload_pack_v2(name, body):
+                yield chunk
+        else:
+            async for chunk in self._upload_pack_v0(name, body):
+                yield chunk
+
+    async def _upload_pack_v2(self, name: str, body: bytes) -> AsyncIterator[bytes]:
+        conv = pfetch.UploadPackV2(limits=self.host.limits)
+        conv.feed(body)
+        conv.feed_eof()
+        while True:
+            event = conv.next_event()
+            if event is NEED_DATA or isinstance(event, pfetch.SessionEnd):
+                return
+            snap = await self.host.read(name)
+            refs = self.host.ref_snapshot(snap)
+            if isinstance(event, pfetch.LsRefsCommand):
+                yield encode_ls_refs_response(event.request, refs)
+                continue
+            request = event.request
+            wants = list(request.wants)
+            wanted_refs: list[tuple[ObjectId, bytes]] = []
+            by_name = {r.name: r.oid for r in refs.refs}
+            for ref_name in request.want_refs:
+                oid = by_name.get(ref_name)
+                if oid is None:
+                    raise ProtocolError(f"unknown ref {ref_name!r}", field="want-ref")
+                wanted_refs.append((oid, ref_name))
+                wants.append(oid)
+            common = tuple(h for h in request.haves if snap.view.contains(h))
+            ready = bool(common) or not request.haves
+            plan: serve.PackPlan | None = None
+            reply = pfetch.FetchReply(common, ready, wanted_refs=tuple(wanted_refs))
+            if pfetch.sends_pack(request, reply):
+                plan = await asyncio.to_thread(self._plan, snap, refs, request, wants, common)
+                reply = pfetch.FetchReply(
+                    common,
+                    ready,
+                    shallow=plan.shallow,
+                    unshallow=plan.unshallow,
+                    wanted_refs=tuple(wanted_refs),
+                )
+            yield pfetch.encode_fetch_head(request, reply)
+            if plan is None:
+                continue
+            try:
+                async for chunk in self._pack(snap, plan, progress=not request.no_progress):
+                    yield chunk
+            except EnrouteError as exc:
+                yield fatal_error_bytes(exc, response_started=True, sideband=True)
+                return
+            yield FLUSH_PKT
+
+    def _plan(
+        self,
+        snap: Snapshot,
+        refs: RefSnapshot,
+        request: pfetch.FetchRequest | pfetch.UploadRequestV0,
+        wants: Iterable[ObjectId],
+        haves: Iterable[ObjectId],
+    ) -> serve.PackPlan:
+        if isinstance(request, pfetch.FetchRequest):
+            thin, ofs, include = request.thin_pack, request.ofs_delta, request.include_tag
+        else:
+            thin = request.has(b"thin-pack")
+            ofs = request.has(b"ofs-delta")
+            include = request.has(b"include-tag")
+        tags = [r.oid for r in refs.refs if r.peeled is not None] if include else []
+        deepen = request.deepen
+        return serve.plan_fetch(
+            snap.view,
+            list(wants),
+            list(haves),
+            filter=_engine_filter(request.filter),
+            thin=thin,
+            ofs_delta=ofs,
+            include_tag=tags,
+            deepen=deepen.depth,
+            deepen_relative=_deepen_relative(request),
+            deepen_since=deepen.since,
+            deepen_not=_deepen_not_oids(refs, deepen.not_refs),
+            client_shallow=deepen.shallows,
+        )
+
+    def _shallow(
+        self, snap: Snapshot, refs: RefSnapshot, request: pfetch.UploadRequestV0
+    ) -> serve.Shallow:
+        deepen = request.deepen
+        return serve.plan_shallow(
+            snap.view,
+            request.wants,
+            client_shallow=deepen.shallows,
+            deepen=deepen.depth,
+            deepen_relative=_deepen_relative(request),
+            deepen_since=deepen.since,
+            deepen_not=_deepen_not_oids(refs, deepen.not_refs),
+        )
+
+    async def _pack(
+        self,
+        snap: Snapshot,
+        plan: serve.PackPlan,
+        *,
+        progress: bool,
+        sideband_max: int | None = SIDEBAND_64K_DATA_BYTES_MAX,
+    ) -> AsyncIterator[bytes]:
+        """The pack in side-band (or raw when ``sideband_max`` is None), streamed from a thread."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=64)
+        buffer = bytearray()
+
+        def put(item: bytes | BaseException | None) -> None:
+            asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+
+        def frame(data: bytes) -> bytes:
+            if sideband_max is None:
+                return data
+            return pfetch.encode_pack_data(data, sideband_max=sideband_max)
+
+        def sink(data: bytes) -> None:
+            buffer.extend(data)
+            if len(buffer) >= PACK_BUFFER_BYTES:
+                put(frame(bytes(buffer)))
+                buffer.clear()
+
+        def on_progress(event: serve.ProgressEvent) -> None:
+            if progress and sideband_max is not None:
+                text = f"{event.stage}: {event.done}/{event.total}\r"
+                if event.done == event.total:
+                    text = f"{event.stage}: {event.done}/{event.total}, done.\n"
+                put(pfetch.encode_progress(text.encode()))
+
+        def run() -> None:
+            try:
+                serve.write_pack(snap.view, plan, sink, progress=on_progress)
+                if buffer:
+                    put(frame(bytes(buffer)))
+                put(None)
+            except BaseException as exc:
+                put(exc)
+
+        worker = loop.run_in_executor(None, run)
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            while not worker.done():
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    queue.get_nowait()
+                await asyncio.sleep(0)
+            await worker
+
+    async def _upload_pack_v0(self, name: str, body: bytes) -> AsyncIterator[bytes]:
+        conv = pfetch.UploadPackV0(limits=self.host.limits)
+        conv.feed(body)
+        conv.feed_eof()
+        request: pfetch.UploadRequestV0 | None = None
+        haves: list[ObjectId] = []
+        snap = await self.host.read(name)
+        refs = self.host.ref_snapshot(snap)
+        while True:
+            event = conv.next_event()
+            if event is NEED_DATA or isinstance(event, pfetch.RequestEnd):
+                return
+            if isinstance(event, pfetch.WantList):
+                request = event.request
+                if not request.wants:
+                    return
+                if request.deepen.deepening:
+                    # Right after the wants, before any acks (gitprotocol-pack, "Shallow
+                    # update"); a stateless client's first request stops here.
+                    bound = await asyncio.to_thread(self._shallow, snap, refs, request)
+                    yield pfetch.encode_shallow_update(bound.shallow, bound.unshallow)
+                continue
+            assert request is not None
+            common = [h for h in event.haves if snap.view.contains(h)]
+            haves.extend(common)
+            acks = pfetch.encode_v0_acks(
+                request, event, frozenset(haves), ready=bool(haves) or event.done
+            )
+            yield acks.data
+            if not acks.send_pack:
+                continue
+            plan = await asyncio.to_thread(self._plan, snap, refs, request, request.wants, haves)
+            sideband = request.sideband_max
+            progress = sideband is not None and not request.has(b"no-progress")
+            try:
+                async for chunk in self._pack(snap, plan, progress=progress, sideband_max=sideband):
+                    yield chunk
+            except EnrouteError as exc:
+                yield fatal_error_bytes(exc, response_started=True, sideband=sideband is not None)
+                return
+            if sideband is not None:
+                yield FLUSH_PKT
+            return
+
+
+def _deepen_relative(request: pfetch.FetchRequest | pfetch.UploadRequestV0) -> bool:
+    """v2 sends a ``deepen-relative`` line; v0/v1 name it among the capabilities."""
+    if isinstance(request, pfetch.UploadRequestV0):
+        return request.deepen.relative or request.has(b"deepen-relative")
+    return request.deepen.relative
+
+
+def _deepen_not_oids(refs: RefSnapshot, names: Iterable[bytes]) -> list[ObjectId]:
+    """Each ``deepen-not`` name resolved as git's upload-pack does (the ref DWIM rules
+    of gitrevisions, "<refname>"); a name matching no ref, or several, is refused."""
+    by_name = {r.name: r.oid for r in refs.refs}
+    out: list[ObjectId] = []
+    for name in names:
+        rules = (b"%s", b"refs/%s", b"refs/tags/%s", b"refs/heads/%s", b"refs/remotes/%s")
+        found = [by_name[r % name] for r in rules if r % name in by_name]
+        head = b"refs/remotes/%s/HEAD" % name
+        if head in by_name:
+            found.append(by_name[head])
+        if len(found) != 1:
+            what = "ambiguous" if found else "unknown"
+            raise ProtocolError(f"{what} deepen-not: {name.decode(errors='replace')}")
+        out.append(found[0])
+    return out
+
+
+def _engine_filter(spec: pfetch.Filter | None) -> serve.FetchFilter | None:
+    if spec is None:
+        return None
+    if isinstance(spec, pfetch.BlobNone):
+        return serve.BlobNone()
+    if isinstance(spec, pfetch.BlobLimit):
+        return serve.BlobLimit(spec.bytes_max)
+    return serve.TreeDepth(spec.depth)
+
+
+def protocol_version(git_protocol: str) -> int:
+    """The version a ``Git-Protocol`` header asks for (gitprotocol-http: ``version=2``)."""
+    version = 0
+    for item in git_protocol.split(":"):
+        key, _, value = item.partition("=")
+        if key.strip() == "version" and value.strip() in ("1", "2"):
+            version = max(version, int(value.strip()))
+    return version

@@ -1,0 +1,200 @@
+"""Writes to the hosted repositories: Git pushes (receive-pack) and API commits.
+
+Push (services.md, "Compute semantics"): parse the receive-pack request
+(``enroute_core.protocol.receive``), spool the pack, ingest it against the
+view, make the layer inline (small) or stored (published with the state's
+``upload_gen``), propose a ``Commit`` with compare-and-swap ref updates
+(atomic when the client asked), and turn the applied Change into
+report-status. A push to a missing repository activates it implicitly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from enroute_compute.commits import BuiltCommit, CommitRequest, build_commit
+from enroute_compute.host import RepositoryHost
+from enroute_compute.ledger_port import CreateMode
+from enroute_core.base.errors import (
+    EnrouteError,
+    GitForm,
+    IncarnationEnded,
+    NotFound,
+    StaleRef,
+)
+from enroute_core.base.ids import ZERO_OID, ObjectId
+from enroute_core.base.limits import check_limit
+from enroute_core.engine.ingest import IngestResult, ingest_pack
+from enroute_core.git.pktline import NEED_DATA
+from enroute_core.git.source import BytesSource
+from enroute_core.protocol.errors import git_message
+from enroute_core.protocol.receive import (
+    PackChunk,
+    PushEnd,
+    PushReport,
+    PushRequest,
+    ReceivePack,
+    encode_report,
+)
+from enroute_core.protocol.receive import RefStatus as ReportStatus
+from enroute_core.state import Change, Commit, RefStatus, RefUpdate
+from enroute_core.state.head import branch_ref
+from enroute_core.state.names import check_repo_name
+
+
+class Pusher:
+    """The write side over a :class:`RepositoryHost`: pushes and API commits."""
+
+    def __init__(self, host: RepositoryHost) -> None:
+        self.host = host
+
+    # -- push -----------------------------------------------------------------------------
+
+    async def receive_pack(self, name: str, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        check_repo_name(name)
+        conv = ReceivePack(limits=self.host.limits)
+        request: PushRequest | None = None
+        pack = bytearray()
+
+        def drain() -> bool:
+            nonlocal request
+            while True:
+                event = conv.next_event()
+                if event is NEED_DATA:
+                    return False
+                if isinstance(event, PushRequest):
+                    request = event
+                elif isinstance(event, PackChunk):
+                    pack.extend(event.data)
+                    check_limit(
+                        "ingest_pack_bytes_max", len(pack), self.host.limits.ingest_pack_bytes_max
+                    )
+                elif isinstance(event, PushEnd):
+                    return True
+
+        async for chunk in body:
+            conv.feed(chunk)
+            drain()
+        conv.feed_eof()
+        drain()
+        if request is None or not request.commands:
+            return
+        self.host.pushes += 1
+        report = await self._push(name, request, bytes(pack))
+        yield report
+
+    async def _push(self, name: str, request: PushRequest, pack: bytes) -> bytes:
+        commands = request.commands
+        snap = (await self.host.open(name, CreateMode.IMPLICIT)).snapshot()
+        tips = [c.new for c in commands if not c.is_delete]
+        result: IngestResult | None = None
+
+        def refuse_all(reason: bytes, unpack: bytes | None = None) -> bytes:
+            statuses = tuple(ReportStatus(c.ref, reason) for c in commands)
+            return encode_report(PushReport(unpack, statuses), request)
+
+        if pack and tips:
+            try:
+                result = await asyncio.to_thread(
+                    ingest_pack, BytesSource(pack), tips, snap.view, limits=self.host.limits
+                )
+            except EnrouteError as exc:
+                if exc.mapping.git_form is GitForm.REF:
+                    return refuse_all(git_message(exc))
+                return refuse_all(b"unpacker error", git_message(exc))
+        new_layer = None if result is None else await self.host.store_layer(name, snap, result)
+        command = Commit(
+            incarnation=snap.state.incarnation,
+            ref_updates=tuple(
+                RefUpdate(
+                    c.ref,
+                    None if c.old == ZERO_OID else c.old,
+                    None if c.new == ZERO_OID else c.new,
+                )
+                for c in commands
+            ),
+            new_layer=new_layer,
+            stamp_us=self.host.clock.now_us(),
+            is_push=True,
+            atomic=request.has(b"atomic"),
+        )
+        try:
+            proposed = await self.host.ledger.propose(name, snap.state.incarnation, command)
+        except IncarnationEnded as exc:
+            self.host.drop(name)
+            return refuse_all(git_message(exc))
+        except EnrouteError as exc:
+            return refuse_all(git_message(exc))
+        await self.host.wait_applied(name, proposed.version)
+        return encode_report(_report(proposed.change, request), request)
+
+    # -- API commits ----------------------------------------------------------------------
+
+    async def create_commit(self, request: CommitRequest) -> BuiltCommit:
+        """DESIGN "API commits": build on the expected parent, ingest, move the branch by CAS.
+
+        The repository must exist (API commits never create one). A stale
+        ``expected_oid`` raises :class:`StaleRef` with ``current_oid`` (None when
+        unborn), before anything is built and again from the ledger's CAS. The
+        entry is not a push, so it leaves the last push time (seed 001, "Last push").
+        """
+        name = request.repo
+        check_repo_name(name)
+        ref = branch_ref(request.branch)
+        snap = await self.host.read(name)
+        current = snap.state.refs.get(ref)
+        if (None if current is None else current.oid) != request.expected_oid:
+            raise _stale(ref, None if current is None else current.oid)
+        now_us = self.host.clock.now_us()
+        built = await asyncio.to_thread(
+            build_commit, snap.view.read, request, now_us, limits=self.host.limits
+        )
+        result = await asyncio.to_thread(
+            ingest_pack, BytesSource(built.pack()), [built.oid], snap.view, limits=self.host.limits
+        )
+        command = Commit(
+            incarnation=snap.state.incarnation,
+            ref_updates=(RefUpdate(ref, request.expected_oid, built.oid),),
+            new_layer=await self.host.store_layer(name, snap, result),
+            stamp_us=now_us,
+            is_push=False,
+            atomic=True,
+        )
+        try:
+            proposed = await self.host.ledger.propose(name, snap.state.incarnation, command)
+        except IncarnationEnded:
+            self.host.drop(name)
+            raise NotFound(f"repository {name} not found", name=name) from None
+        refused = proposed.change.outcome.error()
+        if refused is not None:
+            raise refused
+        await self.host.wait_applied(name, proposed.version)
+        return built
+
+
+def _stale(ref: bytes, current: ObjectId | None) -> StaleRef:
+    shown = ref.decode("utf-8", "replace")
+    current_hex = None if current is None else current.hex()
+    return StaleRef(
+        f"{shown} is at {current_hex or 'nothing (unborn)'}, not the expected value",
+        ref=shown,
+        current_oid=current_hex,
+    )
+
+
+def _report(change: Change, request: PushRequest) -> PushReport:
+    results = {r.name: r for r in change.refs}
+    fallback = change.outcome.message.encode() or b"refused"
+    statuses: list[ReportStatus] = []
+    for c in request.commands:
+        r = results.get(c.ref)
+        if r is not None and r.status is RefStatus.OK:
+            statuses.append(ReportStatus(c.ref))
+        elif r is not None:
+            statuses.append(ReportStatus(c.ref, (r.reason or fallback.decode()).encode()))
+        elif change.outcome.ok:
+            statuses.append(ReportStatus(c.ref))
+        else:
+            statuses.append(ReportStatus(c.ref, fallback))
+    return PushReport(None, tuple(statuses))
