@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from enroute_core.base.errors import InvalidArgument
-from enroute_core.base.limits import GiB, KiB, MiB
+from enroute_core.base.limits import DEFAULT_LIMITS, GiB, KiB, Limits, MiB
 from enroute_core.storage.objectstore.base import StoreOptions
 
 ENV_PREFIX = "ENROUTE_"
@@ -75,50 +75,73 @@ class _Section(BaseModel):
 class NodeConfig(_Section):
     """Seed 004 "Pages and memory" and "Disk budget"."""
 
-    id: str = ""
-    data_dir: str = "./.enroute"
-    # object cache (3/4) and entry cache (1/4), charged to the page-cache budget
-    cache: Bytes = 256 * MiB
-    page_cache: Bytes = 256 * MiB
-    # None = unbounded: local copies hydrate in the background
-    disk_cache: Bytes | None = None
+    id: str = Field(default="", description="This node's name in /status, metrics and the ledger.")
+    data_dir: str = Field(default="./.enroute", description="Local state: log, layer copies.")
+    cache: Bytes = Field(
+        default=256 * MiB,
+        description="Object cache (3/4) and entry cache (1/4), charged to the page-cache budget.",
+    )
+    page_cache: Bytes = Field(default=256 * MiB, description="Buffer pool of layer pages.")
+    disk_cache: Bytes | None = Field(
+        default=None,
+        description="Disk budget of local layer copies; unset: unbounded, hydrated in the "
+        "background.",
+    )
 
 
 class LayersConfig(_Section):
     """DESIGN "Repository state" (the upload window) and seed 001 (sweep times)."""
 
-    upload_window: int = Field(default=64, ge=1)
-    # a pushed layer up to this size travels in the log entry (DESIGN "Repository state")
-    inline_max: Bytes = Field(default=512 * KiB, ge=0, le=4 * MiB)
-    sweep_retention: Seconds = 3600.0
-    sweep_interval: Seconds = 600.0
+    upload_window: int = Field(
+        default=64, ge=1, description="Upload generations a published layer stays committable."
+    )
+    inline_max: Bytes = Field(
+        default=512 * KiB,
+        ge=0,
+        le=4 * MiB,
+        description="A pushed layer up to this size travels in the log entry, not the store.",
+    )
+    sweep_retention: Seconds = Field(
+        default=3600.0, description="How long an unnamed layer file is kept before deletion."
+    )
+    sweep_interval: Seconds = Field(default=600.0, description="How often the layer sweep runs.")
 
 
 class LedgerConfig(_Section):
     """DESIGN "Freezing the ledger" and the Raft timing of the ledger voters."""
 
-    checkpoint_entries: int = Field(default=10_000, ge=1)
-    checkpoint_interval: Seconds = 300.0
-    tick_interval: Seconds = 0.1
-    election_ticks: int = Field(default=10, ge=2)
-    heartbeat_ticks: int = Field(default=1, ge=1)
-    # host:port of every ledger voter's gRPC endpoint (static discovery)
-    members: tuple[str, ...] = ()
+    checkpoint_entries: int = Field(
+        default=10_000, ge=1, description="Applied entries between checkpoints of a group."
+    )
+    checkpoint_interval: Seconds = Field(
+        default=300.0, description="Longest time between checkpoints of a changed group."
+    )
+    tick_interval: Seconds = Field(default=0.1, description="One Raft tick.")
+    election_ticks: int = Field(default=10, ge=2, description="Election timeout, in ticks.")
+    heartbeat_ticks: int = Field(default=1, ge=1, description="Heartbeat interval, in ticks.")
+    members: tuple[str, ...] = Field(
+        default=(), description="host:port of every ledger voter's gRPC endpoint."
+    )
 
 
 class ComputeConfig(_Section):
     """Where gitproto finds computes (static discovery); rendezvous hashing picks one."""
 
-    # host:port of every compute's gRPC endpoint
-    members: tuple[str, ...] = ()
+    members: tuple[str, ...] = Field(
+        default=(), description="host:port of every compute's gRPC endpoint."
+    )
 
 
 class StoreConfig(_Section):
     """The object store: a ``file://`` directory or ``s3://bucket/prefix``."""
 
-    url: str = "file://./.enroute/store"
-    # fields of StoreOptions (timeouts, retries, credentials, multipart sizes)
-    options: dict[str, Any] = Field(default_factory=dict)
+    url: str = Field(
+        default="file://./.enroute/store", description="file://DIR or s3://bucket/prefix."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Fields of StoreOptions: timeouts, retries, credentials, multipart sizes.",
+    )
 
     def store_options(self) -> StoreOptions:
         try:
@@ -135,15 +158,38 @@ class StoreConfig(_Section):
 class AuthConfig(_Section):
     """DESIGN "External interfaces", Auth."""
 
-    anonymous: Literal["none", "read", "write"] = "none"
-    tokens_file: str | None = None
+    anonymous: Literal["none", "read", "write"] = Field(
+        default="none", description="What a request without a token may do."
+    )
+    tokens_file: str | None = Field(default=None, description="File of hashed tokens.")
 
 
 class ListenConfig(_Section):
     """Where this process listens; ``:0`` picks a free port."""
 
-    http: str = ""
-    grpc: str = ""
+    http: str = Field(
+        default="", description="HOST:PORT of /status, /metrics (and Git on gitproto)."
+    )
+    grpc: str = Field(default="", description="HOST:PORT of the gRPC services.")
+
+
+def _limits_section(value: object) -> object:
+    """Each key a field of :class:`Limits`; sizes may be written ``64MiB``."""
+    if not isinstance(value, Mapping):
+        return value
+    known = {f.name for f in dataclasses.fields(Limits)}
+    out: dict[str, int] = {}
+    for key, raw in value.items():
+        if key not in known:
+            raise ValueError(f"unknown limit {key!r}; docs/configuration.md lists them")
+        parsed = parse_bytes(raw)
+        if not isinstance(parsed, int) or isinstance(parsed, bool) or parsed < 0:
+            raise ValueError(f"limit {key} must be a non-negative integer or size")
+        out[str(key)] = parsed
+    return out
+
+
+LimitsSection = Annotated[dict[str, int], BeforeValidator(_limits_section)]
 
 
 class Config(_Section):
@@ -154,6 +200,13 @@ class Config(_Section):
     store: StoreConfig = StoreConfig()
     auth: AuthConfig = AuthConfig()
     listen: ListenConfig = ListenConfig()
+    limits: LimitsSection = Field(
+        default_factory=dict, description="Overrides of the resource limits listed below."
+    )
+
+    def resource_limits(self) -> Limits:
+        """The bounds every parser, queue and cache of this process enforces."""
+        return dataclasses.replace(DEFAULT_LIMITS, **self.limits)
 
 
 def load_config(text: str | None, env: Mapping[str, str]) -> Config:
@@ -193,3 +246,58 @@ def _apply_env(data: dict[str, Any], name: str, raw: str) -> None:
         node[path[-1]] = yaml.safe_load(raw) if raw.strip() else raw
     except yaml.YAMLError:
         node[path[-1]] = raw
+
+
+def render_config_reference() -> str:
+    """The generated ``docs/configuration.md``: every key, its default and what it does."""
+    lines = [
+        "# Configuration",
+        "",
+        "Generated by `python -m enroute_core.config > docs/configuration.md`; a test keeps it",
+        "current. Every process reads one YAML file (`--config FILE`). Any key can be set",
+        "from the environment as `ENROUTE_<SECTION>__<KEY>` (`ENROUTE_NODE__PAGE_CACHE=512MiB`).",
+        "Sizes take `KiB`, `MiB`, `GiB` (or `KB`, `MB`, `GB`); durations take `ms`, `s`, `m`,",
+        "`h`, `d`. Unknown keys are an error at start-up.",
+    ]
+    for section, field in Config.model_fields.items():
+        model = field.annotation
+        if not (isinstance(model, type) and issubclass(model, _Section)):
+            continue
+        lines += ["", f"## `{section}`", "", (model.__doc__ or "").strip(), ""]
+        lines += ["| key | default | meaning |", "|---|---|---|"]
+        for key, sub in model.model_fields.items():
+            default = sub.get_default(call_default_factory=True)
+            shown = "unset" if default is None else f"`{_show(default)}`"
+            lines.append(f"| `{section}.{key}` | {shown} | {sub.description or ''} |")
+    lines += [
+        "",
+        "## `limits`",
+        "",
+        "Each bound of a parser, queue, cache or stream (`enroute_core.base.limits.Limits`);",
+        "over a bound the request is refused with `LIMIT_EXCEEDED` (docs/errors.md) before",
+        "more is spent. Set any of them under `limits:`. `ledger_dedup_window_entries` is",
+        "part of the replicated state: every ledger voter must use the same value.",
+        "",
+        "| key | default |",
+        "|---|---|",
+    ]
+    for f in dataclasses.fields(Limits):
+        lines.append(f"| `limits.{f.name}` | `{_show(getattr(DEFAULT_LIMITS, f.name))}` |")
+    return "\n".join(lines) + "\n"
+
+
+def _show(value: object) -> str:
+    if value == "":
+        return '""'
+    if isinstance(value, bool) or not isinstance(value, int) or value < KiB:
+        return str(value) if not isinstance(value, tuple) else "[]" if not value else str(value)
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if value % size == 0:
+            return f"{value // size}{unit}"
+    return f"{value:,}".replace(",", "_")
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(render_config_reference())

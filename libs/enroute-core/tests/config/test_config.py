@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from enroute_core.base.errors import InvalidArgument
-from enroute_core.base.limits import MiB
-from enroute_core.config import load_config, parse_bytes, parse_seconds
+from enroute_core.base.limits import DEFAULT_LIMITS, MiB
+from enroute_core.config import load_config, parse_bytes, parse_seconds, render_config_reference
 
 
 def test_defaults_match_the_seeds() -> None:
@@ -60,3 +62,29 @@ def test_units() -> None:
     assert parse_seconds("100ms") == pytest.approx(0.1) and parse_seconds("5m") == 300.0
     with pytest.raises(ValueError):
         parse_bytes("12 parsecs")
+
+
+DOC = Path(__file__).resolve().parents[4] / "docs" / "configuration.md"
+
+
+def test_configuration_reference_is_current() -> None:
+    assert DOC.read_text() == render_config_reference(), (
+        "docs/configuration.md is stale: python -m enroute_core.config > docs/configuration.md"
+    )
+
+
+def test_limits_section_overrides_named_limits_with_sizes() -> None:
+    config = load_config("limits:\n  ingest_pack_bytes_max: 2GiB\n  protocol_haves_max: 10\n", {})
+    limits = config.resource_limits()
+    assert limits.ingest_pack_bytes_max == 2 * 1024**3
+    assert limits.protocol_haves_max == 10
+    assert limits.object_bytes_max == DEFAULT_LIMITS.object_bytes_max
+
+
+def test_limits_section_refuses_unknown_and_negative_limits() -> None:
+    with pytest.raises(InvalidArgument, match="unknown limit"):
+        load_config("limits:\n  haves_max: 10\n", {})
+    with pytest.raises(InvalidArgument, match="non-negative"):
+        load_config("limits:\n  protocol_haves_max: -1\n", {})
+    env = {"ENROUTE_LIMITS__PROTOCOL_WANTS_MAX": "7"}
+    assert load_config(None, env).resource_limits().protocol_wants_max == 7
