@@ -15,7 +15,8 @@ advance). A crash between them may lose the unsynced writes, so any safety
 argument that leans on persisting before sending is exercised.
 
 Invariants are checked after every step (see ``Checker``); at the end the
-client history of CAS operations must be linearizable.
+client history of CAS operations must be linearizable. The replicated
+application is the repository state machine itself (``RefMachine``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from enroute_core.base.errors import ProposalDropped
-from enroute_core.base.ids import LogIndex, NodeId, Term
+from enroute_core.base.ids import LogIndex, NodeId, ObjectId, Term
+from enroute_core.state import (
+    MISSING,
+    Activate,
+    Commit,
+    RefStatus,
+    RefUpdate,
+    RepoState,
+    apply,
+    decode_state,
+    encode_state,
+)
 from enroute_ledger.raft import (
     EMPTY_HARD_STATE,
     EMPTY_SNAPSHOT,
@@ -85,43 +97,83 @@ class ClientOp:
     read_index: int | None = None
 
 
-# -- the application: a key-value map with CAS, deduplicated by operation id ---------------------
+# -- the application: the repository state machine, deduplicated by operation id ---------------
 
 
-class KvMachine:
+def _oid(value: int) -> ObjectId:
+    return ObjectId(bytes([value + 1]) * 20)
+
+
+def _ref(key: str) -> bytes:
+    return b"refs/heads/" + key.encode()
+
+
+class RefMachine:
+    """Keys are refs of one repository and values commit ids, applied by
+    ``enroute_core.state.apply``: every CAS the simulation checks for
+    linearizability is a ``Commit`` of the real state machine, and every
+    snapshot carries its real checkpoint encoding (``encode_state``).
+
+    ``results`` mirrors the ledger runtime's request-id dedup: a forwarded
+    proposal duplicated by the network becomes two log entries, applied once.
+    """
+
     def __init__(
-        self, data: dict[str, int] | None = None, results: dict[int, object] | None = None
-    ):
-        self.data: dict[str, int] = data or {}
+        self, state: RepoState | None = None, results: dict[int, object] | None = None
+    ) -> None:
+        if state is None:
+            created = apply(MISSING, Activate(create=True, head=_ref("a")), log_index=0)
+            state = created.state
+        self.state = state
         self.results: dict[int, object] = results or {}
 
-    def apply(self, op: ClientOp) -> object:
+    @property
+    def data(self) -> dict[str, int]:
+        prefix = len(b"refs/heads/")
+        return {name[prefix:].decode(): value.oid[0] - 1 for name, value in self.state.refs.items()}
+
+    def apply(self, op: ClientOp, index: int) -> object:
         if op.op_id in self.results:
             return self.results[op.op_id]  # a duplicate of a proposal already applied
         kind = op.input[0]
-        if kind == "write":
-            value = op.input[1]
-            assert isinstance(value, int)
-            self.data[op.key] = value
-            result: object = None
+        ref = _ref(op.key)
+        current = self.state.refs.get(ref)
+        if kind == "write":  # unconditional: CAS against what the machine holds now
+            _, value = op.input
+            expected = None if current is None else current.oid
         else:
-            _, old, new = op.input
-            assert isinstance(new, int)
-            result = self.data.get(op.key) == old
-            if result:
-                self.data[op.key] = new
+            _, old, value = op.input
+            assert old is None or isinstance(old, int)
+            expected = None if old is None else _oid(old)
+        assert isinstance(value, int)
+        commit = Commit(
+            incarnation=self.state.incarnation,
+            ref_updates=(RefUpdate(ref, expected, _oid(value)),),
+            new_layer=None,
+            stamp_us=op.op_id,
+            is_push=True,
+        )
+        res = apply(self.state, commit, log_index=index)
+        self.state = res.state
+        ok = res.change.refs[0].status is RefStatus.OK
+        result: object = None if kind == "write" else ok
+        if kind == "write" and not ok:
+            raise AssertionError(f"unconditional write refused: {res.change.outcome}")
         self.results[op.op_id] = result
         return result
 
     def encode(self) -> bytes:
-        return json.dumps({"data": self.data, "results": self.results}, sort_keys=True).encode()
+        state = encode_state(self.state)
+        results = json.dumps(self.results, sort_keys=True).encode()
+        return struct.pack(">I", len(state)) + state + results
 
     @classmethod
-    def decode(cls, raw: bytes) -> KvMachine:
+    def decode(cls, raw: bytes) -> RefMachine:
         if not raw:
             return cls()
-        obj = json.loads(raw)
-        return cls(dict(obj["data"]), {int(k): v for k, v in obj["results"].items()})
+        (n,) = struct.unpack(">I", raw[:4])
+        results = json.loads(raw[4 + n :])
+        return cls(decode_state(raw[4 : 4 + n]), {int(k): v for k, v in results.items()})
 
 
 # -- durable storage with an explicit sync -------------------------------------------------------
@@ -191,7 +243,7 @@ class SimNode:
     disk: Disk
     raw: RawNode | None = None
     storage: MemoryStorage | None = None
-    kv: KvMachine = field(default_factory=KvMachine)
+    kv: RefMachine = field(default_factory=RefMachine)
     applied: int = 0
     conf: ConfState = field(default_factory=ConfState)
     incarnation: int = 0
@@ -375,7 +427,7 @@ class Sim:
     def _start(self, node: SimNode) -> None:
         st = node.disk.load()
         node.storage = st
-        node.kv = KvMachine.decode(node.disk.snap.data)
+        node.kv = RefMachine.decode(node.disk.snap.data)
         node.applied = node.disk.snap.index
         node.conf = node.disk.snap.metadata.conf_state
         node.incarnation += 1
@@ -441,7 +493,7 @@ class Sim:
             self._send(m)
         # Duty 3: apply the snapshot and committed entries.
         if rd.snapshot is not None:
-            node.kv = KvMachine.decode(rd.snapshot.data)
+            node.kv = RefMachine.decode(rd.snapshot.data)
             node.applied = rd.snapshot.index
             node.conf = rd.snapshot.metadata.conf_state
         for e in rd.committed_entries:
@@ -469,7 +521,7 @@ class Sim:
             return
         _, op_id = _OP.unpack(e.data)
         op = self.ops[op_id]
-        result = node.kv.apply(op)
+        result = node.kv.apply(op, int(e.index))
         if op_id in self.open_ops and op.node == node.id and op.incarnation == node.incarnation:
             self._finish(op, "ok", result)
 
