@@ -6,6 +6,9 @@
   via ``git fast-import`` (``generate_repo``), and the helpers
   ``pack_objects``, ``all_objects`` and ``verify_pack`` around git's own pack
   tools.
+- ``enroute_testing.jgit``: find JGit and its dependencies in the local Maven
+  repository (``find_jgit_classpath``), for the JGit interop tests.
+- ``enroute_testing.ledgers``: real ledger processes on 127.0.0.1.
 
 Production code never imports this package.
 """
