@@ -16,7 +16,10 @@ as compute does:
    before and after; target at most 2 KiB each).
 
 Proposals go to the member that leads the repository's group (read from
-/status), as a client that follows leaders would. Writes its section to
+/status), as a client that follows leaders would. Each member's /metrics show
+where a throughput run spent its time (Ready rounds, fsync waits) and what
+idle groups still do (awake groups, group ticks, messages); the machine's load
+average is recorded, since other processes on the host share its cores. Writes its section to
 docs/benchmarks.md (section "ledger"). Usage: ``python -m bench.ledger [--quick]``
 from the checkout root; about 6 minutes (``--quick``: about 1).
 """
@@ -31,6 +34,7 @@ import signal
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,6 +220,62 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def node_metrics(node: LedgerProc) -> dict[str, float]:
+    """The counters of ``/metrics`` (``enroute_ledger_`` prefix removed)."""
+    with urllib.request.urlopen(f"http://{node.http_addr}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.split()
+            out[name.removeprefix("enroute_ledger_")] = float(value)
+    return out
+
+
+def where_time_went(
+    m0: list[dict[str, float]],
+    m1: list[dict[str, float]],
+    t0: list[int],
+    t1: list[int],
+    *,
+    seconds: float,
+    proposers: int,
+) -> list[str]:
+    """Per member, from /metrics and /proc: where a throughput run spent its time."""
+    lines = [
+        f"Where the time went in the {proposers}-proposer run (per member: Ready rounds per "
+        "second, groups per round, share of wall time waiting for the store's fsync, share "
+        "in the rest of the Ready work, entries applied before their round's fsync "
+        "because already durable; CPU of each process as a share of one core):",
+        "",
+        "| member | rounds/s | groups per round | waiting for fsync | other Ready work "
+        "| applied early | CPU |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i, (a, b) in enumerate(zip(m0, m1, strict=True)):
+
+        def d(key: str, a: dict[str, float] = a, b: dict[str, float] = b) -> float:
+            return b[key] - a[key]
+
+        rounds = max(d("persist_rounds_total"), 1.0)
+        wait = d("persist_wait_seconds_total")
+        ready = d("ready_seconds_total")
+        early = d("early_applied_total") / max(d("applied_entries_total"), 1.0)
+        lines.append(
+            f"| {i + 1} | {rounds / seconds:,.0f} | {d('ready_groups_total') / rounds:,.1f} "
+            f"| {wait / seconds:.0%} | {(ready - wait) / seconds:.0%} | {early:.0%} "
+            f"| {(t1[i] - t0[i]) / CLK_TCK / seconds:.0%} |"
+        )
+    lines.append(
+        f"| client | | | | | | {(t1[-1] - t0[-1]) / CLK_TCK / seconds:.0%} |",
+    )
+    return lines
+
+
+def loadavg() -> str:
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def cpu_share(pids: Sequence[int], seconds: float) -> list[float]:
     """Fraction of one core each process used over ``seconds`` of wall time."""
     before = [cpu_ticks(p) for p in pids]
@@ -228,6 +288,7 @@ def cpu_share(pids: Sequence[int], seconds: float) -> list[float]:
 async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float) -> list[str]:
     c = Client(nodes)
     pids = [n.pid for n in nodes]
+    load_start = loadavg()
     out = [
         "Three ledger voters (`python -m enroute_ledger`, default `ledger.*` timing) on "
         "127.0.0.1, each with its own data directory on the local disk (SQLite WAL, "
@@ -268,12 +329,18 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
         for repo in many:
             spread[c.leader.get(repo, 0)] += 1
         results = []
+        where: list[str] = []
         for proposers in sorted({min(groups, 64), min(groups, 256)}):
             lanes = [repos_lane(c, many[k::proposers]) for k in range(proposers)]
+            m0 = [node_metrics(n) for n in nodes]
+            t0 = [cpu_ticks(p) for p in [*pids, os.getpid()]]
             r = await drive(lanes, seconds)
+            t1 = [cpu_ticks(p) for p in [*pids, os.getpid()]]
+            m1 = [node_metrics(n) for n in nodes]
             results.append(r)
             out.append(row(f"{groups:,} groups, concurrent", r, proposers))
             print(out[-1], flush=True)
+            where = where_time_went(m0, m1, t0, t1, seconds=r.seconds, proposers=proposers)
         best = max(x.per_s for x in results)
         out += [
             "",
@@ -282,6 +349,8 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
             f"leaders per member {spread[0]} / {spread[1]} / {spread[2]}. "
             f"Best aggregate {best:,.0f} commits/s; target at least 2,000 "
             f"({'met' if best >= 2000 else 'NOT met'}).",
+            "",
+            *where,
             "",
         ]
 
@@ -305,7 +374,9 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
         hosted = sum(r in c.incarnation for r in done)
         print(f"activated {hosted} idle repositories in {took:.1f} s", flush=True)
         await asyncio.sleep(QUIET_S)
+        m0 = [node_metrics(n) for n in nodes]
         cpu = cpu_share(pids, IDLE_CPU_WINDOW_S)
+        m1 = [node_metrics(n) for n in nodes]
         rss1 = [rss_kib(p) for p in pids]
         per_repo = [(b - a) / hosted for a, b in zip(rss0, rss1, strict=True)]
         total_groups = hosted + groups + 1
@@ -328,13 +399,24 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
             + ".",
             f"Calls that failed (deadline) over the whole run: {c.failed}.",
             "",
-            "| member | CPU (% of a core) | VmRSS before MiB | after MiB | KiB per repository |",
-            "|---|---|---|---|---|",
+            "Raft work in the window, from each member's /metrics: awake groups at its "
+            "end, group ticks, per-group messages and coalesced heartbeats sent, and "
+            "batches sent (empty liveness beats included).",
+            "",
+            "| member | CPU (% of a core) | VmRSS before MiB | after MiB | KiB per repository "
+            "| awake groups | group ticks | messages | heartbeats | batches |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for i in range(3):
+
+            def delta(key: str, i: int = i) -> int:
+                return int(m1[i][key] - m0[i][key])
+
             out.append(
                 f"| {i + 1} | {cpu[i] * 100:.2f} | {rss0[i] / 1024:.0f} | {rss1[i] / 1024:.0f} "
-                f"| {per_repo[i]:.2f} |"
+                f"| {per_repo[i]:.2f} | {int(m1[i]['groups_active'])} "
+                f"| {delta('raft_group_ticks_total')} | {delta('raft_messages_out_total')} "
+                f"| {delta('raft_heartbeats_out_total')} | {delta('raft_batches_out_total')} |"
             )
         cpu_ok = max(cpu) <= 0.02
         rss_ok = max(per_repo) <= 2.0
@@ -343,6 +425,9 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
             f"Targets: CPU at most 2% of a core ({'met' if cpu_ok else 'NOT met'}: worst "
             f"{max(cpu) * 100:.2f}%); RSS at most 2 KiB per repository "
             f"({'met' if rss_ok else 'NOT met'}: worst {max(per_repo):.2f} KiB).",
+            "",
+            f"Load average of the machine (1 / 5 / 15 min) at the start: {load_start}; "
+            f"at the end: {loadavg()} (every process on the host counts, not only these).",
             "",
         ]
     finally:

@@ -11,12 +11,19 @@ ends the group here (seed 001: drop a superseded incarnation).
 
 Restoring a node with no log is in ``Lifecycle._host_live``: a hosted group
 that nobody starts gets a genesis entry carrying the state object's checkpoint.
+
+The work is driven by the runtime's ``on_group_changed`` (an apply, or a
+leadership gained), never by a scan of every hosted group: a group that
+changed is checked at once for the entries rule and put on a timer for the
+interval rule, so thousands of idle groups cost nothing here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +42,7 @@ log = logging.getLogger("enroute.ledger.checkpoints")
 class _Mark:
     version: int = 0
     at: float = 0.0
+    timed: bool = False  # on the interval heap
 
 
 class Checkpointer:
@@ -54,8 +62,33 @@ class Checkpointer:
         self.clock = clock
         self.poll_s = min(poll_s, interval_s) if interval_s > 0 else poll_s
         self._marks: dict[Group, _Mark] = {}
+        self._now: dict[Group, None] = {}  # due by the entries rule, or to retry
+        self._timers: list[tuple[float, int, Group]] = []  # (mark.at + interval, seq, group)
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
         self.written = 0
+        self.checks = 0
         self._stopping = False
+        self.rt.on_group_changed = self.changed
+
+    def changed(self, g: Group) -> None:
+        """The runtime applied to ``g``, made it leader or dropped it: schedule what is due."""
+        if g.dropped:
+            self._marks.pop(g, None)
+            return
+        if not g.born or not self.rt.is_leader(g):
+            return
+        mark = self._marks.get(g)
+        if mark is None:
+            mark = self._marks[g] = _Mark(at=self.clock())
+        if g.state.version <= mark.version:
+            return
+        if g.state.version - mark.version >= self.every_entries:
+            self._now[g] = None
+            self._wake.set()
+        elif not mark.timed and self.interval_s > 0:
+            mark.timed = True
+            heapq.heappush(self._timers, (mark.at + self.interval_s, next(self._seq), g))
 
     def due(self, g: Group, now: float) -> bool:
         if not g.born or g.dropped or not self.rt.is_leader(g):
@@ -98,19 +131,49 @@ class Checkpointer:
         self.written += 1
         return True
 
+    def _take_due(self, now: float) -> list[Group]:
+        work = list(self._now)
+        self._now.clear()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, g = heapq.heappop(self._timers)
+            mark = self._marks.get(g)
+            if mark is not None:
+                mark.timed = False
+            work.append(g)
+        return work
+
     async def run(self) -> None:
         while not self._stopping:
             now = self.clock()
-            for g in list(self.rt.groups.values()):
+            for g in self._take_due(now):
+                self.checks += 1
+                if g.dropped:
+                    self._marks.pop(g, None)
+                    continue
                 if self.due(g, now):
                     try:
-                        await self.checkpoint(g)
+                        done = await self.checkpoint(g)
                     except EnrouteError as e:
                         log.warning("checkpoint of %s/%s failed: %s", g.repo, g.incarnation, e)
-            for g in [g for g in self._marks if g.dropped]:
-                del self._marks[g]
+                        done = False
+                    if not done and not g.dropped:
+                        self._retry(g)
+                        continue
+                self.changed(g)  # not due yet, or more applied meanwhile: the timer again
+            if self._now:
+                continue  # due by the entries rule while a checkpoint was written
+            delay = None if not self._timers else max(0.0, self._timers[0][0] - self.clock())
+            self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.sleep(self.poll_s)
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    def _retry(self, g: Group) -> None:
+        mark = self._marks.get(g)
+        if mark is None or mark.timed:
+            return
+        mark.timed = True
+        heapq.heappush(self._timers, (self.clock() + self.poll_s, next(self._seq), g))
 
     def stop(self) -> None:
         self._stopping = True
+        self._wake.set()

@@ -66,6 +66,22 @@ def metrics(rt: Runtime) -> str:
         f"enroute_ledger_raft_messages_dropped_total {st.messages_dropped}",
         "# TYPE enroute_ledger_raft_quiesced_total counter",
         f"enroute_ledger_raft_quiesced_total {st.quiesced}",
+        "# TYPE enroute_ledger_raft_group_ticks_total counter",
+        f"enroute_ledger_raft_group_ticks_total {st.group_ticks}",
+        "# TYPE enroute_ledger_raft_heartbeats_out_total counter",
+        f"enroute_ledger_raft_heartbeats_out_total {st.heartbeats_out}",
+        "# TYPE enroute_ledger_raft_beats_out_total counter",
+        f"enroute_ledger_raft_beats_out_total {st.beats_out}",
+        "# TYPE enroute_ledger_ready_groups_total counter",
+        f"enroute_ledger_ready_groups_total {rt.ready_groups}",
+        "# TYPE enroute_ledger_early_applied_total counter",
+        f"enroute_ledger_early_applied_total {rt.early_applied}",
+        "# TYPE enroute_ledger_ready_seconds_total counter",
+        f"enroute_ledger_ready_seconds_total {rt.handle_s:.6f}",
+        "# TYPE enroute_ledger_persist_wait_seconds_total counter",
+        f"enroute_ledger_persist_wait_seconds_total {rt.persist_wait_s:.6f}",
+        "# TYPE enroute_ledger_raft_orphans_replayed_total counter",
+        f"enroute_ledger_raft_orphans_replayed_total {rt.orphans_replayed}",
     ]
     return "\n".join(lines) + "\n"
 

@@ -163,7 +163,7 @@ class Lifecycle:
 
     def _drop_older(self, repo: str, incarnation: int) -> None:
         """Seed 001: a node that hosts E drops it when it hosts E + 1."""
-        for g in [g for g in self.rt.groups.values() if g.repo == repo]:
+        for g in self.rt.groups_of(repo):
             if g.incarnation < incarnation:
                 self.rt.drop(g)
 
@@ -175,20 +175,24 @@ class Lifecycle:
 
     async def _join(self, gid: GroupId) -> None:
         """A peer's message names a group this node lacks: join only a live incarnation."""
-        repo = gid.repo.decode()
+        joined = False
         try:
+            repo = gid.repo.decode()
             check_repo_name(repo)
             obj = await self.read_object(repo)
             if obj is None or obj.state.incarnation != gid.incarnation or obj.state.deleted:
                 return  # never join an ended (or unknown) incarnation
             self._drop_older(repo, obj.state.incarnation)
             await self.rt.host(repo, gid.incarnation)
+            joined = True
             self._remember(repo)
             self._ended.pop(repo, None)
-        except EnrouteError as e:
-            log.warning("cannot join %s/%s: %s", repo, gid.incarnation, e)
+        except (EnrouteError, UnicodeDecodeError) as e:
+            log.warning("cannot join %r/%s: %s", gid.repo, gid.incarnation, e)
         finally:
             self._joining.discard(gid)
+            if not joined:
+                self.rt.forget_orphans(gid)
 
     async def startup(self) -> None:
         """Drop every hosted incarnation the object store says is ended (seed 001)."""
@@ -243,7 +247,7 @@ class Lifecycle:
             raise PreconditionFailed("repository claim kept racing", repo=repo)
 
     def _drop_ended(self, repo: str, obj_state: RepoState) -> None:
-        for g in [g for g in self.rt.groups.values() if g.repo == repo]:
+        for g in self.rt.groups_of(repo):
             local = g.state if g.born else RepoState(incarnation=g.incarnation)
             if local.is_ended_by(obj_state) and not (local.deleted and g.born):
                 self.rt.drop(g)
@@ -445,7 +449,7 @@ class Lifecycle:
 
 
 def repo_unhosted(rt: Runtime, repo: str) -> bool:
-    return all(g.repo != repo or g.dropped for g in rt.groups.values())
+    return all(g.dropped for g in rt.groups_of(repo))
 
 
 def _ended_error(state: RepoState, incarnation: int) -> EnrouteError | None:

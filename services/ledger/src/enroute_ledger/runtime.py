@@ -15,8 +15,15 @@ Log entries carry an envelope of this runtime's own:
   is empty for every founder (duty 2), so the state an incarnation starts from
   (the deleted state of E - 1, MISSING, or a checkpoint being restored)
   travels in its first entry. A genesis applies once; later ones are no-ops;
-- ``C`` + request id (16) + encoded command. Ids make a duplicated forward
-  apply once (duty 9).
+- ``C`` + request id (16) + encoded command.
+
+Ids make a duplicated forward or a re-proposal apply once (duty 9): a group
+remembers the id, log index, version and outcome of every entry applied in
+the last ``dedup_window_entries`` log indexes (:class:`Done`), and an entry
+whose id is among them is skipped and answered with the first copy's result.
+That window is replicated state: the group's snapshot payload carries it next
+to the checkpoint (:func:`encode_snapshot`, docs/raft.md "Applying each id
+once"), so it survives compaction, snapshot transfer and restarts.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import functools
 import itertools
 import logging
 import struct
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -41,6 +49,7 @@ from enroute_core.base.errors import (
     Unavailable,
 )
 from enroute_core.base.ids import Incarnation, LogIndex, NodeId, Term
+from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_core.state import (
     MISSING,
     Activate,
@@ -60,7 +69,7 @@ from enroute_core.state import (
     encode_state,
 )
 
-from .multiraft import Batch, GroupId, MultiRaft, MultiRaftConfig, NodeReady
+from .multiraft import Batch, GroupId, GroupReady, MultiRaft, MultiRaftConfig, NodeReady
 from .raft.config import RaftConfig, SplitMix64
 from .raft.errors import StorageSignal
 from .raft.storage import MemoryStorage, Storage
@@ -86,6 +95,20 @@ _SNAPSHOT_ROW = b"snapshot"
 HISTORY_MAX = 4096
 """Applied changes kept per group for subscribers; older followers get a snapshot."""
 _ENTRIES_CHUNK_BYTES = 8 << 20
+ORPHAN_GROUPS_MAX = 4096
+"""Groups not hosted yet whose peers' messages are kept until the node joins them."""
+ORPHAN_BATCHES_MAX = 8
+_STATE_MAGIC = b"ENRS"  # a bare checkpoint: the snapshot payload before the id window
+_SNAPSHOT_MAGIC = b"ENLS"
+_SNAPSHOT_FORMAT = 1
+_SNAPSHOT_HEAD = struct.Struct(">4sB3sQ")  # magic, format, reserved, checkpoint length
+_DONE_HEAD = struct.Struct(">16sQQB")  # request id, log index, version, outcome length
+_U32 = struct.Struct(">I")
+PROPOSE_RETRY_MAX_S = 4.0
+"""Longest wait for an apply before the same entry is proposed again."""
+PROPOSE_ATTEMPTS_MAX = 1000
+"""Proposals of one entry at most, whatever the deadline (each waits for a change of view
+or a retry interval first)."""
 
 
 class Transport(Protocol):
@@ -104,6 +127,100 @@ class Applied:
     state: RepoState
 
 
+@dataclass(frozen=True, slots=True)
+class Done:
+    """One applied request id: what answers a later copy of the same entry.
+
+    ``logged`` (this process only, not encoded) says the entry's Change is in the
+    group's history under ``version``, so a copy is answered with the original bytes.
+    """
+
+    rid: bytes
+    index: int
+    version: int
+    outcome: OutcomeCode
+    logged: bool = False
+
+
+def encode_snapshot(state: RepoState, done: Iterable[Done]) -> bytes:
+    """A group's snapshot payload: the checkpoint of ``state`` and the dedup window.
+
+    Layout (docs/raft.md, "Applying each id once"): ``ENLS``, format u8 = 1, 3 zero
+    bytes, checkpoint length u64, the checkpoint (docs/formats/state.md), record
+    count u32, per record request id (16), log index u64, version u64, outcome code
+    length u8 and its ASCII name, then crc32 of every byte before it. Records are in
+    ascending log index order, so equal windows encode to equal bytes on every voter.
+    """
+    cp = encode_state(state)
+    out = bytearray(_SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_FORMAT, b"\0\0\0", len(cp)))
+    out += cp
+    records = list(done)
+    out += _U32.pack(len(records))
+    for d in records:
+        code = d.outcome.value.encode()
+        out += _DONE_HEAD.pack(d.rid, d.index, d.version, len(code))
+        out += code
+    out += _U32.pack(zlib.crc32(out))
+    return bytes(out)
+
+
+def _bad_snapshot(message: str, **details: object) -> CorruptData:
+    return CorruptData(message, section="ledger-snapshot", **details)
+
+
+def decode_snapshot(data: bytes) -> tuple[RepoState | None, tuple[Done, ...]]:
+    """The state and dedup window a snapshot payload carries; (None, ()) for none.
+
+    A bare checkpoint (written before the window existed) decodes with an empty
+    window. Raises CorruptData (section ``ledger-snapshot`` or the checkpoint's).
+    """
+    if not data:
+        return None, ()
+    if data[:4] == _STATE_MAGIC:
+        return decode_state(data), ()
+    head = _SNAPSHOT_HEAD.size
+    if len(data) < head + 2 * _U32.size:
+        raise _bad_snapshot(f"{len(data)} bytes cannot hold a snapshot payload")
+    magic, fmt, reserved, cp_len = _SNAPSHOT_HEAD.unpack_from(data)
+    if magic != _SNAPSHOT_MAGIC:
+        raise _bad_snapshot(f"bad magic {magic!r}")
+    body, (crc,) = data[:-4], _U32.unpack_from(data, len(data) - 4)
+    if zlib.crc32(body) != crc:
+        raise _bad_snapshot("crc32 mismatch")
+    if fmt != _SNAPSHOT_FORMAT or reserved != b"\0\0\0":
+        raise _bad_snapshot(f"unknown format {fmt}")
+    if cp_len > len(body) - head - _U32.size:
+        raise _bad_snapshot("checkpoint length past the end", length=cp_len)
+    state = decode_state(body[head : head + cp_len])
+    pos = head + cp_len
+    (count,) = _U32.unpack_from(body, pos)
+    pos += _U32.size
+    if count > (len(body) - pos) // _DONE_HEAD.size:
+        raise _bad_snapshot("record count past the end", count=count)
+    out: list[Done] = []
+    rids: set[bytes] = set()
+    for _ in range(count):
+        if pos + _DONE_HEAD.size > len(body):
+            raise _bad_snapshot("record past the end")
+        rid, index, version, n = _DONE_HEAD.unpack_from(body, pos)
+        pos += _DONE_HEAD.size
+        name = body[pos : pos + n]
+        pos += n
+        if len(name) != n:
+            raise _bad_snapshot("outcome code past the end")
+        try:
+            outcome = OutcomeCode(name.decode("ascii"))
+        except (UnicodeDecodeError, ValueError):
+            raise _bad_snapshot(f"unknown outcome code {name[:32]!r}") from None
+        if (out and index <= out[-1].index) or rid in rids:
+            raise _bad_snapshot("records are not in ascending log order or repeat an id")
+        rids.add(rid)
+        out.append(Done(rid, index, version, outcome))
+    if pos != len(body):
+        raise _bad_snapshot(f"{len(body) - pos} bytes after the records")
+    return state, tuple(out)
+
+
 @dataclass(eq=False)
 class Group:
     """One hosted incarnation: its Raft view, applied state and waiters."""
@@ -113,12 +230,17 @@ class Group:
     state: RepoState = MISSING
     born: bool = False
     applied: int = 1
-    history: deque[tuple[int, bytes]] = field(default_factory=lambda: deque(maxlen=HISTORY_MAX))
-    seen: set[bytes] = field(default_factory=set)
+    history: list[tuple[int, bytes]] = field(default_factory=list)
+    """(version, Change) applied here, oldest first, at most HISTORY_MAX (a list: an idle
+    group keeps one or two, and an empty deque alone costs some 700 bytes)."""
+    done: dict[bytes, Done] = field(default_factory=dict)
+    """Request id -> its apply, for ids in the dedup window (and a few older ones)."""
+    done_order: deque[Done] = field(default_factory=deque)
+    """The same records in log order: from the snapshot's window to the applied index."""
     proposals: dict[bytes, asyncio.Future[Applied]] = field(default_factory=dict)
     reads: dict[bytes, asyncio.Future[int]] = field(default_factory=dict)
     waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _changed: asyncio.Event | None = None
     dropped: bool = False
 
     @property
@@ -129,9 +251,23 @@ class Group:
     def incarnation(self) -> int:
         return int(self.gid.incarnation)
 
+    @property
+    def changed(self) -> asyncio.Event:
+        """Set at the next change; made on demand, so a group nobody waits on holds none."""
+        ev = self._changed
+        if ev is None:
+            ev = self._changed = asyncio.Event()
+        return ev
+
     def notify(self) -> None:
-        self.changed.set()
-        self.changed = asyncio.Event()
+        ev, self._changed = self._changed, None
+        if ev is not None:
+            ev.set()
+
+
+def _log_failure(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("ledger store write failed: %r", fut.exception())
 
 
 def store_gid(gid: GroupId) -> StoreGroupId:
@@ -178,6 +314,10 @@ class RuntimeConfig:
     election_ticks: int = 10
     heartbeat_ticks: int = 1
     propose_timeout_s: float = 10.0
+    propose_retry_s: float = 0.5
+    """No apply within this (doubling up to PROPOSE_RETRY_MAX_S): propose the entry again."""
+    dedup_window_entries: int = DEFAULT_LIMITS.ledger_dedup_window_entries
+    """Log indexes an applied request id is remembered for; equal on every voter."""
 
     @property
     def voters(self) -> frozenset[NodeId]:
@@ -212,7 +352,11 @@ class Runtime:
             config.node_id,
             config.peers,
             self._storage_for,
-            MultiRaftConfig(raft=raft_cfg),
+            # a node-level beat every third of an election timeout: enough to keep a
+            # peer's liveness (timeout: election_ticks) and a third of the idle traffic
+            MultiRaftConfig(
+                raft=raft_cfg, liveness_interval_ticks=max(1, config.election_ticks // 3)
+            ),
             rand=SplitMix64(seed),
         )
         self.groups: dict[GroupId, Group] = {}
@@ -223,11 +367,24 @@ class Runtime:
         self._stopping = False
         self.on_unknown_group: Callable[[GroupId], None] | None = None
         self.on_applied: Callable[[Group, Applied | None], None] | None = None
+        self.on_group_changed: Callable[[Group], None] | None = None
+        """Called after a Ready applied to a group, made it leader here, or when it is dropped."""
+        self._of_repo: dict[str, list[Group]] = {}
+        self._orphans: dict[GroupId, list[Batch]] = {}
+        self.orphans_stashed = 0
+        self.orphans_replayed = 0
+        self._unsynced: asyncio.Future[None] | None = None
+        self.ready_groups = 0
+        self.early_applied = 0
+        self.handle_s = 0.0
+        self.persist_wait_s = 0.0
         self.applied_entries = 0
         self.persist_rounds = 0
         self.proposals_total = 0
         self.compactions = 0
         self.snapshots_applied = 0
+        self.reproposals = 0
+        self.duplicates_skipped = 0
 
     # -- ids ---------------------------------------------------------------------------------
 
@@ -244,10 +401,24 @@ class Runtime:
         self.mr.create_group(gid, self.config.voters, applied=LogIndex(applied))
         g = Group(gid, mem, applied=applied)
         self.groups[gid] = g
+        self._of_repo.setdefault(g.repo, []).append(g)
         cur = self.by_repo.get(g.repo)
         if cur is None or cur.incarnation < g.incarnation:
             self.by_repo[g.repo] = g
+        stashed = self._orphans.pop(gid, None)
+        if stashed:
+            for b in stashed:
+                self.orphans_replayed += len(b.messages) + len(b.heartbeats)
+                self.mr.step(b)
         return g
+
+    def groups_of(self, repo: str) -> list[Group]:
+        """Every hosted incarnation of ``repo``, without a scan of all groups."""
+        return list(self._of_repo.get(repo, ()))
+
+    def forget_orphans(self, gid: GroupId) -> None:
+        """The node will not host ``gid``: drop what its peers sent for it meanwhile."""
+        self._orphans.pop(gid, None)
 
     def recover(self) -> list[Group]:
         """Rebuild every stored group (duty 8): log from disk, applied = the snapshot's index."""
@@ -267,9 +438,7 @@ class Runtime:
                 lo = LogIndex(ents[-1].index + 1)
             mem.set_hard_state(self.store.hard_state(sg))
             g = self._install(gid, mem, int(meta.index))
-            if data:
-                g.state = decode_state(data)
-                g.born = True
+            self._load_snapshot(g, data or b"")
             out.append(g)
         return out
 
@@ -303,11 +472,15 @@ class Runtime:
             return
         g.dropped = True
         self.groups.pop(g.gid, None)
+        same = self._of_repo.get(g.repo, [])
+        if g in same:
+            same.remove(g)
+        if not same:
+            self._of_repo.pop(g.repo, None)
         if self.by_repo.get(g.repo) is g:
             del self.by_repo[g.repo]
-            rest = [o for o in self.groups.values() if o.repo == g.repo]
-            if rest:
-                self.by_repo[g.repo] = max(rest, key=lambda o: o.incarnation)
+            if same:
+                self.by_repo[g.repo] = max(same, key=lambda o: o.incarnation)
         err = NotFound("incarnation no longer hosted", repo=g.repo, incarnation=g.incarnation)
         futs: list[asyncio.Future[Applied] | asyncio.Future[int]] = [*g.proposals.values()]
         futs += g.reads.values()
@@ -319,6 +492,8 @@ class Runtime:
                 w.set_exception(err)
         g.notify()
         self._drops.append(g)
+        if self.on_group_changed is not None:
+            self.on_group_changed(g)
         self.wake()
 
     # -- inputs ------------------------------------------------------------------------------
@@ -327,31 +502,118 @@ class Runtime:
         self._wake.set()
 
     def step(self, batch: Batch) -> None:
-        unknown = {gm.group for gm in batch.messages if gm.group not in self.groups}
-        unknown |= {hb.group for hb in batch.heartbeats if hb.group not in self.groups}
-        if unknown and self.on_unknown_group is not None:
-            for gid in unknown:
-                self.on_unknown_group(gid)
+        groups = self.groups
+        unknown = {gm.group for gm in batch.messages if gm.group not in groups}
+        unknown |= {hb.group for hb in batch.heartbeats if hb.group not in groups}
+        if unknown:
+            batch = self._stash_orphans(batch, unknown)
+            if self.on_unknown_group is not None:
+                for gid in unknown:
+                    self.on_unknown_group(gid)
         self.mr.step(batch)
         self.wake()
 
+    def _stash_orphans(self, batch: Batch, unknown: set[GroupId]) -> Batch:
+        """Keep what peers sent for groups not hosted yet, to step once they are.
+
+        The first message of a new group (a vote request, the genesis append)
+        arrives before this node has joined it; dropped, it would cost the
+        group an election timeout. Bounded per group and in groups; a group
+        that is never joined is forgotten (``forget_orphans``) or pushed out.
+        """
+        for gid in unknown:
+            stash = self._orphans.get(gid)
+            if stash is None:
+                if len(self._orphans) >= ORPHAN_GROUPS_MAX:
+                    del self._orphans[next(iter(self._orphans))]
+                stash = self._orphans[gid] = []
+            if len(stash) >= ORPHAN_BATCHES_MAX:
+                del stash[0]
+            stash.append(
+                Batch(
+                    batch.from_node,
+                    batch.to_node,
+                    tuple(gm for gm in batch.messages if gm.group == gid),
+                    tuple(hb for hb in batch.heartbeats if hb.group == gid),
+                )
+            )
+            self.orphans_stashed += 1
+        return Batch(
+            batch.from_node,
+            batch.to_node,
+            tuple(gm for gm in batch.messages if gm.group not in unknown),
+            tuple(hb for hb in batch.heartbeats if hb.group not in unknown),
+            tuple(hb for hb in batch.heartbeat_responses if hb.group not in unknown),
+        )
+
     async def propose(self, g: Group, entry: bytes, rid: bytes, timeout_s: float) -> Applied:
-        """Append ``entry`` and wait until it applied here (docs/rpc.md, Propose)."""
+        """Append ``entry`` and wait until it applied here (docs/rpc.md, Propose).
+
+        Raft may lose a taken proposal without a word (docs/raft.md, duty 9: a forward
+        dropped, a leader deposed before it replicated), so the same bytes go again
+        when this node's view of the group (term, leader) changed or nothing applied
+        them within a retry interval, until the deadline. The id window makes every
+        copy after the first a no-op answered with the first one's result.
+        """
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Applied] = loop.create_future()
         g.proposals[rid] = fut
         deadline = self.clock() + timeout_s
         self.proposals_total += 1
+        retry_s = max(self.config.propose_retry_s, self.config.tick_interval_s)
         try:
-            await self._retry_dropped(lambda: self.mr.propose(g.gid, entry), g, deadline)
-            self.wake()
-            remaining = max(0.0, deadline - self.clock())
-            try:
-                return await asyncio.wait_for(asyncio.shield(fut), remaining)
-            except TimeoutError:
-                raise Timeout("proposal not applied in time; outcome unknown") from None
+            for attempt in range(PROPOSE_ATTEMPTS_MAX):
+                if attempt:
+                    first = self._duplicate(g, rid, g.applied + 1)
+                    if first is not None:  # applied meanwhile (e.g. inside a snapshot)
+                        return self._answer(g, first)
+                    self.reproposals += 1
+                try:
+                    await self._retry_dropped(lambda: self.mr.propose(g.gid, entry), g, deadline)
+                except Unavailable:
+                    if not attempt:
+                        raise  # nothing was appended
+                    raise Timeout("proposal not applied in time; outcome unknown") from None
+                view = self._view(g)
+                self.wake()
+                if await self._await_apply(g, fut, view, self.clock() + retry_s, deadline):
+                    return fut.result()
+                retry_s = min(retry_s * 2, PROPOSE_RETRY_MAX_S)
+            raise Timeout("proposal not applied in time; outcome unknown")
         finally:
             g.proposals.pop(rid, None)
+
+    async def _await_apply(
+        self,
+        g: Group,
+        fut: asyncio.Future[Applied],
+        view: tuple[int, int | None],
+        resend_at: float,
+        deadline: float,
+    ) -> bool:
+        """True once ``fut`` is answered; False when the entry should be proposed again."""
+        poll_s = max(self.config.tick_interval_s, 0.01)
+        polls = int((min(resend_at, deadline) - self.clock()) / poll_s) + 2
+        for _ in range(max(polls, 1)):
+            now = self.clock()
+            if now >= deadline:
+                raise Timeout("proposal not applied in time; outcome unknown")
+            await asyncio.wait((fut,), timeout=min(poll_s, deadline - now))
+            if fut.done():
+                return True
+            if g.dropped:
+                raise NotFound("incarnation no longer hosted", repo=g.repo)
+            if self._view(g) != view or self.clock() >= resend_at:
+                return False
+        return False
+
+    def _view(self, g: Group) -> tuple[int, int | None]:
+        """This node's (term, leader) of ``g``: a change means a taken entry may be lost."""
+        try:
+            raft = self.mr.raw_node(g.gid).raft
+        except NotFound:
+            return (-1, None)
+        return int(raft.term), (None if raft.lead is None else int(raft.lead))
 
     async def barrier(self, g: Group, timeout_s: float) -> None:
         """ReadIndex (DESIGN, "Read path"): learn the leader's commit index, wait to apply it."""
@@ -412,7 +674,9 @@ class Runtime:
                 if self.clock() + delay >= deadline:
                     raise Unavailable(f"no leader for {g.repo}: {e.message}", **e.details) from e
                 self.wake()
-                await asyncio.sleep(delay)
+                # a leader learned here notifies the group: try again then, not a backoff later
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(g.changed.wait(), delay)
                 delay = min(delay * 2, 0.2)
 
     # -- the loop ----------------------------------------------------------------------------
@@ -443,7 +707,11 @@ class Runtime:
                 await self._do_compactions()
             if not self.mr.has_ready():
                 return
-            await self._handle(self.mr.ready())
+            t = self.clock()
+            nr = self.mr.ready()
+            self.ready_groups += len(nr.groups)
+            await self._handle(nr)
+            self.handle_s += self.clock() - t
 
     async def _do_drops(self) -> None:
         drops, self._drops = self._drops, []
@@ -472,7 +740,7 @@ class Runtime:
             if g.dropped or idx <= snap.index or idx > g.applied or idx > g.mem.last_index():
                 continue
             meta = SnapshotMetadata(LogIndex(idx), g.mem.term(LogIndex(idx)), snap.conf_state)
-            data = encode_state(st)
+            data = encode_snapshot(st, self._window_at(g, idx))
             sg = store_gid(g.gid)
             batch.set_snapshot(sg, meta)
             batch.put_state(sg, _SNAPSHOT_ROW, data)
@@ -504,9 +772,11 @@ class Runtime:
                 batch.append(sg, rd.entries)
             if rd.hard_state is not None:
                 batch.set_hard_state(sg, rd.hard_state)
+        before = [0 if g is None else g.applied for _, g in live]
         if batch.ops:
-            await asyncio.wrap_future(self.store.submit(batch))
-            self.persist_rounds += 1
+            if nr.must_sync:
+                self._apply_durable(live)
+            await self._persist(batch, sync=nr.must_sync)
         for gr, g in live:
             if g is None:
                 continue
@@ -521,7 +791,9 @@ class Runtime:
             for b in nr.batches:
                 self.transport.send(b)
         # 3. apply, 4. serve reads
-        for gr, g in live:
+        me = self.config.node_id
+        changed = self.on_group_changed
+        for (gr, g), applied_before in zip(live, before, strict=True):
             if g is None or g.dropped:
                 continue
             rd = gr.ready
@@ -535,9 +807,66 @@ class Runtime:
                 fut = g.reads.pop(rs.context, None)
                 if fut is not None and not fut.done():
                     fut.set_result(int(rs.index))
-            self._release_waiters(g)
+            if g.waiters:
+                self._release_waiters(g)
+            led = rd.soft_state is not None and rd.soft_state.lead == me
+            if changed is not None and (g.applied != applied_before or led):
+                changed(g)
+            if rd.soft_state is not None and rd.soft_state.lead is not None:
+                g.notify()  # proposals waiting for a leader try again now
         # 5. advance
         self.mr.advance(nr)
+
+    def _apply_durable(self, live: list[tuple[GroupReady, Group | None]]) -> None:
+        """Apply what is committed and already durable here before this Ready's fsync.
+
+        An entry the log holds on disk from an earlier round and that this Ready
+        does not rewrite is durable here and on a quorum, so its answer needs no
+        wait for the writes of other groups in this round (docs/raft.md, duty 5:
+        the order persist, send, apply binds what the Ready itself brings). A
+        single voter commits entries in the Ready that first persists them: those
+        wait for the fsync as before.
+        """
+        for gr, g in live:
+            if g is None or g.dropped:
+                continue
+            rd = gr.ready
+            if rd.snapshot is not None or not rd.committed_entries:
+                continue
+            durable = int(g.mem.last_index())
+            if rd.entries:
+                durable = min(durable, int(rd.entries[0].index) - 1)
+            for e in rd.committed_entries:
+                if e.index > durable:
+                    break
+                if e.index > g.applied:
+                    self._apply_entry(g, e)
+                    self.early_applied += 1
+
+    async def _persist(self, batch: WriteBatch, *, sync: bool) -> None:
+        """Step 1 of a Ready: durable before anything is sent or applied when ``sync``.
+
+        A Ready that must not sync (docs/raft.md duty 5) changes only commit
+        indexes, which a crash may lose (they are learned again): its batch is
+        queued behind the earlier ones and this Ready goes on at once, so the
+        fsync of a commit index is off the path of the answer. At most two such
+        batches are in flight; a failure is sticky in the store, so the next
+        Ready that must sync fails too.
+        """
+        self.persist_rounds += 1
+        t = self.clock()
+        prev, self._unsynced = self._unsynced, None
+        # submitted at once, so the store may take both into one round (one fsync);
+        # it makes them durable in submission order
+        fut = asyncio.wrap_future(self.store.submit(batch))
+        if sync:
+            await fut
+        else:
+            fut.add_done_callback(_log_failure)
+            self._unsynced = fut
+            if prev is not None and not prev.done():
+                await prev
+        self.persist_wait_s += self.clock() - t
 
     def _release_waiters(self, g: Group) -> None:
         keep: list[tuple[int, asyncio.Future[None]]] = []
@@ -551,11 +880,10 @@ class Runtime:
         g.waiters = keep
 
     def _apply_snapshot(self, g: Group, snap: Snapshot) -> None:
-        if snap.data:
-            g.state = decode_state(snap.data)
-            g.born = True
+        self._load_snapshot(g, snap.data)
         g.applied = int(snap.metadata.index)
         g.history.clear()
+        self._answer_from_window(g)
         self.snapshots_applied += 1
         g.notify()
 
@@ -569,11 +897,17 @@ class Runtime:
         if not data:
             return
         kind, rid = data[:1], data[1 : 1 + _ID_BYTES]
-        if rid in g.seen:
-            return  # a duplicated forward: applied once (duty 9)
-        g.seen.add(rid)
+        first = self._duplicate(g, rid, int(e.index))
+        if first is not None:
+            # a duplicated forward or a re-proposal: applied once, answered as the first was
+            self.duplicates_skipped += 1
+            fut = g.proposals.pop(rid, None)
+            if fut is not None and not fut.done():
+                fut.set_result(self._answer(g, first))
+            return
         body = data[1 + _ID_BYTES :]
-        result: Applied | None
+        last = g.history[-1] if g.history else None
+        result: Applied
         try:
             if kind == _GENESIS:
                 result = self._apply_genesis(g, body, int(e.index))
@@ -585,11 +919,84 @@ class Runtime:
             log.error("entry %s of %s/%s not applied: %s", e.index, g.repo, g.incarnation, err)
             outcome = Outcome(OutcomeCode.INVALID_ARGUMENT, str(err))
             result = Applied(g.state.version, b"", outcome, g.state)
+        if len(rid) == _ID_BYTES:
+            logged = bool(g.history) and g.history[-1] is not last
+            self._remember(g, Done(rid, int(e.index), result.version, result.outcome.code, logged))
         fut = g.proposals.pop(rid, None)
         if fut is not None and not fut.done():
             fut.set_result(result)
         if self.on_applied is not None:
             self.on_applied(g, result)
+
+    # -- the request id window (docs/raft.md, "Applying each id once") -------------------
+
+    def _duplicate(self, g: Group, rid: bytes, index: int) -> Done | None:
+        """The apply of ``rid`` that makes an entry at ``index`` a copy, or None.
+
+        Only the last ``dedup_window_entries`` log indexes count, whatever this node
+        happens to retain, so every voter decides alike.
+        """
+        d = g.done.get(rid)
+        if d is None or index - d.index > self.config.dedup_window_entries:
+            return None
+        return d
+
+    def _remember(self, g: Group, d: Done) -> None:
+        """Record an apply; forget those no snapshot at or after the last one can need.
+
+        A snapshot at index i carries the records of (i - window, i], and the next
+        snapshot is taken above the current one, so records stay down to the current
+        snapshot's index minus the window: at most the in-memory log plus one window.
+        """
+        g.done[d.rid] = d
+        g.done_order.append(d)
+        window = self.config.dedup_window_entries
+        if len(g.done_order) <= window:
+            return
+        floor = min(int(g.mem.snapshot().metadata.index), g.applied) - window
+        while g.done_order and g.done_order[0].index <= floor:
+            old = g.done_order.popleft()
+            if g.done.get(old.rid) is old:
+                del g.done[old.rid]
+
+    def _window_at(self, g: Group, index: int) -> list[Done]:
+        """The records a snapshot at ``index`` carries: applies in (index - window, index]."""
+        low = index - self.config.dedup_window_entries
+        return [d for d in g.done_order if low < d.index <= index]
+
+    def _load_snapshot(self, g: Group, data: bytes) -> None:
+        state, done = decode_snapshot(data)
+        if state is None:
+            return
+        g.state = state
+        g.born = True
+        g.done = {d.rid: d for d in done}
+        g.done_order = deque(done)
+
+    def _answer(self, g: Group, d: Done) -> Applied:
+        """What the proposer of a copy of an applied entry hears: the first apply's result.
+
+        The Change bytes come from the history while it holds them; after a restart
+        or a snapshot install only the version and outcome code are known, and the
+        answer is a Change with that outcome and no per-ref results.
+        """
+        change = b""
+        if d.logged:
+            for version, encoded in reversed(g.history):
+                if version <= d.version:
+                    change = encoded if version == d.version else b""
+                    break
+        if not change:
+            change = encode_change(Change(Outcome(d.outcome, "applied before; details not kept")))
+        return Applied(d.version, change, Outcome(d.outcome), g.state)
+
+    def _answer_from_window(self, g: Group) -> None:
+        """After a snapshot: answer the waiters whose entry it already holds."""
+        for rid in [r for r in g.proposals if self._duplicate(g, r, g.applied + 1)]:
+            first = self._duplicate(g, rid, g.applied + 1)
+            fut = g.proposals.pop(rid)
+            if first is not None and not fut.done():
+                fut.set_result(self._answer(g, first))
 
     def _apply_genesis(self, g: Group, body: bytes, index: int) -> Applied:
         if g.born:
@@ -620,6 +1027,8 @@ class Runtime:
         g.state = new
         if new.version != prev.version or new.incarnation != prev.incarnation:
             g.history.append((new.version, encoded))
+            if len(g.history) > HISTORY_MAX:
+                del g.history[0]
         g.notify()
         return Applied(new.version, encoded, change.outcome, new)
 

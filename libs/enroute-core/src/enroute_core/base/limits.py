@@ -70,6 +70,13 @@ class Limits:
     protocol_push_options_max: int = 256
     # engine/view.py: inflated bodies a view keeps (delta bases, trees, tags)
     view_body_cache_bytes_max: int = 64 * MiB
+    # enroute_ledger.runtime: request ids a group remembers, by log index, so that a
+    # re-proposed copy of an entry applies once (docs/raft.md, "Applying each id once").
+    # Part of the replicated state: every voter must use the same value.
+    ledger_dedup_window_entries: int = 1024
+    # storage/maintenance.py: files a sweep record lists, and layer keys one sweep lists
+    sweep_record_entries_max: int = 1_000_000
+    sweep_listed_keys_max: int = 10_000_000
 
 
 DEFAULT_LIMITS = Limits()

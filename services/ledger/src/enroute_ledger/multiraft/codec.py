@@ -66,6 +66,9 @@ assert not LOCAL_MESSAGES & _CODES.keys()
 
 def _uvarint(out: bytearray, n: int) -> None:
     assert 0 <= n <= _U64_MAX, n
+    if n < 0x80:  # most fields: one byte
+        out.append(n)
+        return
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
@@ -128,15 +131,23 @@ class _Reader:
         return b
 
     def uvarint(self) -> int:
+        # inlined reads: a message holds a dozen varints and this is the transport's hot path
+        buf, at = self.buf, self.at
         n = 0
         for shift in range(0, 70, 7):
-            b = self.byte()
+            if at >= len(buf):
+                self.at = at
+                raise CorruptData("truncated", section=SECTION, at=at)
+            b = buf[at]
+            at += 1
             n |= (b & 0x7F) << shift
             if not b & 0x80:
+                self.at = at
                 if n > _U64_MAX or (b == 0 and shift > 0):
-                    raise CorruptData("bad varint", section=SECTION, at=self.at)
+                    raise CorruptData("bad varint", section=SECTION, at=at)
                 return n
-        raise CorruptData("varint too long", section=SECTION, at=self.at)
+        self.at = at
+        raise CorruptData("varint too long", section=SECTION, at=at)
 
     def blob(self) -> bytes:
         n = self.uvarint()

@@ -178,12 +178,17 @@ class MultiRaft:
             if node.quiesced:
                 del self._active[g]
                 continue
-            node.tick()
-            stats.group_ticks += 1
-            self._dirty[g] = None
+            # Idleness is judged before the tick: a tick that is due a heartbeat queues
+            # one, and a leader with a message waiting is never idle (with
+            # heartbeat_ticks=1 every tick is due one, so a check after it never holds).
             if node.raft.role is Role.LEADER and node.is_idle() and node.quiesce():
                 stats.quiesced += 1
                 del self._active[g]
+                self._dirty[g] = None
+                continue
+            node.tick()
+            stats.group_ticks += 1
+            self._dirty[g] = None
         self._expire_transfers()
         self._rebalance()
 

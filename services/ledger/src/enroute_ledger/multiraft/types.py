@@ -17,16 +17,33 @@ from ..raft.types import Message, Ready
 _ZERO_INDEX = LogIndex(0)
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class GroupId:
-    """One repository incarnation: its own Raft group on every ledger voter."""
+class GroupId(tuple[bytes, Incarnation]):
+    """One repository incarnation: its own Raft group on every ledger voter.
 
-    repo: bytes
-    incarnation: Incarnation
+    A checked ``(repo, incarnation)`` tuple: hashing and comparing stay in C, and
+    every message, tick and Ready looks groups up in several dicts.
+    """
 
-    def __post_init__(self) -> None:
-        if not self.repo or self.incarnation < 0:
-            raise InvalidArgument("bad group id", repo=self.repo, incarnation=self.incarnation)
+    __slots__ = ()
+
+    def __new__(cls, repo: bytes, incarnation: Incarnation) -> GroupId:
+        if not repo or incarnation < 0:
+            raise InvalidArgument("bad group id", repo=repo, incarnation=incarnation)
+        return tuple.__new__(cls, (repo, incarnation))
+
+    @property
+    def repo(self) -> bytes:
+        return self[0]
+
+    @property
+    def incarnation(self) -> Incarnation:
+        return self[1]
+
+    def __repr__(self) -> str:
+        return f"GroupId(repo={self[0]!r}, incarnation={self[1]})"
+
+    def __getnewargs__(self) -> tuple[bytes, Incarnation]:
+        return (self[0], self[1])
 
 
 @dataclass(frozen=True, slots=True)

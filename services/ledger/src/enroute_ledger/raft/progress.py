@@ -27,8 +27,15 @@ class ProgressState(enum.Enum):
     SNAPSHOT = "snapshot"
 
 
+_NONE_IN_FLIGHT: deque[tuple[LogIndex, int]] = deque(maxlen=0)
+
+
 class Inflights:
-    """Messages sent and not yet acknowledged: (last index, bytes), oldest first."""
+    """Messages sent and not yet acknowledged: (last index, bytes), oldest first.
+
+    The queue is made at the first message: a deque costs some 700 bytes, and
+    a node hosts three windows for each of its many mostly idle groups.
+    """
 
     __slots__ = ("_bytes", "_q", "bytes_max", "count_max")
 
@@ -36,7 +43,7 @@ class Inflights:
         assert count_max > 0 and bytes_max > 0, (count_max, bytes_max)
         self.count_max = count_max
         self.bytes_max = bytes_max
-        self._q: deque[tuple[LogIndex, int]] = deque()
+        self._q = _NONE_IN_FLIGHT  # shared and empty; replaced before any append
         self._bytes = 0
 
     def __len__(self) -> int:
@@ -52,6 +59,8 @@ class Inflights:
     def add(self, index: LogIndex, size_bytes: int) -> None:
         assert not self.full(), "add to a full inflight window"
         assert not self._q or self._q[-1][0] < index, (index, self._q[-1])
+        if self._q is _NONE_IN_FLIGHT:
+            self._q = deque()
         self._q.append((index, size_bytes))
         self._bytes += size_bytes
 
@@ -59,13 +68,15 @@ class Inflights:
         q = self._q
         while q and q[0][0] <= index:
             self._bytes -= q.popleft()[1]
+        if not q:
+            self._q = _NONE_IN_FLIGHT  # an idle window holds no queue
 
     def free_first_one(self) -> None:
         if self._q:
             self._bytes -= self._q.popleft()[1]
 
     def reset(self) -> None:
-        self._q.clear()
+        self._q = _NONE_IN_FLIGHT
         self._bytes = 0
 
 

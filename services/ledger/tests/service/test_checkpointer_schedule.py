@@ -1,0 +1,113 @@
+"""The checkpointer works from the runtime's change events, never from a scan of every
+hosted group (DESIGN, "Freezing the ledger"; docs/raft.md, "The ledger runtime's loop")."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from enroute_core.state import RepoState
+from enroute_ledger.checkpoints import Checkpointer
+from enroute_ledger.lifecycle import Lifecycle, StateObject
+
+
+def live(version: int) -> RepoState:
+    return RepoState(incarnation=1, version=version, upload_window=1, head=b"refs/heads/main")
+
+
+@dataclass(eq=False)
+class FakeGroup:
+    repo: str
+    incarnation: int = 1
+    state: RepoState = field(default_factory=lambda: live(1))
+    applied: int = 1
+    born: bool = True
+    dropped: bool = False
+
+
+class FakeRuntime:
+    def __init__(self, groups: list[FakeGroup]) -> None:
+        self.groups = {g.repo: g for g in groups}
+        self.on_group_changed: Any = None
+        self.leader_checks = 0
+        self.compacted: list[tuple[str, int]] = []
+
+    def is_leader(self, g: FakeGroup) -> bool:
+        self.leader_checks += 1
+        return True
+
+    def drop(self, g: FakeGroup) -> None:
+        g.dropped = True
+
+    def compact(self, g: FakeGroup, st: RepoState, index: int) -> None:
+        self.compacted.append((g.repo, st.version))
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.puts: list[str] = []
+
+    async def put(self, key: str, data: bytes, **_: object) -> None:
+        self.puts.append(key)
+
+
+class FakeLifecycle:
+    def __init__(self, rt: FakeRuntime) -> None:
+        self.rt = rt
+        self.store = FakeStore()
+        self.reads = 0
+
+    async def read_object(self, repo: str) -> StateObject | None:
+        self.reads += 1
+        return StateObject(live(1), "etag")
+
+
+def bump(g: FakeGroup, versions: int) -> None:
+    g.state = live(g.state.version + versions)
+    g.applied += versions
+
+
+def test_idle_groups_cost_no_checks_and_changes_are_checkpointed_by_both_rules() -> None:
+    groups = [FakeGroup(f"r{i}") for i in range(5000)]
+    rt = FakeRuntime(groups)
+    lc = FakeLifecycle(rt)
+    cp = Checkpointer(
+        cast(Lifecycle, lc), every_entries=10, interval_s=0.3, clock=time.monotonic, poll_s=0.05
+    )
+    assert rt.on_group_changed == cp.changed
+
+    async def scenario() -> None:
+        task = asyncio.get_running_loop().create_task(cp.run())
+        try:
+            # thousands of hosted groups and nothing applied: nothing is looked at
+            await asyncio.sleep(0.3)
+            assert cp.checks == 0 and rt.leader_checks == 0 and lc.reads == 0
+            # the entries rule: due at once
+            busy, slow = groups[0], groups[1]
+            bump(busy, 12)
+            cp.changed(busy)  # as the runtime calls it after an apply
+            # the interval rule: below the entries rule, due after interval_s
+            bump(slow, 2)
+            cp.changed(slow)
+            t0 = time.monotonic()
+            while not lc.store.puts and time.monotonic() - t0 < 2:
+                await asyncio.sleep(0.01)
+            assert lc.store.puts[:1] == ["repos/r0/state"]
+            assert rt.compacted[:1] == [("r0", 13)]
+            while len(lc.store.puts) < 2 and time.monotonic() - t0 < 3:
+                await asyncio.sleep(0.01)
+            waited = time.monotonic() - t0
+            assert lc.store.puts == ["repos/r0/state", "repos/r1/state"]
+            assert waited >= 0.25, waited
+            # done: the two groups are quiet again, and so is the checkpointer
+            checks = cp.checks
+            await asyncio.sleep(0.5)
+            assert cp.checks == checks
+            assert rt.leader_checks < 20
+        finally:
+            cp.stop()
+            await asyncio.wait_for(task, 2)
+
+    asyncio.run(scenario())
