@@ -15,6 +15,7 @@ import pytest
 
 from enroute_core.base.errors import InvalidArgument, MissingObject
 from enroute_core.base.ids import LogIndex, ObjectId, oid_from_hex
+from enroute_core.engine import serve
 from enroute_core.engine.ingest import ingest_pack
 from enroute_core.engine.serve import (
     BlobLimit,
@@ -174,6 +175,30 @@ def test_pack_is_in_id_order_and_copies_entries(repo: GeneratedRepo, view: View)
         pos += len(raw)
     assert pos == len(pack) - 20
     assert stats.copied == plan.object_count
+
+
+@pytest.mark.parametrize("flush_bytes", [64, 4096])
+def test_pieces_are_bounded_and_make_the_same_pack(
+    repo: GeneratedRepo,
+    view: View,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flush_bytes: int,
+) -> None:
+    """Each piece the sink gets is at most the flush size (plus the trailer on the last),
+    large entries split; split anywhere, the pieces are the one pack."""
+    plan = plan_fetch(view, _tips(repo))
+    whole, _, _ = _write(view, plan)
+    monkeypatch.setattr(serve, "_FLUSH_BYTES", flush_bytes)
+    parts: list[bytes] = []
+    stats = write_pack(view, plan, parts.append)
+    assert b"".join(parts) == whole and stats.pack_bytes == len(whole)
+    largest = max(len(view.locate(i)[0].entry_bytes(view.locate(i)[1])) for i in plan.ids)
+    assert largest > flush_bytes or flush_bytes > 64, "no entry is split"
+    assert len(parts) > 2
+    assert all(len(p) <= flush_bytes for p in parts[:-1])
+    assert len(parts[-1]) <= flush_bytes + 20
+    _strict_check(b"".join(parts), tmp_path, repo.refs)
 
 
 # -- incremental fetches -------------------------------------------------------------------

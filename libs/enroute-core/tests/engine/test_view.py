@@ -9,15 +9,20 @@ against a view of the earlier layers, with ids assigned as the state does.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import os
 import random
 from pathlib import Path
 
 import pytest
+from pyroaring import BitMap
 
 from enroute_core.base.errors import CorruptData, InvalidArgument
 from enroute_core.base.ids import LogIndex, ObjectId, oid_from_hex
 from enroute_core.engine.ingest import ingest_pack
+from enroute_core.engine.merge import ViewBefore, merge_layers
+from enroute_core.engine.serve import PackPlan, plan_fetch, write_pack
 from enroute_core.engine.view import View
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.source import BytesSource
@@ -241,5 +246,102 @@ def test_flipped_data_bytes_raise_only_corrupt_data(repo: GeneratedRepo) -> None
                 len(data), meta_size, result.sealed.root, LogIndex(1),
             )  # fmt: skip
             view = View([(entry, reader)])
+            if rng.random() < 0.5:  # the pack writer reads spans, not entries
+                every = BitMap(range(view.end_id))
+                write_pack(view, PackPlan(every, BitMap(), (), False, True), lambda b: None)
             for object_id in range(view.end_id):
                 view.read_id(object_id)
+
+
+# -- updates in place (seed 004, "Effects") ----------------------------------------------------
+
+
+def _assert_same_view(a: View, b: View, repo: GeneratedRepo) -> None:
+    """Every object has the same id, kind and body; commits and closures agree."""
+    for hex_oid, _, _ in all_objects(repo.path):
+        oid = oid_from_hex(hex_oid.decode())
+        found = a.id_of_oid(oid)
+        assert found is not None and b.id_of_oid(oid) == found
+        assert a.kind_of(found) == b.kind_of(found)
+        assert a.read_id(found) == b.read_id(found)
+        ca, cb = a.commit(found), b.commit(found)
+        assert (ca is None) == (cb is None)
+        if ca is not None and cb is not None:
+            assert (ca.tree_id, ca.parents, ca.time, ca.generation) == (
+                cb.tree_id,
+                cb.parents,
+                cb.time,
+                cb.generation,
+            )
+            assert ca.segment == cb.segment
+    for kind in Kind:
+        assert a.kind_ids(kind) == b.kind_ids(kind)
+    assert a.commit_count == b.commit_count
+    tips = [a.id_of_oid(oid_from_hex(v)) for v in repo.refs.values()]
+    assert a.object_closure([t for t in tips if t is not None]) == b.object_closure(
+        [t for t in tips if t is not None]
+    )
+
+
+def test_appending_layers_matches_a_full_build(
+    repo: GeneratedRepo, layers: list[tuple[LayerEntry, LayerReader]], view: View
+) -> None:
+    grown = View([])
+    steps = [grown]
+    for layer in layers:
+        grown = grown.with_layers((), [layer])
+        steps.append(grown)
+    _assert_same_view(grown, view, repo)
+    # Each step kept the views of the layers before it, and left the older view alone.
+    for older, newer in itertools.pairwise(steps):
+        assert newer._layers[: len(older._layers)] == older._layers
+        assert all(a is b for a, b in zip(older._layers, newer._layers, strict=False))
+    assert len(steps[1].layers) == 1 and steps[1].end_id == layers[0][0].end_id
+
+
+def test_swapping_a_stretch_for_its_merge_rebuilds_nothing_else(
+    repo: GeneratedRepo, layers: list[tuple[LayerEntry, LayerReader]], view: View
+) -> None:
+    parts: list[bytes] = []
+    merged = merge_layers(layers[:2], parts.append, older=ViewBefore(view, 0))
+    data = b"".join(parts)
+    reader = LayerReader.open(BytesSource(data), meta_size=merged.sealed.meta_size)
+    entry = LayerEntry(
+        kind=ManifestKind.INLINE,
+        first_id=merged.first_id,
+        id_count=merged.id_count,
+        object_count=merged.object_count,
+        upload_gen=0,
+        file_size=merged.sealed.file_size,
+        meta_size=merged.sealed.meta_size,
+        root=merged.sealed.root,
+        pin=LogIndex(9),
+    )
+    swapped = view.with_layers([e for e, _ in layers[:2]], [(entry, reader)])
+    assert [e for e, _ in swapped.layers] == [entry, layers[2][0]]
+    assert swapped._layers[1] is view._layers[2], "the newer layer's view was rebuilt"
+    _assert_same_view(swapped, view, repo)
+    _assert_same_view(swapped, View([(entry, reader), layers[2]]), repo)
+    assert len(view.layers) == 3, "the older view changed"
+    # Same ids, entries copied verbatim: the same full clone, byte for byte.
+    tips = [oid_from_hex(v) for v in repo.refs.values()]
+    packs = []
+    for v in (view, swapped):
+        parts: list[bytes] = []
+        write_pack(v, plan_fetch(v, tips), parts.append)
+        packs.append(b"".join(parts))
+    assert packs[0] == packs[1]
+
+
+def test_changes_that_do_not_fit_are_refused(
+    layers: list[tuple[LayerEntry, LayerReader]], view: View
+) -> None:
+    with pytest.raises(InvalidArgument):
+        view.with_layers([layers[0][0], layers[2][0]], [])  # not a stretch
+    with pytest.raises(InvalidArgument):
+        view.with_layers((), [layers[1]])  # overlaps the newest layer
+    wider = dataclasses.replace(layers[0][0], id_count=layers[0][0].id_count + 1)
+    with pytest.raises(InvalidArgument):
+        view.with_layers([layers[0][0]], [(wider, layers[0][1])])  # overlaps the next layer
+    with pytest.raises(CorruptData):
+        View([layers[0]]).with_layers((), [layers[2]])  # its bases are in the skipped layer

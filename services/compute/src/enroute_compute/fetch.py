@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Iterable
 from enroute_compute.host import RepositoryHost, Snapshot
 from enroute_core.base.errors import EnrouteError, ProtocolError
 from enroute_core.base.ids import ObjectId
-from enroute_core.base.limits import KiB
 from enroute_core.engine import serve
 from enroute_core.git.pktline import FLUSH_PKT, NEED_DATA
 from enroute_core.git.sideband import SIDEBAND_64K_DATA_BYTES_MAX
@@ -24,9 +23,13 @@ from enroute_core.protocol._common import RefSnapshot
 from enroute_core.protocol.advertise import Service, encode_v0_advertisement, encode_v2_capabilities
 from enroute_core.protocol.errors import fatal_error_bytes
 from enroute_core.protocol.lsrefs import encode_ls_refs_response
+from enroute_core.state import RepoState
 from enroute_core.state.names import check_repo_name
 
-PACK_BUFFER_BYTES = 256 * KiB
+REF_SNAPSHOTS_KEPT = 1024
+"""Repositories whose last ref snapshot is kept (all are dropped when it is reached)."""
+QUEUE_PIECES = 16
+"""Pieces of the pack (about 256 KiB each) written ahead of the client."""
 
 
 class Fetcher:
@@ -34,6 +37,19 @@ class Fetcher:
 
     def __init__(self, host: RepositoryHost) -> None:
         self.host = host
+        self._refs: dict[str, tuple[RepoState, RefSnapshot]] = {}
+
+    def _ref_snapshot(self, snap: Snapshot) -> RefSnapshot:
+        """The refs with their peeled values, made once per state of a repository (every
+        ls-refs and advertisement of an unchanged repository answers the same)."""
+        found = self._refs.get(snap.name)
+        if found is not None and found[0] is snap.state:  # a view is set with its state
+            return found[1]
+        refs = self.host.ref_snapshot(snap)
+        if len(self._refs) >= REF_SNAPSHOTS_KEPT:
+            self._refs.clear()
+        self._refs[snap.name] = (snap.state, refs)
+        return refs
 
     # -- advertisement --------------------------------------------------------------------
 
@@ -45,9 +61,7 @@ class Fetcher:
                 await self.host.open(name)  # a missing repository is not found
                 return encode_v2_capabilities()
             snap = await self.host.read(name)
-            return encode_v0_advertisement(
-                self.host.ref_snapshot(snap), service, version1=version == 1
-            )
+            return encode_v0_advertisement(self._ref_snapshot(snap), service, version1=version == 1)
         # receive-pack: a missing repository advertises nothing; the push creates it.
         maybe = await self.host.read_or_empty(name)
         return encode_v0_advertisement(
@@ -75,7 +89,7 @@ class Fetcher:
             if event is NEED_DATA or isinstance(event, pfetch.SessionEnd):
                 return
             snap = await self.host.read(name)
-            refs = self.host.ref_snapshot(snap)
+            refs = self._ref_snapshot(snap)
             if isinstance(event, pfetch.LsRefsCommand):
                 yield encode_ls_refs_response(event.request, refs)
                 continue
@@ -168,22 +182,16 @@ class Fetcher:
     ) -> AsyncIterator[bytes]:
         """The pack in side-band (or raw when ``sideband_max`` is None), streamed from a thread."""
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=64)
-        buffer = bytearray()
+        queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=QUEUE_PIECES)
 
         def put(item: bytes | BaseException | None) -> None:
             asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
 
-        def frame(data: bytes) -> bytes:
-            if sideband_max is None:
-                return data
-            return pfetch.encode_pack_data(data, sideband_max=sideband_max)
-
         def sink(data: bytes) -> None:
-            buffer.extend(data)
-            if len(buffer) >= PACK_BUFFER_BYTES:
-                put(frame(bytes(buffer)))
-                buffer.clear()
+            # write_pack hands over pieces of about 256 KiB: each becomes one message.
+            if sideband_max is not None:
+                data = pfetch.encode_pack_data(data, sideband_max=sideband_max)
+            put(data)
 
         def on_progress(event: serve.ProgressEvent) -> None:
             if progress and sideband_max is not None:
@@ -195,8 +203,6 @@ class Fetcher:
         def run() -> None:
             try:
                 serve.write_pack(snap.view, plan, sink, progress=on_progress)
-                if buffer:
-                    put(frame(bytes(buffer)))
                 put(None)
             except BaseException as exc:
                 put(exc)
@@ -224,7 +230,7 @@ class Fetcher:
         request: pfetch.UploadRequestV0 | None = None
         haves: list[ObjectId] = []
         snap = await self.host.read(name)
-        refs = self.host.ref_snapshot(snap)
+        refs = self._ref_snapshot(snap)
         while True:
             event = conv.next_event()
             if event is NEED_DATA or isinstance(event, pfetch.RequestEnd):

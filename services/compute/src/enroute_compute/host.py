@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from enroute_compute.ledger_port import (
@@ -27,7 +28,9 @@ from enroute_core.base.clock import Clock
 from enroute_core.base.errors import (
     CorruptData,
     EnrouteError,
+    InvalidArgument,
     NotFound,
+    Timeout,
     Unavailable,
 )
 from enroute_core.base.ids import ObjectId
@@ -52,12 +55,17 @@ from enroute_core.state.names import check_repo_name, layer_key, storage_segment
 from enroute_core.storage.layer import LayerReader
 from enroute_core.storage.layer.format import layer_key_name
 from enroute_core.storage.layers import LayerService
+from enroute_core.storage.localfile import ScratchFile
 
 log = logging.getLogger(__name__)
 
 INLINE_LAYER_BYTES_MAX = 512 * KiB
 """Default of ``layers.inline_max``: pushed layers up to this size travel in the log entry."""
 DEFAULT_HEAD = b"refs/heads/main"
+FOLLOW_RETRIES_MAX = 40
+"""Subscriptions in a row that may fail (unavailable, timeout) before a view is dropped."""
+FOLLOW_BACKOFF_S = 0.05
+FOLLOW_BACKOFF_MAX_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +118,10 @@ class RepositoryHost:
         self._opening: dict[str, asyncio.Lock] = {}
         self.pushes = 0
         self.fetches = 0
+        self.view_builds = 0
+        """Views built whole (a snapshot: opening a repository, a new incarnation)."""
+        self.view_updates = 0
+        """Changes that updated a view in place (layers appended or a stretch swapped)."""
 
     # -- hosting --------------------------------------------------------------------------
 
@@ -141,16 +153,24 @@ class RepositoryHost:
         return repo
 
     def drop(self, name: str) -> None:
-        """Forget a repository at once (deleted, or superseded by a new incarnation)."""
+        """Forget a repository at once (deleted, or superseded by a new incarnation).
+
+        Seed 001, "Compute nodes": the compute that asked for a deletion drops its view
+        at once. Waiters on the view are woken so they answer not found now.
+        """
         repo = self._repos.pop(name, None)
         if repo is not None:
             repo.dead = True
             if repo.task is not None:
                 repo.task.cancel()
+            with contextlib.suppress(RuntimeError):  # no running loop: nobody can wait
+                asyncio.get_running_loop().create_task(self._notify(repo))
 
     async def close(self) -> None:
+        tasks = [r.task for r in self._repos.values() if r.task is not None]
         for name in list(self._repos):
             self.drop(name)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _wait_version(self, repo: _Repo, version: int) -> None:
         async def reached() -> None:
@@ -167,20 +187,45 @@ class RepositoryHost:
             raise repo.error or NotFound(f"repository {repo.name} not found", name=repo.name)
 
     async def _run_follower(self, repo: _Repo, incarnation: int) -> None:
-        after = 0
+        """Keep ``repo`` current until it is deleted (seed 001, "Compute nodes").
+
+        1. The change (or snapshot) marking the repository deleted ends following and
+           drops the view; later requests activate the name again.
+        2. A stream that ends without it (the member restarting, or E dropped there)
+           is followed again from the last applied version, after a short backoff;
+           ``FOLLOW_RETRIES_MAX`` failed calls in a row end following instead.
+        3. A snapshot of another incarnation replaces the view: nothing of the old
+           incarnation (layer readers, inline bytes) is kept for the new one. A
+           snapshot older than the view (a lagging member) is ignored.
+        """
+        failures = 0
         try:
             while not repo.dead:
-                async for event in self.ledger.subscribe(repo.name, incarnation, after):
-                    if isinstance(event, SnapshotEvent):
-                        repo.inline.update(event.inline)
-                        await self._set_state(repo, event.state, rebuild=True)
-                    elif isinstance(event, ChangeEvent):
-                        await self._apply(repo, event)
-                    after = repo.state.version
-                    if repo.state.deleted:
-                        self._end(repo, NotFound(f"repository {repo.name} was deleted"))
-                        return
-                await asyncio.sleep(0.05)  # the stream ended: follow again from here
+                try:
+                    async for event in self.ledger.subscribe(
+                        repo.name, incarnation, repo.state.version
+                    ):
+                        if isinstance(event, SnapshotEvent):
+                            if event.state.version < repo.state.version:
+                                continue
+                            if repo.state.exists and (
+                                event.state.incarnation != repo.state.incarnation
+                            ):
+                                repo.readers, repo.inline = {}, {}
+                            repo.inline.update(event.inline)
+                            await self._set_state(repo, event.state, rebuild=True)
+                        elif isinstance(event, ChangeEvent):
+                            await self._apply(repo, event)
+                        failures = 0
+                        incarnation = repo.state.incarnation
+                        if repo.state.deleted:
+                            self._end(repo, NotFound(f"repository {repo.name} was deleted"))
+                            return
+                except (Unavailable, Timeout):
+                    failures += 1
+                    if failures > FOLLOW_RETRIES_MAX:
+                        raise
+                await asyncio.sleep(min(FOLLOW_BACKOFF_S * 2**failures, FOLLOW_BACKOFF_MAX_S))
         except asyncio.CancelledError:
             raise
         except EnrouteError as exc:
@@ -202,28 +247,59 @@ class RepositoryHost:
             repo.changed.notify_all()
 
     async def _apply(self, repo: _Repo, event: ChangeEvent) -> None:
-        rebuild = False
+        changes: list[LayersChanged] = []
         for effect in event.change.effects:
             if isinstance(effect, LayersChanged):
-                rebuild = True
+                changes.append(effect)
                 for entry, data in zip(effect.added, effect.added_data, strict=True):
                     if entry.kind is LayerKind.INLINE:
                         repo.inline[entry.root] = data
             if isinstance(effect, Deleted):
-                rebuild = False
+                changes = []
         state = apply_change(repo.state, event.change.effects, version=event.version)
-        await self._set_state(repo, state, rebuild=rebuild)
+        await self._set_state(repo, state, rebuild=False, changes=changes)
 
-    async def _set_state(self, repo: _Repo, state: RepoState, *, rebuild: bool) -> None:
-        if rebuild and state.live:
-            pairs = [(e, await self._reader(repo, e)) for e in state.manifest]
-            view = await asyncio.to_thread(View, pairs, limits=self.limits)
+    async def _set_state(
+        self,
+        repo: _Repo,
+        state: RepoState,
+        *,
+        rebuild: bool,
+        changes: Sequence[LayersChanged] = (),
+    ) -> None:
+        """Bring the view to ``state`` (seed 004, "Effects").
+
+        A snapshot (``rebuild``) builds the whole view; a change updates it: a pushed
+        layer joins at the end, a flush or compaction swaps its stretch, and every
+        other layer's view is kept. A view that does not end up with the manifest's
+        layers (a change it cannot place) is built whole instead.
+        """
+        if not state.live:
+            repo.view = View(())
+        elif rebuild or changes:
+            view: View | None = None
+            if not rebuild and _entries(repo.view) == repo.state.manifest:
+                view = repo.view
+                for change in changes:
+                    added = [(e, await self._reader(repo, e)) for e in change.added]
+                    try:
+                        view = await asyncio.to_thread(view.with_layers, change.removed, added)
+                    except (InvalidArgument, CorruptData) as exc:
+                        log.warning("view of %s: a layer change did not fit: %s", repo.name, exc)
+                        view = None
+                        break
+                if view is not None and _entries(view) != state.manifest:
+                    view = None
+                if view is not None:
+                    self.view_updates += 1
+            if view is None:
+                pairs = [(e, await self._reader(repo, e)) for e in state.manifest]
+                view = await asyncio.to_thread(View, pairs, limits=self.limits)
+                self.view_builds += 1
             keep = {e.root for e in state.manifest}
             repo.readers = {k: v for k, v in repo.readers.items() if k in keep}
             repo.inline = {k: v for k, v in repo.inline.items() if k in keep}
             repo.view = view
-        elif not state.live:
-            repo.view = View(())
         repo.state = state
         async with repo.changed:
             repo.changed.notify_all()
@@ -281,24 +357,42 @@ class RepositoryHost:
             with contextlib.suppress(EnrouteError):
                 await self._wait_version(repo, version)
 
-    async def store_layer(self, name: str, snap: Snapshot, result: IngestResult) -> NewLayer | None:
+    async def store_layer(
+        self,
+        name: str,
+        snap: Snapshot,
+        result: IngestResult,
+        layer_file: ScratchFile | None = None,
+    ) -> NewLayer | None:
         """The new layer of a push or API commit: inline when small, else published.
 
         DESIGN "Repository state": a stored layer is named with the state's
         ``upload_gen`` so the ledger accepts it only inside the upload window.
+        ``layer_file`` holds the layer when ingest wrote it to a scratch file
+        (pushes): an inline layer is read back from it, a stored one is
+        published from it and moved into place, never held in memory.
         """
         sealed = result.sealed
         if sealed is None:
             return None
-        assert result.data is not None
+        assert result.data is not None or layer_file is not None
         if sealed.file_size <= self.inline_max_bytes or self.layers is None:
+            data = result.data
+            if data is None:
+                assert layer_file is not None
+                data = await asyncio.to_thread(layer_file.read_all)
             repo = self._repos.get(name)
             if repo is not None:
-                repo.inline[sealed.root] = result.data
-            return result.new_layer(inline=True)
+                repo.inline[sealed.root] = data
+            return result.new_layer(inline=True, data=data)
         gen = snap.state.upload_gen
         key = layer_key(name, layer_key_name(gen, sealed.root))
-        await self.layers.publish(storage_segment(name), key, result.data)
+        if result.data is not None:
+            await self.layers.publish(storage_segment(name), key, result.data)
+        else:
+            assert layer_file is not None
+            # publish moves the file into place; the caller's close removes what is left
+            await self.layers.publish(storage_segment(name), key, layer_file.path)
         return result.new_layer(inline=False, upload_gen=gen)
 
     # -- refs -----------------------------------------------------------------------------
@@ -311,6 +405,11 @@ class RepositoryHost:
             for name, value in sorted(snap.state.refs.items())
         )
         return RefSnapshot(refs, snap.state.head or None)
+
+
+def _entries(view: View) -> tuple[LayerEntry, ...]:
+    """The manifest a view was built for."""
+    return tuple(entry for entry, _ in view.layers)
 
 
 def _peel(view: View, oid: ObjectId) -> ObjectId | None:

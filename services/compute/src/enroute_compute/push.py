@@ -6,12 +6,24 @@ view, make the layer inline (small) or stored (published with the state's
 ``upload_gen``), propose a ``Commit`` with compare-and-swap ref updates
 (atomic when the client asked), and turn the applied Change into
 report-status. A push to a missing repository activates it implicitly.
+
+Memory (seed 004, "Storage service" and "Pages and memory"; docs/ingest.md):
+the pack is spooled to a scratch file as it arrives and ingested from there,
+and the layer is built in a second scratch file that publishing moves into
+place; only an inline layer (at most ``layers.inline_max``) is read back into
+memory. What a push holds is then ingest's bounded cache and its per-object
+words, whatever the size of the pack.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+import gc
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 from enroute_compute.commits import BuiltCommit, CommitRequest, build_commit
 from enroute_compute.host import RepositoryHost
@@ -41,6 +53,9 @@ from enroute_core.protocol.receive import RefStatus as ReportStatus
 from enroute_core.state import Change, Commit, RefStatus, RefUpdate
 from enroute_core.state.head import branch_ref
 from enroute_core.state.names import check_repo_name
+from enroute_core.storage.localfile import ScratchFile
+
+T = TypeVar("T")
 
 
 class Pusher:
@@ -51,11 +66,19 @@ class Pusher:
 
     # -- push -----------------------------------------------------------------------------
 
+    def _scratch(self, prefix: str) -> ScratchFile:
+        """A scratch file under the node's layer directory (a temporary one without storage)."""
+        layers = self.host.layers
+        if layers is not None:
+            return layers.scratch_file(prefix)
+        return ScratchFile(tempfile.gettempdir(), f"enroute-{prefix}")
+
     async def receive_pack(self, name: str, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         check_repo_name(name)
         conv = ReceivePack(limits=self.host.limits)
         request: PushRequest | None = None
-        pack = bytearray()
+        pack_max = self.host.limits.ingest_pack_bytes_max
+        spool = self._scratch("push")
 
         def drain() -> bool:
             nonlocal request
@@ -66,25 +89,27 @@ class Pusher:
                 if isinstance(event, PushRequest):
                     request = event
                 elif isinstance(event, PackChunk):
-                    pack.extend(event.data)
-                    check_limit(
-                        "ingest_pack_bytes_max", len(pack), self.host.limits.ingest_pack_bytes_max
-                    )
+                    if spool.size + len(event.data) > pack_max:
+                        check_limit("ingest_pack_bytes_max", spool.size + len(event.data), pack_max)
+                    spool.append(event.data)
                 elif isinstance(event, PushEnd):
                     return True
 
-        async for chunk in body:
-            conv.feed(chunk)
+        try:
+            async for chunk in body:
+                conv.feed(chunk)
+                drain()
+            conv.feed_eof()
             drain()
-        conv.feed_eof()
-        drain()
-        if request is None or not request.commands:
-            return
-        self.host.pushes += 1
-        report = await self._push(name, request, bytes(pack))
+            if request is None or not request.commands:
+                return
+            self.host.pushes += 1
+            report = await self._push(name, request, spool)
+        finally:
+            spool.close()
         yield report
 
-    async def _push(self, name: str, request: PushRequest, pack: bytes) -> bytes:
+    async def _push(self, name: str, request: PushRequest, pack: ScratchFile) -> bytes:
         commands = request.commands
         snap = (await self.host.open(name, CreateMode.IMPLICIT)).snapshot()
         tips = [c.new for c in commands if not c.is_delete]
@@ -94,16 +119,32 @@ class Pusher:
             statuses = tuple(ReportStatus(c.ref, reason) for c in commands)
             return encode_report(PushReport(unpack, statuses), request)
 
-        if pack and tips:
-            try:
-                result = await asyncio.to_thread(
-                    ingest_pack, BytesSource(pack), tips, snap.view, limits=self.host.limits
-                )
-            except EnrouteError as exc:
-                if exc.mapping.git_form is GitForm.REF:
-                    return refuse_all(git_message(exc))
-                return refuse_all(b"unpacker error", git_message(exc))
-        new_layer = None if result is None else await self.host.store_layer(name, snap, result)
+        layer_file = self._scratch("layer")
+        try:
+            if pack.size and tips:
+                try:
+                    result = await _to_thread_to_end(
+                        lambda: _without_cycle_collection(
+                            lambda: ingest_pack(
+                                pack,
+                                tips,
+                                snap.view,
+                                limits=self.host.limits,
+                                sink=layer_file.append,
+                            )
+                        )
+                    )
+                except EnrouteError as exc:
+                    if exc.mapping.git_form is GitForm.REF:
+                        return refuse_all(git_message(exc))
+                    return refuse_all(b"unpacker error", git_message(exc))
+            new_layer = (
+                None
+                if result is None
+                else await self.host.store_layer(name, snap, result, layer_file)
+            )
+        finally:
+            layer_file.close()
         command = Commit(
             incarnation=snap.state.incarnation,
             ref_updates=tuple(
@@ -171,6 +212,52 @@ class Pusher:
             raise refused
         await self.host.wait_applied(name, proposed.version)
         return built
+
+
+_gc_lock = threading.Lock()
+_gc_paused_by = 0
+
+
+def _without_cycle_collection(fn: Callable[[], T]) -> T:
+    """``fn`` with Python's cyclic garbage collector paused (docs/ingest.md, "Speed").
+
+    Ingest makes hundreds of thousands of small tuples, dicts and lists that
+    live until it ends; each full collection walks all of them, which cost
+    10-20% of an ingest. Reference counting still frees everything at once.
+    Concurrent ingests share the pause: the last one to end turns it back on.
+    """
+    global _gc_paused_by
+    with _gc_lock:
+        ours = _gc_paused_by > 0 or gc.isenabled()  # else paused by someone else: theirs
+        if ours:
+            _gc_paused_by += 1
+            gc.disable()
+    if not ours:
+        return fn()
+    try:
+        return fn()
+    finally:
+        with _gc_lock:
+            _gc_paused_by -= 1
+            if _gc_paused_by == 0:
+                gc.enable()
+
+
+async def _to_thread_to_end(fn: Callable[[], T]) -> T:
+    """``fn`` in a worker thread; a cancelled caller still waits for it to end.
+
+    The thread reads and writes the caller's scratch files, which the caller
+    closes when it unwinds: closing them under a running thread could let it
+    write through a descriptor number the process has reused.
+    """
+    task = asyncio.ensure_future(asyncio.to_thread(fn))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([task])
+        raise
 
 
 def _stale(ref: bytes, current: ObjectId | None) -> StaleRef:

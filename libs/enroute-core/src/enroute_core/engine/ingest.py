@@ -31,23 +31,34 @@ to the snapshot it was ingested against); DESIGN "Layers" (segments).
    known here), so such a delta has depth 1.
 5. Commit section: each new commit with its tree, parents, committer time and segment.
 
-Memory held: the indexer's per-entry words, a dict entry per pack oid, the
-headers of the pack's commits and tags, one order slot and context per stored
-object, the segments (the layer writer keeps them too), and the body cache
-(``Limits.ingest_body_cache_bytes_max``). Bodies are never all held: a body
-needed again is rebuilt from the pack or read from the snapshot.
+Memory held (seed 004, "Pages and memory": "a 128 MiB cache per concurrent
+ingest"; docs/ingest.md): one cache budget, ``Limits.ingest_body_cache_bytes_max``,
+split in eighths: 3 for the indexer's delta bases (``pack_base_cache_bytes_max``
+is capped to it), 3 for the body cache, 2 for the parsed trees of the segment
+diff. Beside it, about 1 KiB per pack object (the indexer's per-entry words, a
+dict entry per pack oid, one order slot and context per stored object, the
+segments, the layer writer's table) and the headers of the pack's commits and
+tags. Bodies are never all held: a body needed again is rebuilt from the pack or
+read from the snapshot. Nothing holds the pack or the layer: ``source`` may be
+a file (a push's spool) and ``sink`` a file (the push's layer builder).
+
+Segments are found as :func:`~enroute_core.engine.segments.commit_segment`
+finds them (same members, same order; a test compares the two), over trees
+parsed once into (mode, name NUL oid) pairs by one regular expression, so that
+"a parent has the same oid at this path" is a set lookup.
 """
 
 from __future__ import annotations
 
+import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from enroute_core.base.errors import InvalidArgument, InvalidObject, MissingObject
-from enroute_core.base.ids import ObjectId, oid_to_hex
+from enroute_core.base.ids import OID_BYTES, ObjectId, oid_to_hex
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
 from enroute_core.engine.bodies import BodyCache, ObjectBodies
-from enroute_core.engine.segments import commit_segment
 from enroute_core.engine.snapshot import SnapshotObjects
 from enroute_core.git.commit import Commit
 from enroute_core.git.object_type import ObjectType
@@ -75,16 +86,27 @@ KIND_OF_TYPE = {
     ObjectType.TAG: Kind.TAG,
 }
 
+_KIND_OF_TYPE_NUM: dict[int, Kind] = {int(t): k for t, k in KIND_OF_TYPE.items()}
+
 LayerSink = Callable[[bytes], object]
+
+# Seed 004, "Pages and memory": one cache per concurrent ingest
+# (``Limits.ingest_body_cache_bytes_max``, 128 MiB), shared in eighths by the
+# indexer's delta bases, the body cache and the parsed trees of the segment diff.
+_CACHE_SHARES = 8
+_BASE_SHARE = 3
+_BODY_SHARE = 3
+_PARSED_SHARE = 2
 
 
 @dataclass(frozen=True, slots=True)
 class IngestResult:
     """What a push adds; the caller adds the ref updates and proposes the ``Commit``.
 
-    ``data`` is the whole layer file when no sink was given (else the sink got
-    it). ``sealed`` is None when the push adds no object (every object was in
-    the snapshot): the commit then carries ref updates only.
+    ``data`` is the whole layer file when no sink was given; otherwise the sink
+    got it (a push writes it to a scratch file, docs/ingest.md). ``sealed`` is
+    None when the push adds no object (every object was in the snapshot): the
+    commit then carries ref updates only.
     """
 
     data: bytes | None
@@ -101,12 +123,19 @@ class IngestResult:
     dropped: int
     """Pack objects no new ref tip reaches, not stored."""
 
-    def new_layer(self, *, inline: bool, upload_gen: int = 0) -> NewLayer | None:
-        """The ``new_layer`` of the state's ``Commit`` command (None when nothing is new)."""
+    def new_layer(
+        self, *, inline: bool, upload_gen: int = 0, data: bytes | None = None
+    ) -> NewLayer | None:
+        """The ``new_layer`` of the state's ``Commit`` command (None when nothing is new).
+
+        ``data`` gives an inline layer's bytes when a sink took them.
+        """
         sealed = self.sealed
         if sealed is None:
             return None
-        if inline and self.data is None:
+        if data is None:
+            data = self.data
+        if inline and (data is None or len(data) != sealed.file_size):
             raise InvalidArgument("an inline layer needs its bytes; ingest without a sink")
         return NewLayer(
             kind=ManifestKind.INLINE if inline else ManifestKind.STORED,
@@ -115,7 +144,7 @@ class IngestResult:
             meta_size=sealed.meta_size,
             root=sealed.root,
             upload_gen=0 if inline else upload_gen,
-            data=(self.data or b"") if inline else b"",
+            data=(data or b"") if inline else b"",
         )
 
 
@@ -168,7 +197,8 @@ def ingest_pack(
     typed errors of the pack and object parsers on bad input.
     """
     _check_pack_bounds(source, limits)
-    cache = BodyCache(limits.ingest_body_cache_bytes_max)
+    share = limits.ingest_body_cache_bytes_max // _CACHE_SHARES
+    cache = BodyCache(share * _BODY_SHARE)
     headers = _Headers(cache, limits)
     indexed = _index(source, snapshot, headers, limits)
     by_oid = _first_copies(indexed.objects)
@@ -229,6 +259,9 @@ def _index(
         found = snapshot.read(oid)
         return None if found is None else (int(found[0]), found[1])
 
+    base_cache_max = limits.ingest_body_cache_bytes_max // _CACHE_SHARES * _BASE_SHARE
+    if limits.pack_base_cache_bytes_max > base_cache_max:
+        limits = replace(limits, pack_base_cache_bytes_max=base_cache_max)
     return index_pack(
         source, limits=limits, external_base=external_base, on_object=headers.on_object
     )
@@ -273,6 +306,7 @@ class _Walk:
         self.loose: list[tuple[ObjectId, ObjectId | None]] = []  # new trees/blobs named by refs
         self.members = 0
         self._snapshot_trees: dict[ObjectId, ObjectId] = {}
+        self.trees = _TreeReader(bodies, limits)
 
     # classification
 
@@ -297,14 +331,18 @@ class _Walk:
     def place(self, oid: ObjectId, context: ObjectId | None) -> None:
         if oid in self.placed:
             return
-        check_limit("ingest_objects_max", len(self.placed) + 1, self.limits.ingest_objects_max)
-        kind = KIND_OF_TYPE[self.type_of(oid)]
+        placed = len(self.placed) + 1
+        if placed > self.limits.ingest_objects_max:
+            check_limit("ingest_objects_max", placed, self.limits.ingest_objects_max)
+        kind = _KIND_OF_TYPE_NUM[self.objects[self.by_oid[oid]].type_num]
         self.placed[oid] = kind
         self.order[kind].append(oid)
         if context is not None:
             self.context[oid] = context
 
     def _expect(self, oid: ObjectId, want: ObjectType, needed_by: ObjectId | None) -> None:
+        if self.objects[self.by_oid[oid]].type_num == want:
+            return
         got = self.type_of(oid)
         if got != want:
             raise InvalidObject(
@@ -354,19 +392,19 @@ class _Walk:
         head = self.headers.commits[commit]
         self.place(commit, self.context.get(commit))
         parent_trees = [self._tree_of(p) for p in head.parents]
-        members = commit_segment(commit, head.tree, parent_trees, self._entries, self._visit)
+        members = _segment(commit, head.tree, parent_trees, self.trees.get, self._visit)
         self.members += len(members)
         members_max = self.limits.ingest_segment_members_max
         check_limit("ingest_segment_members_max", self.members, members_max)
         return CommitInfo(commit, head.tree, head.parents, head.time, tuple(members))
 
     def _visit(self, oid: ObjectId, is_tree: bool, via: ObjectId) -> None:
-        if self.is_new(oid, via):
+        known = self.known.get(oid)
+        if known is None:
+            known = self.is_new(oid, via)
+        if known:
             self._expect(oid, ObjectType.TREE if is_tree else ObjectType.BLOB, via)
             self.place(oid, via)
-
-    def _entries(self, tree: ObjectId) -> tuple[TreeEntry, ...]:
-        return Tree.parse(self.bodies.tree(tree), limits=self.limits).entries
 
     def _tree_of(self, commit: ObjectId) -> ObjectId:
         if self.known[commit]:
@@ -396,15 +434,17 @@ class _Walk:
             stack = [oid]
             while stack:
                 tree = stack.pop()
-                for entry in self._entries(tree):
-                    if entry.mode == MODE_GITLINK or entry.oid in self.placed:
+                for mode, key in self.trees.get(tree).entries:
+                    flag = _FLAG_OF_MODE[mode]
+                    entry_oid = ObjectId(key[-OID_BYTES:])
+                    if flag == _GITLINK or entry_oid in self.placed:
                         continue
-                    if self.is_new(entry.oid, tree):
-                        want = ObjectType.TREE if entry.is_tree else ObjectType.BLOB
-                        self._expect(entry.oid, want, tree)
-                        self.place(entry.oid, tree)
-                        if entry.is_tree:
-                            stack.append(entry.oid)
+                    if self.is_new(entry_oid, tree):
+                        want = ObjectType.TREE if flag == _TREE else ObjectType.BLOB
+                        self._expect(entry_oid, want, tree)
+                        self.place(entry_oid, tree)
+                        if flag == _TREE:
+                            stack.append(entry_oid)
         targets = self.headers.tags
         new_tags = set(self.tags)
 
@@ -463,6 +503,153 @@ def _unstored(by_oid: dict[ObjectId, int], walk: _Walk) -> tuple[int, int]:
         else:
             dropped += 1
     return dedup, dropped
+
+
+# -- the segment diff over parsed trees ---------------------------------------------------------
+
+_BLOB, _TREE, _GITLINK = 0, 1, 2
+_FLAG_OF_MODE = {
+    b"40000": _TREE,
+    b"100644": _BLOB,
+    b"100755": _BLOB,
+    b"120000": _BLOB,
+    b"100664": _BLOB,
+    b"160000": _GITLINK,
+}
+"""Modes as git writes them; a tree with any other mode goes through ``Tree.parse``."""
+_TREE_ENTRY = re.compile(rb"(40000|100644|100755|120000|100664|160000) ([^\0]+\0.{20})", re.DOTALL)
+_TREE_WHOLE = re.compile(
+    rb"(?:(?:40000|100644|100755|120000|100664|160000) [^\0]+\0.{20})*", re.DOTALL
+)
+_PARSED_BYTES_PER_BODY_BYTE = 8  # a parsed entry (tuple, two bytes objects) over its raw bytes
+
+
+class _ParsedTree:
+    """A tree as (mode, name NUL oid) pairs: one key says "this name has this object".
+
+    Rule 2 of :mod:`~enroute_core.engine.segments` (skip an entry a parent has at
+    the same path with the same object id) becomes one set lookup per entry.
+    """
+
+    __slots__ = ("_subtrees", "entries", "keys")
+
+    def __init__(self, entries: list[tuple[bytes, bytes]]) -> None:
+        self.entries = entries
+        self.keys = {key for _, key in entries}
+        self._subtrees: dict[bytes, ObjectId] | None = None
+
+    def subtrees(self) -> dict[bytes, ObjectId]:
+        """Name to object id of the entries that are trees (the last one of a repeated name)."""
+        found = self._subtrees
+        if found is None:
+            found = {
+                key[: -OID_BYTES - 1]: ObjectId(key[-OID_BYTES:])
+                for mode, key in self.entries
+                if mode == b"40000"
+            }
+            self._subtrees = found
+        return found
+
+
+def _parse_tree(body: bytes, limits: Limits) -> _ParsedTree:
+    """Entries of a tree body; anything unusual is left to ``Tree.parse`` and its errors."""
+    if _TREE_WHOLE.fullmatch(body) is not None:
+        entries: list[tuple[bytes, bytes]] = _TREE_ENTRY.findall(body)
+        if len(entries) <= limits.tree_entries_max:
+            return _ParsedTree(entries)
+    return _ParsedTree(
+        [(_mode_token(e), e.name + b"\0" + e.oid) for e in Tree.parse(body, limits=limits).entries]
+    )
+
+
+def _mode_token(entry: TreeEntry) -> bytes:
+    """The mode git writes for what the segment diff makes of ``entry`` (gitlink, tree or not)."""
+    if entry.mode == MODE_GITLINK:
+        return b"160000"
+    return b"40000" if entry.is_tree else b"100644"
+
+
+class _TreeReader:
+    """Parsed trees by oid in an LRU bounded in (estimated) bytes; bodies come from ``bodies``."""
+
+    __slots__ = ("_bodies", "_bytes", "_items", "_limits", "_max")
+
+    def __init__(self, bodies: ObjectBodies, limits: Limits) -> None:
+        self._bodies = bodies
+        self._limits = limits
+        self._items: OrderedDict[ObjectId, tuple[_ParsedTree, int]] = OrderedDict()
+        self._bytes = 0
+        self._max = limits.ingest_body_cache_bytes_max // _CACHE_SHARES * _PARSED_SHARE
+
+    def get(self, oid: ObjectId) -> _ParsedTree:
+        items = self._items
+        found = items.get(oid)
+        if found is not None:
+            items.move_to_end(oid)
+            return found[0]
+        body = self._bodies.tree(oid)
+        parsed = _parse_tree(body, self._limits)
+        cost = len(body) * _PARSED_BYTES_PER_BODY_BYTE + 256
+        if cost <= self._max:
+            self._bytes += cost
+            while self._bytes > self._max:
+                _, (_, old) = items.popitem(last=False)
+                self._bytes -= old
+            items[oid] = (parsed, cost)
+        return parsed
+
+
+Visit = Callable[[ObjectId, bool, ObjectId], None]
+
+
+def _segment(
+    commit: ObjectId,
+    tree: ObjectId,
+    parent_trees: Sequence[ObjectId],
+    read: Callable[[ObjectId], _ParsedTree],
+    visit: Visit,
+) -> list[ObjectId]:
+    """:func:`~enroute_core.engine.segments.commit_segment` over parsed trees.
+
+    The same members in the same order (tests compare the two); per tree, only
+    the entries no parent has at the same path with the same oid are looked at.
+    """
+    members: dict[ObjectId, None] = {commit: None}
+    if tree in parent_trees:
+        return list(members)
+    members[tree] = None
+    visit(tree, True, commit)
+    first = (tree, tuple(dict.fromkeys(parent_trees)))
+    stack = [first]
+    diffed = {first}  # a subtree at two paths with the same parents is diffed once
+    while stack:
+        current, parents = stack.pop()
+        entries = read(current).entries
+        olds = [read(p) for p in parents]
+        if not olds:
+            changed = entries
+        else:
+            same = olds[0].keys if len(olds) == 1 else set().union(*(o.keys for o in olds))
+            changed = [e for e in entries if e[1] not in same]
+        subtrees: list[tuple[ObjectId, tuple[ObjectId, ...]]] = []
+        for mode, key in changed:
+            flag = _FLAG_OF_MODE[mode]
+            if flag == _GITLINK:
+                continue
+            oid = ObjectId(key[-OID_BYTES:])
+            if oid not in members:
+                members[oid] = None
+                visit(oid, flag == _TREE, current)
+            if flag == _TREE:
+                name = key[: -OID_BYTES - 1]
+                below = tuple(
+                    dict.fromkeys(sub for o in olds if (sub := o.subtrees().get(name)) is not None)
+                )
+                if (oid, below) not in diffed:
+                    diffed.add((oid, below))
+                    subtrees.append((oid, below))
+        stack.extend(reversed(subtrees))
+    return list(members)
 
 
 # -- step 3: storage order --------------------------------------------------------------------

@@ -29,24 +29,25 @@ segment assumes the parents.
 
 from __future__ import annotations
 
+import hashlib
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from pyroaring import BitMap
 
-from enroute_core.base.errors import InvalidArgument, MissingObject
-from enroute_core.base.ids import ObjectId, oid_to_hex
-from enroute_core.engine.view import TYPE_OF_KIND, View, ViewCommit
+from enroute_core.base.errors import CorruptData, InvalidArgument, MissingObject
+from enroute_core.base.ids import OID_BYTES, ObjectId, oid_to_hex
+from enroute_core.engine.view import View, ViewCommit
 from enroute_core.git.pack import (
-    OBJ_OFS_DELTA,
     OBJ_REF_DELTA,
-    encode_entry_header,
     encode_ofs_distance,
-    parse_entry_header,
+    encode_pack_header,
 )
-from enroute_core.git.packwrite import ChunkSink, PackWriter
+from enroute_core.git.packwrite import ChunkSink
 from enroute_core.git.tree import MODE_GITLINK, Tree
-from enroute_core.storage.layer import Kind
+from enroute_core.storage.layer import REF_EXTERNAL, Kind, LayerReader
+from enroute_core.storage.layer.format import REF_NONE, S_DATA
 
 # -- filters (git rev-list --filter; gitprotocol-v2 "fetch", filter) ---------------------------
 
@@ -267,8 +268,8 @@ def _commit(view: View, commit_id: int) -> ViewCommit:
     return commit
 
 
-def _parents(view: View, commit_id: int) -> tuple[int, ...]:
-    return _commit(view, commit_id).parents
+def _parents(view: View, commit_id: int) -> Sequence[int]:
+    return view.parents(commit_id)
 
 
 def _depth_walk(view: View, starts: Sequence[int], depth: int) -> tuple[BitMap, BitMap]:
@@ -445,6 +446,16 @@ def _included_tags(view: View, tags: Iterable[ObjectId], ids: BitMap, have: BitM
 # -- writing ---------------------------------------------------------------------------------
 
 
+_FLUSH_BYTES = 256 * 1024
+"""The writer hands the sink pieces of about this size (side-band frames and RPC messages)."""
+_WINDOW_BYTES = 1024 * 1024
+"""Bytes of a layer's data region read at once: runs of entries are sliced from them."""
+_SLAB_RECORDS = 4096
+"""Object-table records decoded at once."""
+_HEADER_BYTES_MAX = 10
+"""Type-and-size bytes of an entry header: 4 + 9 * 7 bits cover any 64-bit size."""
+
+
 def write_pack(
     view: View,
     plan: PackPlan,
@@ -455,44 +466,144 @@ def write_pack(
 ) -> WriteStats:
     """Stream the planned pack to ``sink`` in id order (rules 1-4 of the module docstring).
 
+    Seed 004, "Layers": entries are stored as pack entries in id order, so the
+    pack is mostly the data regions of the layers, sliced a window at a time; only
+    a REF_DELTA's header changes (type bits and base distance instead of the base
+    oid). Delta bases come from the object table's base refs, not oid lookups.
     ``progress`` receives a ``Writing objects`` event every ``progress_every``
-    objects and at the end. Memory: the offset of each object written (for
-    OFS_DELTA distances) and the view's body cache.
+    objects and at the end. Memory: 8 bytes per written object (its offset, for
+    OFS_DELTA distances), a data window, a slab of records, and the sink's piece.
     """
-    writer = PackWriter(sink)
-    total = len(plan.ids)
-    writer.header(total)
-    offsets: dict[int, int] = {}
+    ids = plan.ids
+    total = len(ids)
+    out = _PackOut(sink)
+    buf = out.buf
+    buf += encode_pack_header(total)
+    offsets = array("Q")
     copied = rewritten = thin_kept = resolved = 0
-    for done, object_id in enumerate(plan.ids, start=1):
-        reader, local = view.locate(object_id)
-        raw = reader.entry_bytes(local)
-        offset = writer.offset
-        type_num, size, hlen, _, base_oid = parse_entry_header(raw, 0, 0)
-        if type_num != OBJ_REF_DELTA:
-            writer.add_raw_entry(raw)
+    layer_end = -1
+    first = n = slab = w0 = w1 = 0
+    single = False
+    reader: LayerReader | None = None
+    window = memoryview(b"")
+    rows: list[tuple[int, int, int]] = []
+    externals: dict[int, int | None] = {}
+    for done, object_id in enumerate(ids, start=1):
+        if object_id >= layer_end:
+            first, layer_end, reader = view.layer_of(object_id)
+            n, single = reader.object_count, reader.single_id_run
+            slab, w0, w1, window, externals = -1, 0, 0, memoryview(b""), {}
+        assert reader is not None
+        rel = object_id - first
+        local = rel if single and rel < n else reader.local_of(rel)
+        if local is None or local >= n:
+            raise KeyError(f"id {object_id} names no object of the view")
+        if local // _SLAB_RECORDS != slab:
+            slab = local // _SLAB_RECORDS
+            start = slab * _SLAB_RECORDS
+            stop = min(n, start + _SLAB_RECORDS)
+            # A sparse slab (a shallow or filtered fetch) is read record by record.
+            dense = not single or ids.range_cardinality(first + start, first + stop) * 4 > (
+                stop - start
+            )
+            rows = reader.entry_rows(start, stop) if dense else []
+        if rows:
+            offset, length, base = rows[local % _SLAB_RECORDS]
+        else:
+            offset, length, base = reader.entry_row(local)
+        if offset < w0 or offset + length > w1:
+            w0 = offset
+            w1 = min(reader.data_end, offset + max(length, _WINDOW_BYTES))
+            window = memoryview(reader.data_bytes(w0, w1 - w0))
+        raw = window[offset - w0 : offset - w0 + length]
+        pos = len(buf)
+        here = out.flushed + pos
+        if base == REF_NONE:
+            buf += raw
             copied += 1
         else:
-            assert base_oid is not None
-            base = view.id_of_oid(base_oid)
-            base_offset = offsets.get(base) if base is not None else None
+            if raw[0] >> 4 & 7 != OBJ_REF_DELTA:
+                raise CorruptData(f"id {object_id}: a delta record on a full entry", section=S_DATA)
+            if base & REF_EXTERNAL:
+                base_id = externals.get(base, -1)
+                if base_id == -1:
+                    base_id = externals[base] = view.id_of_oid(
+                        reader.external_oid(base & ~REF_EXTERNAL)
+                    )
+            else:
+                base_id = first + (base if single else reader.id_of(base))
+                if base_id not in ids and first:  # a duplicate: the oldest copy has the id
+                    base_id = view.id_of_oid(reader.ref_oid(base))
+            base_offset = None
+            if base_id is not None and base_id in ids and base_id < object_id:
+                base_offset = offsets[ids.rank(base_id) - 1]
             if base_offset is not None and plan.ofs_delta:
-                head = encode_entry_header(OBJ_OFS_DELTA, size)
-                head += encode_ofs_distance(offset - base_offset)
-                writer.add_raw_entry(head + raw[hlen:])
+                hlen = 1
+                while raw[hlen - 1] & 0x80:
+                    hlen += 1
+                    if hlen > _HEADER_BYTES_MAX or hlen + OID_BYTES > length:
+                        raise CorruptData(f"id {object_id}: bad entry header", section=S_DATA)
+                buf += raw[:hlen]
+                buf[pos] ^= 0x10  # type 7 (REF_DELTA) becomes 6 (OFS_DELTA), size unchanged
+                distance = here - base_offset
+                if distance < 0x80:
+                    buf.append(distance)
+                elif distance < 0x4080:  # two bytes: gitformat-pack "offset encoding"
+                    buf.append(0x80 | ((distance >> 7) - 1))
+                    buf.append(distance & 0x7F)
+                else:
+                    buf += encode_ofs_distance(distance)
+                buf += raw[hlen + OID_BYTES :]
                 rewritten += 1
             elif base_offset is not None or (
-                plan.thin and base is not None and base in plan.have_ids
+                plan.thin and base_id is not None and base_id in plan.have_ids
             ):
-                writer.add_raw_entry(raw)
+                buf += raw
                 copied += 1
                 thin_kept += base_offset is None
             else:
-                body = view.read_id(object_id)
-                writer.add_full(int(TYPE_OF_KIND[reader.kind_of(local)]), body)
+                buf += view.full_entry(object_id)
                 resolved += 1
-        offsets[object_id] = offset
+        offsets.append(here)
+        if len(buf) >= _FLUSH_BYTES:
+            out.flush()
         if progress is not None and (done % progress_every == 0 or done == total):
             progress(ProgressEvent("Writing objects", done, total))
-    writer.finish()
-    return WriteStats(total, writer.offset, copied, rewritten, thin_kept, resolved)
+    size = out.finish()
+    return WriteStats(total, size, copied, rewritten, thin_kept, resolved)
+
+
+class _PackOut:
+    """The pack's bytes on their way to the sink: a running SHA-1 for the trailer
+    (gitformat-pack), handed on in pieces of at most :data:`_FLUSH_BYTES` (an entry
+    larger than that is split), so no RPC message outgrows its bound."""
+
+    __slots__ = ("_sha", "_sink", "buf", "flushed")
+
+    def __init__(self, sink: ChunkSink) -> None:
+        self._sink = sink
+        self._sha = hashlib.sha1()
+        self.buf = bytearray()
+        self.flushed = 0
+
+    def flush(self, trailer: bool = False) -> None:
+        data = bytes(self.buf)
+        self.buf.clear()
+        self._sha.update(data)
+        if trailer:
+            data += self._sha.digest()
+        self.flushed += len(data)
+        step = _FLUSH_BYTES
+        if len(data) <= step + (20 if trailer else 0):
+            self._sink(data)
+            return
+        view = memoryview(data)
+        last = len(data) - (20 if trailer else 0)
+        for start in range(0, last, step):
+            end = start + step
+            self._sink(bytes(view[start : len(data) if end >= last else end]))
+
+    def finish(self) -> int:
+        """The last piece with the trailer after it; the pack's size."""
+        self.flush(trailer=True)
+        return self.flushed

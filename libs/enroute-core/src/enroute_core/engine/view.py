@@ -3,30 +3,40 @@
 Seed 004, "Stable object numbering": every object has the id its layer's
 manifest range gives it; duplicates resolve to the smallest id, which is the
 copy in the oldest layer, so :meth:`View.id_of_oid` asks the layers oldest
-first (their Bloom filters make misses cheap). Finding the layer of an id is
-a binary search over the ranges, then the layer's id runs.
+first (their Bloom filters make misses cheap, and one index page answers a
+hit). Finding the layer of an id is a binary search over the ranges, then the
+layer's id runs.
 
-Seed 004, "Pages and memory" and DESIGN "Layers": the view holds the commit
-graph in ids: per commit its tree, parents, time, generation and segment (a
-roaring bitmap of the ids it introduces). A pushed layer's graph is built
-from its commit section when the view is built (refs resolved through the
-layer's local ids and its external oids); a merged layer stores its graph by
-ids. The closure of a set of commits is the union of the segments of every
-ancestor, which is how a fetch is planned without walking trees.
+Seed 004, "Effects": a view is a list of per-layer views, each built against
+ids once, when its layer joins. A pushed layer joins at the end
+(:meth:`View.with_layers` with nothing removed); a flush or compaction swaps a
+stretch of the list for its merged outputs. Either way every other layer's
+view is shared as it is, and so is the body cache: nothing is rebuilt.
+
+Seed 004, "Pages and memory" and DESIGN "Layers": per layer, the commit graph
+in ids as flat arrays (:class:`~enroute_core.storage.layer.commits.CommitGraph`:
+tree, parents, time, generation and segment, the ids a commit introduces). A
+merged layer stores it; a pushed layer's is resolved from its commit section
+when it joins (refs through the layer's local ids and its external oids). The
+closure of a set of commits is the union of the segments of every ancestor,
+which is how a fetch is planned without walking trees.
 
 The view also implements :class:`~enroute_core.engine.snapshot.SnapshotObjects`,
 so a push can be ingested against it: bodies are rebuilt along REF_DELTA
 chains that may cross layers.
 
-Memory: the id ranges, one record per commit with its segment bitmap, one
-bitmap per kind, and a bounded LRU of inflated bodies
+Memory: per layer its range, one bitmap per kind and the graph arrays (about
+32 bytes per commit and 4 per segment member); a bounded LRU of inflated
+bodies shared by the views of one repository
 (``Limits.view_body_cache_bytes_max``).
 """
 
 from __future__ import annotations
 
+import threading
 import zlib
-from bisect import bisect_right
+from array import array
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -38,11 +48,13 @@ from enroute_core.base.ids import ObjectId, oid_to_hex
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
 from enroute_core.git.delta import apply_delta
 from enroute_core.git.object_type import ObjectType
-from enroute_core.git.pack import OBJ_REF_DELTA, parse_entry_header
+from enroute_core.git.pack import OBJ_REF_DELTA, encode_entry_header, parse_entry_header
 from enroute_core.git.tag import Tag
 from enroute_core.git.tree import MODE_GITLINK, Tree
+from enroute_core.git.zstream import deflate
 from enroute_core.state.model import LayerEntry
 from enroute_core.storage.layer import REF_EXTERNAL, Kind, LayerReader
+from enroute_core.storage.layer.commits import CommitGraph
 
 TYPE_OF_KIND = {
     Kind.COMMIT: ObjectType.COMMIT,
@@ -51,6 +63,10 @@ TYPE_OF_KIND = {
     Kind.TAG: ObjectType.TAG,
 }
 _SECTION = "view"
+ENTRY_CACHE_SHARE = 4
+"""Resolved entries may hold this fraction of ``view_body_cache_bytes_max`` (1/4)."""
+TREE_CLOSURES_KEPT = 8
+"""Whole tree closures kept per repository (shallow and tree-only fetches of the same tips)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,35 +82,205 @@ class ViewCommit:
 
 
 class _Bodies:
-    """LRU of inflated bodies by id, bounded in bytes; a body over the bound is not kept."""
+    """LRU of inflated bodies by id, bounded in bytes; a body over the bound is not kept.
 
-    __slots__ = ("_bytes", "_items", "_max")
+    Shared by the views of one repository (ids are stable, so a body never changes)
+    and used from the fetch threads at once, hence the lock.
+    """
+
+    __slots__ = ("_bytes", "_items", "_lock", "_max", "_trees")
 
     def __init__(self, max_bytes: int) -> None:
         self._items: OrderedDict[int, bytes] = OrderedDict()
         self._bytes = 0
         self._max = max_bytes
+        self._lock = threading.Lock()
+        self._trees: OrderedDict[tuple[int, ...], BitMap] = OrderedDict()
+
+    def tree_closure(self, roots: tuple[int, ...]) -> BitMap | None:
+        """A memoized closure of exactly these root trees (a tree's closure never changes:
+        its content is fixed and ids are stable), or None."""
+        with self._lock:
+            found = self._trees.get(roots)
+            if found is not None:
+                self._trees.move_to_end(roots)
+            return found
+
+    def put_tree_closure(self, roots: tuple[int, ...], closure: BitMap) -> None:
+        with self._lock:
+            self._trees[roots] = closure
+            while len(self._trees) > TREE_CLOSURES_KEPT:
+                self._trees.popitem(last=False)
 
     def get(self, object_id: int) -> bytes | None:
-        found = self._items.get(object_id)
-        if found is not None:
-            self._items.move_to_end(object_id)
-        return found
+        with self._lock:
+            found = self._items.get(object_id)
+            if found is not None:
+                self._items.move_to_end(object_id)
+            return found
 
     def put(self, object_id: int, body: bytes) -> None:
-        if len(body) > self._max or object_id in self._items:
+        if len(body) > self._max:
             return
-        self._bytes += len(body)
-        while self._bytes > self._max:
-            _, old = self._items.popitem(last=False)
-            self._bytes -= len(old)
-        self._items[object_id] = body
+        with self._lock:
+            if object_id in self._items:
+                return
+            self._bytes += len(body)
+            while self._bytes > self._max:
+                _, old = self._items.popitem(last=False)
+                self._bytes -= len(old)
+            self._items[object_id] = body
+
+
+class _Layer:
+    """The view of one layer, built against ids once (seed 004, "Effects"): its range,
+    its ids per kind and its commit graph by repository ids."""
+
+    __slots__ = ("end", "entry", "first", "graph", "kinds", "reader", "single")
+
+    def __init__(
+        self, entry: LayerEntry, reader: LayerReader, kinds: tuple[BitMap, ...], graph: CommitGraph
+    ) -> None:
+        self.entry = entry
+        self.reader = reader
+        self.first = entry.first_id
+        self.end = entry.end_id
+        self.kinds = kinds
+        self.graph = graph
+        self.single = reader.single_id_run
+
+
+def _lookup(layers: Sequence[_Layer], oid: ObjectId, kind: Kind | None = None) -> int | None:
+    """The smallest id of ``oid`` among ``layers`` (oldest first), or None."""
+    for layer in layers:
+        local = layer.reader.lookup(oid, kind)
+        if local is not None:
+            return layer.first + (local if layer.single else layer.reader.id_of(local))
+    return None
+
+
+def _build_layer(older: Sequence[_Layer], entry: LayerEntry, reader: LayerReader) -> _Layer:
+    """Check the range ("Assignment") and resolve the layer's kinds and commit graph."""
+    if (older and entry.first_id < older[-1].end) or entry.id_count < reader.object_count:
+        raise InvalidArgument(
+            f"layer range {entry.first_id}+{entry.id_count} overlaps or is too short"
+        )
+    if reader.object_count and reader.id_of(reader.object_count - 1) >= entry.id_count:
+        raise CorruptData("layer ids run past its manifest range", section=_SECTION)
+    kinds = tuple(BitMap() for _ in range(4))
+    for start, stop, kind in reader.kind_runs:
+        first = entry.first_id + reader.id_of(start)
+        last = entry.first_id + reader.id_of(stop - 1)
+        kinds[kind].add_range(first, last + 1)
+    graph = reader.commit_graph()
+    if graph is None:
+        graph = _pushed_graph(older, entry, reader)
+    return _Layer(entry, reader, kinds, graph)
+
+
+def _pushed_graph(older: Sequence[_Layer], entry: LayerEntry, reader: LayerReader) -> CommitGraph:
+    """A pushed layer's commit section by repository ids, as flat arrays.
+
+    Every ref (local index or external oid) becomes an id. A local ref is looked up
+    in the older layers first: a concurrent push may have stored the same object
+    there, and the oldest copy has the id. Generations are one more than the
+    largest parent's.
+    """
+    externals: dict[int, int] = {}
+    first = entry.first_id
+
+    def resolve(ref: int) -> int:
+        if ref & REF_EXTERNAL:
+            index = ref & ~REF_EXTERNAL
+            found = externals.get(index)
+            if found is None:
+                oid = reader.external_oid(index)
+                found = _lookup(older, oid)
+                if found is None:
+                    raise CorruptData(
+                        f"external oid {oid_to_hex(oid)} is in no older layer", section=_SECTION
+                    )
+                externals[index] = found
+            return found
+        if older:
+            duplicate = _lookup(older, reader.ref_oid(ref))
+            if duplicate is not None:
+                return duplicate
+        return first + reader.id_of(ref)
+
+    rows: list[tuple[int, int, int, tuple[int, ...], BitMap]] = []
+    own: dict[int, int] = {}  # commit id -> generation, for parents in this layer
+    for rec in reader.commits():
+        commit_id = resolve(rec.local_index)
+        if commit_id < first or commit_id in own:
+            continue  # a duplicate of a commit an older layer holds
+        parents = tuple(resolve(p) for p in rec.parent_refs)
+        generation = 1
+        for p in parents:
+            known = own.get(p)
+            if known is None:
+                known = _generation(older, p)
+            generation = max(generation, known + 1)
+        own[commit_id] = generation
+        segment = BitMap(resolve(m) for m in rec.segment_refs)
+        rows.append((commit_id, resolve(rec.tree_ref), rec.time, parents, segment))
+    rows.sort(key=lambda r: r[0])
+    g = CommitGraph(
+        commit_ids=array("I"),
+        tree_ids=array("I"),
+        generations=array("I"),
+        times=array("q"),
+        parent_starts=array("I"),
+        parent_counts=array("I"),
+        segment_starts=array("I"),
+        segment_counts=array("I"),
+        parent_ids=array("I"),
+        segment_ids=array("I"),
+    )
+    for commit_id, tree_id, time, parents, segment in rows:
+        g.commit_ids.append(commit_id)
+        g.tree_ids.append(tree_id)
+        g.generations.append(own[commit_id])
+        g.times.append(time)
+        g.parent_starts.append(len(g.parent_ids))
+        g.parent_counts.append(len(parents))
+        g.parent_ids.extend(parents)
+        g.segment_starts.append(len(g.segment_ids))
+        g.segment_counts.append(len(segment))
+        g.segment_ids.extend(segment)
+    return g
+
+
+def _generation(layers: Sequence[_Layer], commit_id: int) -> int:
+    found = _commit_rank(layers, commit_id)
+    if found is None:
+        raise CorruptData(f"parent {commit_id} is no known commit", section=_SECTION)
+    graph, rank = found
+    return graph.generations[rank]
+
+
+def _commit_rank(layers: Sequence[_Layer], commit_id: int) -> tuple[CommitGraph, int] | None:
+    lo, hi = 0, len(layers)
+    while lo < hi:  # the layer whose range holds the id
+        mid = (lo + hi) // 2
+        if layers[mid].end <= commit_id:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo == len(layers) or commit_id < layers[lo].first:
+        return None
+    graph = layers[lo].graph
+    ids = graph.commit_ids
+    rank = bisect_left(ids, commit_id)
+    if rank < len(ids) and ids[rank] == commit_id:
+        return graph, rank
+    return None
 
 
 class View:
     """Layers in id order, their ids, kinds, bodies and commit graph."""
 
-    __slots__ = ("_bodies", "_commits", "_entries", "_kind_ids", "_limits", "_readers", "_starts")
+    __slots__ = ("_bodies", "_entries", "_kind_ids", "_layers", "_limits", "_starts")
 
     def __init__(
         self,
@@ -102,48 +288,88 @@ class View:
         *,
         limits: Limits = DEFAULT_LIMITS,
     ) -> None:
-        """Check the ranges ("Assignment": ascending, disjoint) and build the commit graph."""
-        self._limits = limits
-        self._entries = tuple(e for e, _ in layers)
-        self._readers = tuple(r for _, r in layers)
-        end = 0
+        """A full build: every layer's view, oldest first (a compute opening a repository)."""
+        built: list[_Layer] = []
         for entry, reader in layers:
-            if entry.first_id < end or entry.id_count < reader.object_count:
-                raise InvalidArgument(
-                    f"layer range {entry.first_id}+{entry.id_count} overlaps or is too short"
-                )
-            if reader.object_count and reader.id_of(reader.object_count - 1) >= entry.id_count:
-                raise CorruptData("layer ids run past its manifest range", section=_SECTION)
-            end = entry.end_id
-        self._starts = [e.first_id for e in self._entries]
-        self._bodies = _Bodies(limits.view_body_cache_bytes_max)
-        self._kind_ids = self._build_kind_ids()
-        self._commits: dict[int, ViewCommit] = {}
-        for pos in range(len(self._readers)):
-            self._load_commits(pos)
+            built.append(_build_layer(built, entry, reader))
+        bodies = _Bodies(limits.view_body_cache_bytes_max)
+        entries = _Bodies(limits.view_body_cache_bytes_max // ENTRY_CACHE_SHARE)
+        self._init(tuple(built), bodies, entries, limits)
+
+    def _init(
+        self, layers: tuple[_Layer, ...], bodies: _Bodies, entries: _Bodies, limits: Limits
+    ) -> None:
+        self._layers = layers
+        self._starts = [layer.first for layer in layers]
+        self._bodies = bodies
+        self._entries = entries
+        self._limits = limits
+        self._kind_ids: list[BitMap | None] = [None] * 4
+
+    def with_layers(
+        self,
+        removed: Sequence[LayerEntry],
+        added: Sequence[tuple[LayerEntry, LayerReader]],
+    ) -> View:
+        """The view after a manifest change (seed 004, "Effects"): ``removed`` is a
+        consecutive stretch of the layers (empty: ``added`` go after the newest) and
+        ``added`` take its place. Only the added layers' views are built; every other
+        layer's, and the body cache, are shared with this view, which stays as it is
+        for the reads that hold it."""
+        layers = self._layers
+        if removed:
+            pos = next(
+                (i for i, layer in enumerate(layers) if layer.entry == removed[0]), len(layers)
+            )
+            stop = pos + len(removed)
+            if stop > len(layers) or any(layers[pos + i].entry != e for i, e in enumerate(removed)):
+                raise InvalidArgument("removed layers are not a stretch of the view")
+        else:
+            pos = stop = len(layers)
+        older = list(layers[:pos])
+        for entry, reader in added:
+            older.append(_build_layer(older, entry, reader))
+        newer = layers[stop:]
+        if newer and older and older[-1].end > newer[0].first:
+            raise InvalidArgument("added layers overlap the layers after them")
+        view = View.__new__(View)
+        view._init((*older, *newer), self._bodies, self._entries, self._limits)
+        return view
 
     # -- ids ------------------------------------------------------------------------------------
 
     @property
     def layers(self) -> tuple[tuple[LayerEntry, LayerReader], ...]:
-        return tuple(zip(self._entries, self._readers, strict=True))
+        return tuple((layer.entry, layer.reader) for layer in self._layers)
 
     @property
     def end_id(self) -> int:
         """One past the last id of the newest layer (0 for an empty view)."""
-        return self._entries[-1].end_id if self._entries else 0
+        return self._layers[-1].end if self._layers else 0
 
-    def id_of_oid(self, oid: ObjectId, *, below: int | None = None) -> int | None:
+    def id_of_oid(
+        self, oid: ObjectId, *, below: int | None = None, kind: Kind | None = None
+    ) -> int | None:
         """The smallest id of ``oid`` ("Duplicates resolve to the smallest id"), or None.
 
-        ``below`` limits the search to the first ``below`` layers.
+        ``below`` limits the search to the first ``below`` layers; ``kind`` to one
+        kind's part of each oid index (a tree entry's mode says tree or blob).
         """
-        stop = len(self._readers) if below is None else below
-        for pos in range(stop):
-            local = self._readers[pos].lookup(oid)
-            if local is not None:
-                return self._entries[pos].first_id + self._readers[pos].id_of(local)
-        return None
+        layers = self._layers if below is None else self._layers[:below]
+        return _lookup(layers, oid, kind)
+
+    def _layer_at(self, object_id: int) -> _Layer:
+        pos = bisect_right(self._starts, object_id) - 1
+        if pos >= 0:
+            layer = self._layers[pos]
+            if object_id < layer.end:
+                return layer
+        raise KeyError(f"id {object_id} names no object of the view")
+
+    def layer_of(self, object_id: int) -> tuple[int, int, LayerReader]:
+        """(first id, end id, reader) of the layer whose range holds ``object_id``."""
+        layer = self._layer_at(object_id)
+        return layer.first, layer.end, layer.reader
 
     def locate(self, object_id: int) -> tuple[LayerReader, int]:
         """(layer, local index) of an id: a search over the ranges, then over the id runs.
@@ -151,12 +377,14 @@ class View:
         An id outside every range, or in a hole, is a programmer error (``KeyError``):
         ids reach callers only from this view.
         """
-        pos = bisect_right(self._starts, object_id) - 1
-        if pos >= 0 and object_id < self._entries[pos].end_id:
-            local = self._readers[pos].local_of(object_id - self._entries[pos].first_id)
-            if local is not None:
-                return self._readers[pos], local
-        raise KeyError(f"id {object_id} names no object of the view")
+        layer = self._layer_at(object_id)
+        rel = object_id - layer.first
+        local = rel if layer.single and rel < layer.reader.object_count else None
+        if local is None:
+            local = layer.reader.local_of(rel)
+            if local is None:
+                raise KeyError(f"id {object_id} names no object of the view")
+        return layer.reader, local
 
     def oid_of_id(self, object_id: int) -> ObjectId:
         reader, local = self.locate(object_id)
@@ -168,93 +396,58 @@ class View:
 
     def kind_ids(self, kind: Kind) -> BitMap:
         """Every id of one kind (seed 004, "Kinds are id runs"; holes may be included)."""
-        return self._kind_ids[kind]
-
-    def _build_kind_ids(self) -> tuple[BitMap, ...]:
-        out = tuple(BitMap() for _ in range(4))
-        for entry, reader in zip(self._entries, self._readers, strict=True):
-            for start, stop, kind in reader.kind_runs:
-                first = entry.first_id + reader.id_of(start)
-                last = entry.first_id + reader.id_of(stop - 1)
-                out[kind].add_range(first, last + 1)
-        return out
+        found = self._kind_ids[kind]
+        if found is None:
+            found = BitMap.union(BitMap(), *(layer.kinds[kind] for layer in self._layers))
+            self._kind_ids[kind] = found
+        return found
 
     # -- commit graph ---------------------------------------------------------------------------
 
     def commit(self, commit_id: int) -> ViewCommit | None:
-        return self._commits.get(commit_id)
+        found = _commit_rank(self._layers, commit_id)
+        if found is None:
+            return None
+        g, rank = found
+        return ViewCommit(
+            commit_id,
+            g.tree_ids[rank],
+            tuple(g.parents(rank)),
+            g.times[rank],
+            g.generations[rank],
+            BitMap(g.segment(rank)),
+        )
+
+    def parents(self, commit_id: int) -> Sequence[int]:
+        """A commit's parent ids (``KeyError`` for an id that is no commit of the view)."""
+        found = _commit_rank(self._layers, commit_id)
+        if found is None:
+            raise KeyError(f"id {commit_id} is not a commit of the view")
+        return found[0].parents(found[1])
 
     @property
     def commit_count(self) -> int:
-        return len(self._commits)
-
-    def _load_commits(self, pos: int) -> None:
-        reader = self._readers[pos]
-        graph = reader.commit_graph()
-        if graph is not None:
-            for rank in range(len(graph)):
-                c = graph.commit(rank)
-                self._add_commit(c.commit_id, c.tree_id, c.parents, c.time, BitMap(c.segment))
-            return
-        externals: dict[int, int] = {}
-        first = self._entries[pos].first_id
-
-        def resolve(ref: int) -> int:
-            if ref & REF_EXTERNAL:
-                index = ref & ~REF_EXTERNAL
-                found = externals.get(index)
-                if found is None:
-                    oid = reader.external_oid(index)
-                    found = self.id_of_oid(oid, below=pos)
-                    if found is None:
-                        raise CorruptData(
-                            f"external oid {oid_to_hex(oid)} is in no older layer",
-                            section=_SECTION,
-                        )
-                    externals[index] = found
-                return found
-            if pos:  # a concurrent push may have stored the same object first
-                older = self.id_of_oid(reader.ref_oid(ref), below=pos)
-                if older is not None:
-                    return older
-            return first + reader.id_of(ref)
-
-        for rec in reader.commits():
-            commit_id = resolve(rec.local_index)
-            if commit_id in self._commits:
-                continue  # a duplicate of a commit an older layer holds
-            parents = tuple(resolve(p) for p in rec.parent_refs)
-            segment = BitMap(resolve(m) for m in rec.segment_refs)
-            self._add_commit(commit_id, resolve(rec.tree_ref), parents, rec.time, segment)
-
-    def _add_commit(
-        self, commit_id: int, tree_id: int, parents: tuple[int, ...], time: int, segment: BitMap
-    ) -> None:
-        generation = 1
-        for p in parents:
-            parent = self._commits.get(p)
-            if parent is None:
-                raise CorruptData(f"commit {commit_id}: parent {p} is unknown", section=_SECTION)
-            generation = max(generation, parent.generation + 1)
-        self._commits[commit_id] = ViewCommit(
-            commit_id, tree_id, parents, time, generation, segment
-        )
+        return sum(len(layer.graph) for layer in self._layers)
 
     def closure(self, commit_ids: Iterable[int]) -> BitMap:
         """Union of the segments of every ancestor (DESIGN "Layers": a commit's closure)."""
         out = BitMap()
         seen = BitMap()
         stack = list(commit_ids)
+        layers = self._layers
         while stack:
             c = stack.pop()
             if c in seen:
                 continue
             seen.add(c)
-            found = self._commits.get(c)
+            found = _commit_rank(layers, c)
             if found is None:
                 raise KeyError(f"id {c} is not a commit of the view")
-            out |= found.segment
-            stack.extend(p for p in found.parents if p not in seen)
+            g, rank = found
+            start = g.segment_starts[rank]
+            out.update(g.segment_ids[start : start + g.segment_counts[rank]])
+            start = g.parent_starts[rank]
+            stack.extend(g.parent_ids[start : start + g.parent_counts[rank]])
         return out
 
     def object_closure(self, object_ids: Iterable[int]) -> BitMap:
@@ -282,27 +475,40 @@ class View:
 
     def tree_closure(self, tree_ids: Iterable[int], *, skip: BitMap | None = None) -> BitMap:
         """Trees and blobs below ``tree_ids`` (with them), read and walked; ids in ``skip``
-        (a closed set) are not descended."""
+        (a closed set) are not descended.
+
+        A walk that skipped nothing is kept by its roots (a tree's closure never
+        changes: its content is fixed and ids are stable), so shallow and tree-only
+        fetches of the same tips walk once.
+        """
+        roots = tuple(sorted(set(tree_ids)))
+        found = self._bodies.tree_closure(roots)
+        if found is not None:
+            return found - skip if skip else BitMap(found)
         out = BitMap()
-        stack = [t for t in tree_ids if skip is None or t not in skip]
+        stack = [t for t in roots if skip is None or t not in skip]
+        skipped = len(stack) != len(roots)
         out.update(stack)
         while stack:
-            for entry in Tree.parse(self.read_id(stack.pop()), limits=self._limits).entries:
-                if entry.mode == MODE_GITLINK:
+            for kind, oid in tree_children(self.read_id(stack.pop()), self._limits):
+                child = self._require(oid, kind)
+                if child in out:
                     continue
-                child = self._require(entry.oid)
-                if child in out or (skip is not None and child in skip):
+                if skip is not None and child in skip:
+                    skipped = True
                     continue
                 out.add(child)
-                if entry.is_tree:
+                if kind == Kind.TREE:
                     stack.append(child)
+        if roots and not skipped:
+            self._bodies.put_tree_closure(roots, BitMap(out))
         return out
 
     def tag_target(self, tag_id: int) -> ObjectId:
         return Tag.parse(self.read_id(tag_id), limits=self._limits).object
 
-    def _require(self, oid: ObjectId) -> int:
-        found = self.id_of_oid(oid)
+    def _require(self, oid: ObjectId, kind: Kind | None = None) -> int:
+        found = self.id_of_oid(oid, kind=kind)
         if found is None:
             raise MissingObject(
                 f"object {oid_to_hex(oid)} is not in the repository", oid=oid_to_hex(oid)
@@ -319,6 +525,20 @@ class View:
         if found is None:
             return None
         return TYPE_OF_KIND[self.kind_of(found)], self.read_id(found)
+
+    def full_entry(self, object_id: int) -> bytes:
+        """The object as a full pack entry (header and zlib stream): what a fetch sends for
+        a stored delta whose base it does not send (gitformat-pack, "Deltified
+        representation"). Kept in a byte-bounded LRU shared like the bodies, so repeated
+        shallow or filtered fetches of the same tips deflate once."""
+        cached = self._entries.get(object_id)
+        if cached is not None:
+            return cached
+        body = self.read_id(object_id)
+        kind = TYPE_OF_KIND[self.kind_of(object_id)]
+        entry = encode_entry_header(int(kind), len(body)) + deflate(body)
+        self._entries.put(object_id, entry)
+        return entry
 
     def read_id(self, object_id: int) -> bytes:
         """The full body: the entry inflated, REF_DELTA chains applied across layers."""
@@ -353,6 +573,47 @@ class View:
             body = apply_delta(body, delta, limits=self._limits)
             self._bodies.put(delta_id, body)
         return body
+
+
+_CHILD_KINDS = {
+    b"40000": Kind.TREE,
+    b"100644": Kind.BLOB,
+    b"100755": Kind.BLOB,
+    b"120000": Kind.BLOB,
+    b"100664": Kind.BLOB,
+}
+_GITLINK = b"160000"
+
+
+def tree_children(body: bytes, limits: Limits = DEFAULT_LIMITS) -> list[tuple[Kind, ObjectId]]:
+    """(kind, oid) of each entry a walk follows: trees and blobs, not gitlinks (git's
+    ``rev-list --objects`` does not follow them). The common modes are scanned here
+    without building entries; a tree with any other mode goes through ``Tree.parse``,
+    which refuses what git refuses (gitformat-tree via ``decode_tree_entry``)."""
+    out: list[tuple[Kind, ObjectId]] = []
+    pos, end = 0, len(body)
+    kinds = _CHILD_KINDS
+    while pos < end:
+        space = body.find(b" ", pos, pos + 8)
+        nul = body.find(b"\0", space + 2) if space > pos else -1
+        oid_end = nul + 21
+        if nul < 0 or oid_end > end:
+            break
+        mode = body[pos:space]
+        kind = kinds.get(mode)
+        if kind is not None:
+            out.append((kind, ObjectId(body[nul + 1 : oid_end])))
+        elif mode != _GITLINK:
+            break
+        pos = oid_end
+    else:
+        if len(out) <= limits.tree_entries_max:
+            return out
+    return [
+        (Kind.TREE if e.is_tree else Kind.BLOB, e.oid)
+        for e in Tree.parse(body, limits=limits).entries
+        if e.mode != MODE_GITLINK
+    ]
 
 
 def _inflate(data: bytes, size: int, object_id: int) -> bytes:

@@ -44,6 +44,7 @@ from enroute_core.storage.diskbudget import (
 from enroute_core.storage.layer.reader import LayerReader
 from enroute_core.storage.loads import ChunkLoader, LoadGate, coalesce
 from enroute_core.storage.localcopy import LocalCopy
+from enroute_core.storage.localfile import ScratchFile
 from enroute_core.storage.objectstore.base import ObjectStore
 from enroute_core.storage.pool import Intent
 
@@ -356,6 +357,17 @@ class LayerService:
         """Wait for background hydrations (tests, shutdown)."""
         while self._hydrating:
             await asyncio.gather(*self._hydrating, return_exceptions=True)
+
+    # -- scratch ----------------------------------------------------------------------------
+
+    def scratch_file(self, prefix: str) -> ScratchFile:
+        """A new file under this node's scratch directory, for one operation ("Storage service").
+
+        Pushes spool their pack here and build their layer here; a layer file
+        that :meth:`publish` takes is moved (or linked) into place, not copied
+        into memory.
+        """
+        return ScratchFile(self._scratch, prefix)
 
     # -- publish ----------------------------------------------------------------------------
 

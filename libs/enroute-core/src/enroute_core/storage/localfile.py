@@ -15,10 +15,13 @@ Linux. Elsewhere, and on filesystems that refuse it, :func:`punch_hole` raises
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
+import itertools
 import os
+import secrets
 import sys
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -192,6 +195,81 @@ class LocalFile:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class ScratchFile:
+    """A file for one operation: appended in order, read by position, removed when closed.
+
+    Seed 004, "Storage service": scratch holds spooled request bodies and layer
+    builders for one operation, and "a finished layer is sealed ... in a
+    scratch file that publishing moves into place". :meth:`append` writes at
+    the end, :meth:`read_at` makes it a :class:`~enroute_core.git.source.ByteSource`
+    (reads stop at what was appended), and :meth:`close` removes the file if it
+    is still there (publishing may have moved it into place).
+    """
+
+    __slots__ = ("_fd", "_path", "_size")
+
+    def __init__(self, directory: str | os.PathLike[str], prefix: str) -> None:
+        os.makedirs(directory, exist_ok=True)
+        # pid and counter keep names apart in this run; the random part, from a
+        # crashed run's leftovers (O_EXCL refuses a name that exists)
+        name = f"{prefix}-{os.getpid()}-{next(_scratch_counter)}-{secrets.token_hex(4)}"
+        self._path = os.path.join(os.fspath(directory), name)
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        self._fd = os.open(self._path, flags, 0o600)
+        self._size = 0
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        assert self._fd >= 0, "scratch file is closed"
+        pwrite_full(self._fd, self._size, data)
+        self._size += len(data)
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        """Appended bytes only; fewer than ``length`` only at the end."""
+        assert self._fd >= 0, "scratch file is closed"
+        assert offset >= 0 and length >= 0, (offset, length)
+        length = min(length, self._size - offset)
+        return pread_full(self._fd, offset, length) if length > 0 else b""
+
+    def read_all(self) -> bytes:
+        return self.read_at(0, self._size)
+
+    def close(self) -> None:
+        """Close and remove the file (gone already when publishing moved it)."""
+        path = self._path
+        self._release()
+        self._path = ""
+        if path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def _release(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+_scratch_counter = itertools.count()
 
 
 # -- hole punching ---------------------------------------------------------------------------

@@ -326,16 +326,11 @@ class LayerReader:
         return self._meta[start : start + PAGE_BYTES]
 
     def _meta_read(self, offset: int, length: int) -> bytes:
-        page_off = offset & -PAGE_BYTES
-        skip = offset - page_off
-        if skip + length <= PAGE_BYTES:
-            return self._meta_page(page_off)[skip : skip + length]
-        parts = []
-        end = offset + length
-        while page_off < end:
-            parts.append(self._meta_page(page_off))
-            page_off += PAGE_BYTES
-        return b"".join(parts)[skip : skip + length]
+        """Every metadata page is pinned at open, so a read spanning pages is one slice."""
+        start = offset - self._meta_base
+        if start < 0 or start + length > len(self._meta):
+            raise ValueError(f"[{offset}, {offset + length}) is outside the metadata")
+        return self._meta[start : start + length]
 
     def _data_page(self, page_off: int) -> bytes:
         """The 64 KiB page at ``page_off``; pages from the metadata start on are in memory."""
@@ -498,16 +493,23 @@ class LayerReader:
             first = base + lo
             last = base + hi
             page = (first if est < first else last - 1 if est >= last else est) // _PER_PAGE
-            pg = self._meta_page(self._index_pages_off + (page << 12))
-            end = (self._n - page * _PER_PAGE) * _ENTRY  # past the page but on the last one:
-            pos = pg.find(oid, 0, end)  # no oid fits in the 16 bytes after the entries
-            while pos > 0 and pos % _ENTRY:
+            # The page is scanned in place in the pinned metadata (no copy of it).
+            pg = self._meta
+            top = self._index_pages_off + (page << 12) - self._meta_base
+            end = top + min((self._n - page * _PER_PAGE) * _ENTRY, PAGE_BYTES)
+            pos = pg.find(oid, top, end)  # no oid fits in the 16 bytes after the entries
+            while pos > top and (pos - top) % _ENTRY:
                 pos = pg.find(oid, pos + 1, end)
             if pos >= 0:
                 local = int.from_bytes(pg[pos + OID_BYTES : pos + _ENTRY], "little")
                 if local >= self._n:
                     _corrupt("oid index names a local index past the table", S_OID_INDEX)
-                return local if kind is None or self.kind_of(local) == kind else None
+                if (
+                    kind is None
+                    or self._run_kinds[bisect_right(self._run_starts, local) - 1] == kind
+                ):
+                    return local
+                return None
             misses.append((first, last, page))
         for first, last, page in misses:
             found = self._walk(first, last, page, oid)
@@ -618,10 +620,58 @@ class LayerReader:
     def entry_bytes(self, local_index: int) -> bytes:
         """The stored pack entry, after checking every chunk it touches (once per chunk)."""
         rec = self.record(local_index)
-        for chunk in self.data_chunks_for(rec.offset, rec.length):
-            if not self._verified[chunk]:
+        return self.data_bytes(rec.offset, rec.length)
+
+    def data_bytes(self, offset: int, length: int) -> bytes:
+        """Bytes of the data region (a run of entries), chunks checked once each.
+
+        Serving copies runs of stored entries verbatim ("Entries are stored as
+        pack entries, so serving copies them"), so it reads spans, not entries.
+        """
+        if length > self._footer.data_end - offset:
+            raise ValueError(f"[{offset}, {offset + length}) runs past the data region")
+        verified = self._verified
+        for chunk in self.data_chunks_for(offset, length):
+            if not verified[chunk]:
                 self._verify_chunk(chunk)
-        return self._data_read(rec.offset, rec.length)
+        return self._data_read(offset, length)
+
+    def entry_row(self, local_index: int) -> tuple[int, int, int]:
+        """``(offset, length, base ref)`` of one record, checked as :meth:`entry_rows` checks."""
+        return self.entry_rows(local_index, local_index + 1)[0]
+
+    def entry_rows(self, start: int, stop: int) -> list[tuple[int, int, int]]:
+        """``(offset, length, base ref)`` of the records ``[start, stop)``, in one table read.
+
+        The extent and base ref of each record are checked as :meth:`record` checks
+        them; serving decodes the table a slab at a time instead of record by record.
+        """
+        if not 0 <= start <= stop <= self._n:
+            raise IndexError(f"records [{start}, {stop}) are outside 0..{self._n}")
+        raw = self._meta_read(
+            self._layout.table_off + start * RECORD.size, (stop - start) * RECORD.size
+        )
+        data_end = self._footer.data_end
+        externals = self._footer.external_count
+        rows: list[tuple[int, int, int]] = []
+        append = rows.append
+        local = start
+        for _, offset, length, _, base, _, _ in RECORD.iter_unpack(raw):
+            if not 0 < length <= data_end - offset:
+                _corrupt("record points outside the data region", S_TABLE, local_index=local)
+            if base != REF_NONE and not (
+                (base & ~REF_EXTERNAL) < externals if base & REF_EXTERNAL else base < local
+            ):
+                _corrupt("invalid delta base ref", S_TABLE, local_index=local)
+            append((offset, length, base))
+            local += 1
+        return rows
+
+    @property
+    def single_id_run(self) -> bool:
+        """Local index and relative id are one (a pushed layer, or a merged one without
+        holes), so the id of a local index is an addition."""
+        return len(self._run_locals) <= 1 and (not self._run_ids or self._run_ids[0] == 0)
 
     # -- commits ----------------------------------------------------------------------------
 

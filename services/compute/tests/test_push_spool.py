@@ -1,0 +1,152 @@
+"""The push path spools the pack and builds the layer in scratch (docs/ingest.md, "The path").
+
+Seed 004, "Storage service": scratch holds "spooled request bodies, and layer
+builders" for one operation, and "a finished layer is sealed ... in a scratch
+file that publishing moves into place". Checked here with a real
+:class:`LayerService` over a ``file://`` store and the in-process ledger: a
+stored layer is published from its file, an inline one read back from it, a
+bad pack is refused, and no scratch file outlives its push.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from enroute_compute import push
+from enroute_compute.host import RepositoryHost
+from enroute_compute.local_ledger import LocalLedger
+from enroute_compute.push import Pusher
+from enroute_core.base.errors import LimitExceeded
+from enroute_core.base.limits import Limits
+from enroute_core.git.pktline import FLUSH_PKT, pkt_line
+from enroute_core.storage.layers import LayerService
+from enroute_core.storage.objectstore import open_store
+from enroute_testing.repogen import RepoSpec, generate_repo, pack_objects
+
+pytestmark = pytest.mark.interop
+
+
+class _Clock:
+    def now_us(self) -> int:
+        return time.time_ns() // 1000
+
+    def monotonic_ns(self) -> int:
+        return time.monotonic_ns()
+
+
+def _request(refs: dict[bytes, bytes], pack: bytes) -> bytes:
+    lines = []
+    for i, (ref, oid) in enumerate(sorted(refs.items())):
+        line = b"0" * 40 + b" " + oid + b" " + ref
+        if i == 0:
+            line += b"\x00report-status ofs-delta"
+        lines.append(pkt_line(line + b"\n"))
+    return b"".join(lines) + FLUSH_PKT + pack
+
+
+async def _chunks(data: bytes, size: int = 65536) -> AsyncIterator[bytes]:
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+
+
+def _push(tmp: Path, body: bytes, *, inline_max: int, limits: Limits | None = None) -> tuple[
+    bytes, RepositoryHost
+]:  # fmt: skip
+    async def run() -> tuple[bytes, RepositoryHost]:
+        layers = LayerService(open_store(f"file://{tmp / 'store'}"), tmp / "compute")
+        host = RepositoryHost(
+            LocalLedger(), layers, _Clock(), inline_max_bytes=inline_max, limits=limits or Limits()
+        )
+        try:
+            out = b"".join([part async for part in Pusher(host).receive_pack("r", _chunks(body))])
+        finally:
+            await host.close()
+            await layers.close()
+        return out, host
+
+    return asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[bytes, bytes], bytes]:
+    spec = RepoSpec(seed=5, commits=30, files=20, annotated_tags=0, lightweight_tags=0)
+    made = generate_repo(tmp_path_factory.mktemp("src") / "r.git", spec)
+    refs = {r: o for r, o in made.refs.items() if r.startswith(b"refs/heads/")}
+    return refs, pack_objects(made.path)
+
+
+def _scratch(tmp: Path) -> list[str]:
+    return sorted(p.name for p in (tmp / "compute" / "scratch").iterdir())
+
+
+def test_stored_layer_is_published_from_its_scratch_file(
+    tmp_path: Path, repo: tuple[dict[bytes, bytes], bytes]
+) -> None:
+    refs, pack = repo
+    report, _ = _push(tmp_path, _request(refs, pack), inline_max=1024)
+    assert b"unpack ok" in report and b"ng " not in report
+    assert _scratch(tmp_path) == []
+    (stored,) = (tmp_path / "store").rglob("*.layer*")
+    (copy,) = (p for p in (tmp_path / "compute" / "copies").rglob("*") if p.is_file())
+    assert copy.read_bytes() == stored.read_bytes()
+    assert copy.stat().st_size > 1024
+
+
+def test_inline_layer_is_read_back_from_its_scratch_file(
+    tmp_path: Path, repo: tuple[dict[bytes, bytes], bytes]
+) -> None:
+    refs, pack = repo
+    report, _ = _push(tmp_path, _request(refs, pack), inline_max=64 * 1024 * 1024)
+    assert b"unpack ok" in report and b"ng " not in report
+    assert _scratch(tmp_path) == []
+    assert list((tmp_path / "store").rglob("*.layer*")) == []
+
+
+def test_bad_pack_is_refused_and_leaves_no_scratch(
+    tmp_path: Path, repo: tuple[dict[bytes, bytes], bytes]
+) -> None:
+    refs, pack = repo
+    broken = bytearray(pack)
+    broken[len(pack) // 2] ^= 0xFF
+    report, _ = _push(tmp_path, _request(refs, bytes(broken)), inline_max=1024)
+    assert b"unpack " in report and b"unpack ok" not in report
+    assert _scratch(tmp_path) == []
+
+
+def test_pack_over_the_bound_is_refused_while_spooling(
+    tmp_path: Path, repo: tuple[dict[bytes, bytes], bytes]
+) -> None:
+    refs, pack = repo
+    with pytest.raises(LimitExceeded):
+        _push(
+            tmp_path,
+            _request(refs, pack),
+            inline_max=1024,
+            limits=Limits(ingest_pack_bytes_max=len(pack) // 2),
+        )
+    assert _scratch(tmp_path) == []
+
+
+def test_cycle_collection_is_paused_during_ingest_only() -> None:
+    assert gc.isenabled()
+    inside = push._without_cycle_collection(gc.isenabled)
+    assert inside is False and gc.isenabled()
+    nested = push._without_cycle_collection(
+        lambda: (push._without_cycle_collection(gc.isenabled), gc.isenabled())
+    )
+    assert nested == (False, False) and gc.isenabled()
+    with pytest.raises(ZeroDivisionError):
+        push._without_cycle_collection(lambda: 1 // 0)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        push._without_cycle_collection(lambda: None)
+        assert not gc.isenabled()  # someone else's pause stays theirs
+    finally:
+        gc.enable()
