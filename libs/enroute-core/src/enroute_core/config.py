@@ -22,7 +22,14 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from enroute_core.base.errors import InvalidArgument
 from enroute_core.base.limits import DEFAULT_LIMITS, GiB, KiB, Limits, MiB
@@ -105,6 +112,43 @@ class LayersConfig(_Section):
         default=3600.0, description="How long an unnamed layer file is kept before deletion."
     )
     sweep_interval: Seconds = Field(default=600.0, description="How often the layer sweep runs.")
+    # enroute_compute.maintainer (issue "Layer maintenance")
+    maintenance_interval: Seconds = Field(
+        default=5.0,
+        description="How often a compute looks for flushes and compactions in the repositories "
+        "it hosts; 0 turns layer maintenance off.",
+    )
+    lease_duration: Seconds = Field(
+        default=60.0,
+        gt=0,
+        description="How long a repository's maintenance lease lasts; renewed while held.",
+    )
+    lease_margin: Seconds = Field(
+        default=10.0,
+        description="A lease holder stops acting this long before the lease expires (clock skew "
+        "between computes); less than lease_duration.",
+    )
+    merge_concurrency: int = Field(
+        default=1, ge=1, description="Repositories one compute maintains (merges) at a time."
+    )
+    compaction_factor: int = Field(
+        default=2,
+        ge=2,
+        description="Geometric compaction: each layer holds at least this many times the "
+        "objects of the next newer one.",
+    )
+    flush_layers_min: int = Field(
+        default=1, ge=1, description="Consecutive inline layers a flush waits for."
+    )
+    merge_objects_max: int = Field(
+        default=0, ge=0, description="Most objects one compaction merges (0: no bound)."
+    )
+
+    @model_validator(mode="after")
+    def _margin_fits(self) -> LayersConfig:
+        if self.lease_margin >= self.lease_duration:
+            raise ValueError("layers.lease_margin must be less than layers.lease_duration")
+        return self
 
 
 class LedgerConfig(_Section):

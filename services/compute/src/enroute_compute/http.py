@@ -14,6 +14,7 @@ from dataclasses import asdict
 from typing import Any
 
 from enroute_compute.host import RepositoryHost
+from enroute_compute.maintainer import Maintainer
 from enroute_core.protocol._common import VERSION
 
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
@@ -22,8 +23,16 @@ _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Servic
 class OpsServer:
     """Serves the four endpoints for one compute node."""
 
-    def __init__(self, host: RepositoryHost, node_id: str, ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        host: RepositoryHost,
+        node_id: str,
+        ready: Callable[[], bool],
+        *,
+        maintainer: Maintainer | None = None,
+    ) -> None:
         self.host = host
+        self.maintainer = maintainer
         self.node_id = node_id
         self.ready = ready
         self._server: asyncio.Server | None = None
@@ -34,7 +43,9 @@ class OpsServer:
         if layers is not None:
             s = layers.stats()
             stats = asdict(s)
+        maintenance = None if self.maintainer is None else self.maintainer.status()
         return {
+            "maintenance": maintenance,
             "role": "compute",
             "node_id": self.node_id,
             "version": VERSION.decode(),
@@ -42,6 +53,8 @@ class OpsServer:
             "layers": stats,
             "pushes": self.host.pushes,
             "fetches": self.host.fetches,
+            "view_builds": self.host.view_builds,
+            "view_updates": self.host.view_updates,
         }
 
     def metrics(self) -> str:
@@ -52,7 +65,15 @@ class OpsServer:
             f"enroute_compute_pushes_total {self.host.pushes}",
             "# TYPE enroute_compute_fetches_total counter",
             f"enroute_compute_fetches_total {self.host.fetches}",
+            "# HELP enroute_compute_view_builds_total views built whole (snapshots)",
+            "# TYPE enroute_compute_view_builds_total counter",
+            f"enroute_compute_view_builds_total {self.host.view_builds}",
+            "# HELP enroute_compute_view_updates_total views updated in place by a change",
+            "# TYPE enroute_compute_view_updates_total counter",
+            f"enroute_compute_view_updates_total {self.host.view_updates}",
         ]
+        if self.maintainer is not None:
+            lines += self.maintainer.metrics_lines()
         layers = self.host.layers
         if layers is not None:
             s = layers.stats()

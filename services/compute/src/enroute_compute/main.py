@@ -21,6 +21,7 @@ import grpc
 from enroute_compute.host import RepositoryHost
 from enroute_compute.http import OpsServer
 from enroute_compute.ledger_client import GrpcLedger
+from enroute_compute.maintainer import Maintainer, MaintainerConfig
 from enroute_compute.rpc.servicer import ComputeServicer
 from enroute_core.config import Config, load_config
 from enroute_core.storage.layers import LayerService
@@ -56,7 +57,11 @@ async def serve(config: Config) -> None:
     bound = server.add_insecure_port(f"{grpc_host}:{grpc_port}")
     await server.start()
     ready = True
-    ops = OpsServer(host, config.node.id or "compute", lambda: ready)
+    holder = config.node.id or f"compute@{grpc_host}:{bound}"
+    maintainer = Maintainer(
+        host, store, holder, SystemClock(), MaintainerConfig.from_layers(config.layers)
+    )
+    ops = OpsServer(host, config.node.id or "compute", lambda: ready, maintainer=maintainer)
     http_host, http_port = await ops.start(*split_address(config.listen.http, DEFAULT_HTTP))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -66,8 +71,10 @@ async def serve(config: Config) -> None:
         f"enroute compute ready: grpc={grpc_host}:{bound} http={http_host}:{http_port}\n"
     )
     sys.stdout.flush()
+    maintainer.start()
     await stop.wait()
     ready = False
+    await maintainer.stop()
     await server.stop(2)
     await ops.stop()
     await host.close()

@@ -1,0 +1,464 @@
+"""The compute's background layer maintenance: flush, compaction, the sweep, trash.
+
+Issue "Layer maintenance"; docs/maintenance.md, "What the compute's background
+loop must do"; seed 004, "Stable object numbering" and "Effects"; seed 001,
+"Reclaiming layer files". Every ``layers.maintenance_interval`` a pass visits
+the repositories this compute hosts, at most ``layers.merge_concurrency`` at a
+time. Per repository, under its maintenance lease (``RepoMaintainer``):
+
+1. Merges: plan on the state of a read snapshot; load the stretch's stored
+   layers (pinned while the merge reads them); merge on a worker thread into a
+   scratch file while the event loop keeps renewing the lease; publish the
+   file as ``layer_key_name(upload_gen, root)``; propose ``replace_layers``.
+   A ``stale_run`` or upload-window refusal drops the file (the sweep reclaims
+   it) and plans again on a new snapshot; so does a lease lost meanwhile.
+   Objects keep their ids and the old layers stay named by older snapshots'
+   views, so readers in flight are not disturbed.
+2. Every ``layers.sweep_interval``: the layer sweep and trash reclamation; for
+   names without a live view here (deleted repositories) trash only, taken
+   from ``names_with_trash``.
+
+The clock is passed in (``now_us`` for leases and sweep times); only the pause
+between passes is real time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from enroute_compute.host import RepositoryHost, Snapshot
+from enroute_core.base.clock import Clock
+from enroute_core.base.errors import EnrouteError, IncarnationEnded, InvalidArgument, NotFound
+from enroute_core.base.limits import DEFAULT_LIMITS, Limits
+from enroute_core.engine.compaction import CompactionPolicy, Stretch
+from enroute_core.engine.maintenance import (
+    MaintenanceSettings,
+    RepoMaintainer,
+    merge_stretch,
+    names_with_trash,
+)
+from enroute_core.engine.merge import MergedLayer
+from enroute_core.state import LayerKind, OutcomeCode
+from enroute_core.state.names import layer_key, storage_segment
+from enroute_core.storage.budgeted import LoadPins
+from enroute_core.storage.layer.format import layer_key_name
+from enroute_core.storage.layers import LayerService
+from enroute_core.storage.objectstore.base import ObjectStore
+
+log = logging.getLogger(__name__)
+
+_US = 1_000_000
+MERGES_PER_VISIT_MAX = 16
+"""Merges one visit of a repository may commit (one busy repository must not starve the rest)."""
+_RETRY_CODES = frozenset({OutcomeCode.STALE_RUN, OutcomeCode.UPLOAD_WINDOW})
+
+
+@dataclass(frozen=True, slots=True)
+class MaintainerConfig:
+    """``layers.*`` as the loop uses them (seconds turned into microseconds)."""
+
+    interval_s: float = 5.0
+    sweep_interval_us: int = 600 * _US
+    merge_concurrency: int = 1
+    settings: MaintenanceSettings = field(default_factory=MaintenanceSettings)
+
+    def __post_init__(self) -> None:
+        if self.interval_s < 0 or self.sweep_interval_us < 0 or self.merge_concurrency < 1:
+            raise InvalidArgument("maintenance intervals and concurrency are out of range")
+
+    @classmethod
+    def from_layers(cls, layers: Any) -> MaintainerConfig:
+        """From :class:`enroute_core.config.LayersConfig` (validated there)."""
+        return cls(
+            interval_s=float(layers.maintenance_interval),
+            sweep_interval_us=int(layers.sweep_interval * _US),
+            merge_concurrency=int(layers.merge_concurrency),
+            settings=MaintenanceSettings(
+                lease_duration_us=int(layers.lease_duration * _US),
+                lease_margin_us=int(layers.lease_margin * _US),
+                sweep_retention_us=int(layers.sweep_retention * _US),
+                policy=CompactionPolicy(
+                    factor=int(layers.compaction_factor),
+                    flush_layers_min=int(layers.flush_layers_min),
+                    merge_objects_max=int(layers.merge_objects_max),
+                ),
+            ),
+        )
+
+
+@dataclass(slots=True)
+class MaintenanceCounters:
+    """Totals since start, for /status and /metrics (issue item 6)."""
+
+    passes: int = 0
+    flushes: int = 0
+    compactions: int = 0
+    flush_seconds: float = 0.0
+    compaction_seconds: float = 0.0
+    merged_objects: int = 0
+    dropped_duplicates: int = 0
+    merges_refused: int = 0
+    merges_abandoned: int = 0
+    errors: int = 0
+    sweeps: int = 0
+    trash_runs: int = 0
+    files_deleted: int = 0
+    sweep_bytes_reclaimed: int = 0
+    trash_bytes_reclaimed: int = 0
+
+    @property
+    def merges(self) -> int:
+        return self.flushes + self.compactions
+
+    @property
+    def bytes_reclaimed(self) -> int:
+        return self.sweep_bytes_reclaimed + self.trash_bytes_reclaimed
+
+
+class Maintainer:
+    """Layer maintenance of every repository one compute hosts."""
+
+    def __init__(
+        self,
+        host: RepositoryHost,
+        store: ObjectStore,
+        node_id: str,
+        clock: Clock,
+        config: MaintainerConfig = MaintainerConfig(),
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        if not node_id:
+            raise InvalidArgument("layer maintenance needs a node id (node.id)")
+        self.host = host
+        self.store = store
+        self.node_id = node_id
+        self.clock = clock
+        self.config = config
+        self.limits = limits
+        self.counters = MaintenanceCounters()
+        self.layer_counts: dict[str, int] = {}
+        self._repos: dict[str, RepoMaintainer] = {}
+        self._last_sweep: dict[str, int] = {}
+        self._last_trash_scan: int | None = None
+        self._slots = asyncio.Semaphore(config.merge_concurrency)
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    # -- running ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None and self.config.interval_s > 0 and self.host.layers is not None:
+            self._task = asyncio.create_task(self._run())
+
+    def kick(self) -> None:
+        """Start the next pass now (tests; after a burst of pushes)."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Cancel the loop and let go of every lease, so another compute need not wait."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        now = self.clock.now_us()
+        for m in list(self._repos.values()):
+            with contextlib.suppress(EnrouteError, OSError):
+                await m.release(now)
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.config.interval_s)
+            self._wake.clear()
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the loop must outlive any one failure
+                self.counters.errors += 1
+                log.exception("layer maintenance pass failed")
+
+    async def run_once(self) -> None:
+        """One pass: every hosted repository, then the names that have only trash."""
+        self.counters.passes += 1
+        hosted = self.host.hosted
+        for name in list(self.layer_counts):
+            if name not in hosted:
+                del self.layer_counts[name]
+        for name in [n for n in self._repos if n not in hosted]:
+            # No view here any more (deleted, or dropped): let its lease go at once.
+            m = self._repos.pop(name)
+            self._last_sweep.pop(name, None)
+            with contextlib.suppress(EnrouteError):
+                await m.release(self.clock.now_us())
+        await asyncio.gather(*(self._visit(name) for name in hosted))
+        now = self.clock.now_us()
+        last = self._last_trash_scan
+        if last is None or now - last >= self.config.sweep_interval_us:
+            self._last_trash_scan = now
+            names = await names_with_trash(self.store)
+            current = set(self.host.hosted)
+            await asyncio.gather(*(self._trash_only(n) for n in names if n not in current))
+
+    # -- one repository -----------------------------------------------------------------------
+
+    def _maintainer(self, name: str) -> RepoMaintainer:
+        m = self._repos.get(name)
+        if m is None:
+            m = RepoMaintainer(
+                self.store, name, self.node_id, self.config.settings, limits=self.limits
+            )
+            self._repos[name] = m
+        return m
+
+    async def _lease(self, m: RepoMaintainer) -> bool:
+        """Hold the lease, renewing once half of what is usable of it has passed."""
+        now = self.clock.now_us()
+        held = m.held
+        s = self.config.settings
+        if held is not None and m.holds(now):
+            usable = held.lease.expires_us - s.lease_margin_us - now
+            if usable > (s.lease_duration_us - s.lease_margin_us) // 2:
+                return True
+        return await m.acquire(now)
+
+    async def _visit(self, name: str) -> None:
+        async with self._slots:
+            m = self._maintainer(name)
+            try:
+                if not await self._lease(m):
+                    return
+                snap = await self.host.read(name)
+                snap = await self._merges(m, snap)
+                self.layer_counts[name] = len(snap.state.manifest)
+                await self._sweep(m, snap)
+            except (NotFound, IncarnationEnded):  # deleted meanwhile: trash is for later
+                self.layer_counts.pop(name, None)
+                self._repos.pop(name, None)
+                with contextlib.suppress(EnrouteError):
+                    await m.release(self.clock.now_us())
+            except EnrouteError as exc:
+                self.counters.errors += 1
+                log.warning("maintenance of %s: %s", name, exc)
+            except (OSError, AssertionError):  # one repository must not stop the pass
+                self.counters.errors += 1
+                log.exception("maintenance of %s failed", name)
+
+    async def _merges(self, m: RepoMaintainer, snap: Snapshot) -> Snapshot:
+        for _ in range(MERGES_PER_VISIT_MAX):
+            stretch = m.next_merge(snap.state)
+            if stretch is None or not m.holds(self.clock.now_us()):
+                return snap
+            version = await self._merge(m, snap, stretch)
+            if version is not None:
+                await self.host.wait_applied(snap.name, version)
+            snap = await self.host.read(snap.name)
+        return snap
+
+    async def _sweep(self, m: RepoMaintainer, snap: Snapshot) -> None:
+        now = self.clock.now_us()
+        last = self._last_sweep.get(snap.name)
+        if last is not None and now - last < self.config.sweep_interval_us:
+            return
+        if not await self._lease(m):
+            return
+        self._last_sweep[snap.name] = now
+        swept = await m.sweep(snap.state, now)
+        self.counters.sweeps += 1
+        self.counters.files_deleted += len(swept.deleted)
+        self.counters.sweep_bytes_reclaimed += swept.deleted_bytes
+        await self._reclaim(m, now)
+
+    async def _reclaim(self, m: RepoMaintainer, now: int) -> None:
+        trash = await m.reclaim_trash(now)
+        self.counters.trash_runs += 1
+        self.counters.files_deleted += len(trash.deleted)
+        self.counters.trash_bytes_reclaimed += trash.deleted_bytes
+
+    async def _trash_only(self, name: str) -> None:
+        """A deleted repository has no view: reclaim its trash under its lease, then let go."""
+        async with self._slots:
+            m = RepoMaintainer(
+                self.store, name, self.node_id, self.config.settings, limits=self.limits
+            )
+            try:
+                if not await m.acquire(self.clock.now_us()):
+                    return
+                await self._reclaim(m, self.clock.now_us())
+                await m.release(self.clock.now_us())
+            except EnrouteError as exc:
+                self.counters.errors += 1
+                log.warning("trash of %s: %s", name, exc)
+
+    # -- one merge ----------------------------------------------------------------------------
+
+    async def _merge(self, m: RepoMaintainer, snap: Snapshot, stretch: Stretch) -> int | None:
+        """Merge, publish and propose one stretch; the applied version, or None when the
+        output was dropped (refused, lease lost) and the caller plans again."""
+        layers = self.host.layers
+        assert layers is not None
+        state, view = snap.state, snap.view
+        entries = stretch.of(state.manifest)
+        if tuple(e for e, _ in view.layers[stretch.start : stretch.stop]) != entries:
+            return None  # a view behind its state: plan again on the next snapshot
+        flush = all(e.kind is LayerKind.INLINE for e in entries)
+        pins = await self._load(layers, snap.name, entries)
+        scratch = layers.scratch_file("merge")
+        try:
+            try:
+                started = self.clock.monotonic_ns()
+                merging = asyncio.ensure_future(
+                    asyncio.to_thread(
+                        merge_stretch, view, stretch, scratch.append, limits=self.limits
+                    )
+                )
+                merged = await self._renewing(m, merging)
+                seconds = (self.clock.monotonic_ns() - started) / 1e9
+            finally:
+                for p in pins:
+                    p.release()
+            if merged is None or not m.holds(self.clock.now_us()):
+                self.counters.merges_abandoned += 1
+                return None
+            if merged.object_count:
+                key = layer_key(snap.name, layer_key_name(state.upload_gen, merged.sealed.root))
+                await layers.publish(storage_segment(snap.name), key, scratch.path)
+            command = merged.replace_command(state.incarnation, state.upload_gen)
+            proposed = await self.host.ledger.propose(snap.name, state.incarnation, command)
+        finally:
+            scratch.close()
+        outcome = proposed.change.outcome
+        if outcome.code in _RETRY_CODES:
+            self.counters.merges_refused += 1
+            log.info("merge of %s refused (%s); planning again", snap.name, outcome.code.value)
+            return None
+        refused = outcome.error()
+        if refused is not None:
+            raise refused
+        self._count(merged, flush, seconds)
+        return proposed.version
+
+    async def _load(
+        self, layers: LayerService, name: str, entries: Sequence[Any]
+    ) -> list[LoadPins]:
+        """Seed 004, "Machines": merges load their inputs; pinned until the merge is done."""
+        pins: list[LoadPins] = []
+        try:
+            for e in entries:
+                if e.kind is not LayerKind.STORED or e.key is None:
+                    continue
+                opened = await layers.open_layer(
+                    storage_segment(name), layer_key(name, e.key), e.file_size, e.meta_size
+                )
+                data_end = e.file_size - e.meta_size
+                pins.append(await layers.load(opened, ranges=[(0, data_end)] if data_end else []))
+        except BaseException:
+            for p in pins:
+                p.release()
+            raise
+        return pins
+
+    async def _renewing(
+        self, m: RepoMaintainer, merging: asyncio.Future[MergedLayer]
+    ) -> MergedLayer | None:
+        """Await the merge, renewing the lease meanwhile; None when the lease was lost."""
+        s = self.config.settings
+        every_s = max((s.lease_duration_us - s.lease_margin_us) / 2 / _US, 0.001)
+        lost = False
+        while not merging.done():
+            try:
+                await asyncio.wait({merging}, timeout=every_s)
+            except asyncio.CancelledError:
+                # The thread runs on; its outcome (an error on the closed scratch) is dropped.
+                merging.add_done_callback(lambda f: f.cancelled() or f.exception())
+                raise
+            if not merging.done() and not lost:
+                try:
+                    lost = not await m.acquire(self.clock.now_us())
+                except EnrouteError:
+                    lost = not m.holds(self.clock.now_us())
+        merged = merging.result()
+        return None if lost else merged
+
+    def _count(self, merged: MergedLayer, flush: bool, seconds: float) -> None:
+        c = self.counters
+        if flush:
+            c.flushes += 1
+            c.flush_seconds += seconds
+        else:
+            c.compactions += 1
+            c.compaction_seconds += seconds
+        c.merged_objects += merged.object_count
+        c.dropped_duplicates += merged.dropped
+
+    # -- status -------------------------------------------------------------------------------
+
+    def lease_holders(self) -> dict[str, str]:
+        """Repositories whose lease this compute holds now, with the term."""
+        now = self.clock.now_us()
+        return {
+            name: f"{m.holder}@{m.held.lease.term}"
+            for name, m in sorted(self._repos.items())
+            if m.held is not None and m.holds(now)
+        }
+
+    def status(self) -> dict[str, Any]:
+        c = self.counters
+        return {
+            "running": self._task is not None,
+            "passes": c.passes,
+            "merges": c.merges,
+            "flushes": c.flushes,
+            "compactions": c.compactions,
+            "flush_seconds": round(c.flush_seconds, 6),
+            "compaction_seconds": round(c.compaction_seconds, 6),
+            "merged_objects": c.merged_objects,
+            "dropped_duplicates": c.dropped_duplicates,
+            "merges_refused": c.merges_refused,
+            "merges_abandoned": c.merges_abandoned,
+            "sweeps": c.sweeps,
+            "trash_runs": c.trash_runs,
+            "files_deleted": c.files_deleted,
+            "bytes_reclaimed": c.bytes_reclaimed,
+            "errors": c.errors,
+            "lease_holders": self.lease_holders(),
+            "layers": dict(sorted(self.layer_counts.items())),
+        }
+
+    def metrics_lines(self) -> list[str]:
+        c = self.counters
+        p = "enroute_compute_maintenance"
+        lines = [
+            f"# HELP {p}_merges_total merged layers committed (flushes and compactions)",
+            f"# TYPE {p}_merges_total counter",
+            f'{p}_merges_total{{kind="flush"}} {c.flushes}',
+            f'{p}_merges_total{{kind="compaction"}} {c.compactions}',
+            f"# TYPE {p}_merge_seconds_total counter",
+            f'{p}_merge_seconds_total{{kind="flush"}} {c.flush_seconds:.6f}',
+            f'{p}_merge_seconds_total{{kind="compaction"}} {c.compaction_seconds:.6f}',
+            f"# TYPE {p}_merges_refused_total counter",
+            f"{p}_merges_refused_total {c.merges_refused}",
+            f"# TYPE {p}_sweeps_total counter",
+            f"{p}_sweeps_total {c.sweeps}",
+            f"# HELP {p}_reclaimed_bytes_total layer file bytes deleted by sweeps and trash",
+            f"# TYPE {p}_reclaimed_bytes_total counter",
+            f'{p}_reclaimed_bytes_total{{source="sweep"}} {c.sweep_bytes_reclaimed}',
+            f'{p}_reclaimed_bytes_total{{source="trash"}} {c.trash_bytes_reclaimed}',
+            f"# TYPE {p}_errors_total counter",
+            f"{p}_errors_total {c.errors}",
+            f"# HELP {p}_leases_held repositories whose maintenance lease this compute holds",
+            f"# TYPE {p}_leases_held gauge",
+            f"{p}_leases_held {len(self.lease_holders())}",
+            "# HELP enroute_compute_repository_layers layers in a hosted repository's manifest",
+            "# TYPE enroute_compute_repository_layers gauge",
+        ]
+        for name, count in sorted(self.layer_counts.items()):
+            lines.append(f'enroute_compute_repository_layers{{repo="{name}"}} {count}')
+        return lines

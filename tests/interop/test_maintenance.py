@@ -1,0 +1,168 @@
+"""Layer maintenance in a real `enroute dev` (issue "Layer maintenance"; seed 001,
+"Reclaiming layer files"): merges behind pushes, then a deleted repository's files and
+trash marker go after a short retention; a re-created name's files stay while it lives."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from enroute_testing.gitcli import run_git
+from enroute_testing.repogen import list_refs
+
+pytestmark = pytest.mark.interop
+
+ENROUTE_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "enroute"
+READY_LINE = re.compile(rb"enroute ready: (http://\S+)")
+COMPUTE_READY = re.compile(r"enroute compute ready: grpc=\S+ http=(\S+)")
+CONFIG = """\
+layers:
+  inline_max: 0
+  maintenance_interval: 200ms
+  sweep_interval: 300ms
+  sweep_retention: 1s
+  lease_duration: 10s
+  lease_margin: 2s
+"""
+WAIT_S = 30.0
+
+
+@dataclass
+class Dev:
+    url: str
+    root: Path
+
+    @property
+    def store(self) -> Path:
+        return self.root / "data" / "store"
+
+    def status(self) -> dict[str, Any]:
+        log = (self.root / "data" / "logs" / "compute.log").read_text(errors="replace")
+        match = COMPUTE_READY.search(log)
+        assert match, log[-2000:]
+        with urllib.request.urlopen(f"http://{match.group(1)}/status", timeout=10) as r:
+            answer: dict[str, Any] = json.loads(r.read())
+        return answer
+
+    def layer_files(self, name: str) -> list[str]:
+        """The stored layer files of ``name`` (the file store keeps a key as ``<key>~``)."""
+        folder = self.store / "repos" / name / "layers"
+        return sorted(p.name for p in folder.glob("*.layer*")) if folder.exists() else []
+
+    def trash(self, name: str) -> list[str]:
+        folder = self.store / "trash" / name
+        return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+@pytest.fixture
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
+    root = tmp_path_factory.mktemp("maintenance")
+    (root / "config.yaml").write_text(CONFIG)
+    log = open(root / "enroute.log", "ab")  # noqa: SIM115 - closed in the finally
+    argv = [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(root / "data")]
+    argv += ["--config", str(root / "config.yaml")]
+    process = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True
+    )
+    found: list[str] = []
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            match = READY_LINE.search(raw)
+            if match and not found:
+                found.append(match.group(1).decode("ascii").rstrip("/"))
+                ready.set()
+        ready.set()
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    try:
+        ready.wait(60)
+        assert found, f"enroute dev not ready: {(root / 'enroute.log').read_text()[-3000:]}"
+        yield Dev(found[0], root)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=20)
+        thread.join(timeout=5)
+        log.close()
+
+
+def _delete(url: str, name: str) -> None:
+    request = urllib.request.Request(f"{url}/api/v1/repos/{name}", method="DELETE")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status < 300
+
+
+def _until(what: str, check: Any) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        assert time.monotonic() < deadline, f"not within {WAIT_S} s: {what}"
+        time.sleep(0.2)
+
+
+def _pushes(url: str, name: str, work: Path, tag: str, count: int) -> None:
+    if not (work / ".git").exists():
+        run_git(["init", "-q", "-b", "main", str(work)], cwd=work.parent)
+    for i in range(count):
+        (work / f"{tag}-{i}.txt").write_text(f"{tag} {i}\n" * (i + 1))
+        run_git(["add", "."], cwd=work)
+        run_git(["commit", "-q", "-m", f"{tag} {i}"], cwd=work)
+        run_git(["push", "-q", "-f", f"{url}/{name}.git", "main"], cwd=work)
+
+
+@pytest.mark.slow
+def test_deleted_repositories_leave_nothing_and_live_ones_keep_everything(
+    dev: Dev, tmp_path: Path
+) -> None:
+    name = "maint"
+    _pushes(dev.url, name, tmp_path / "one", "one", 5)
+    _until("the five stored layers compacted", lambda: dev.status()["maintenance"]["merges"] >= 1)
+    status = dev.status()
+    assert status["maintenance"]["lease_holders"].get(name, "").startswith("dev-compute-1@")
+    first = dev.layer_files(name)
+    assert first, "stored layers expected (layers.inline_max is 0)"
+
+    _delete(dev.url, name)
+    _until("a trash marker", lambda: dev.trash(name) != [] or dev.layer_files(name) == [])
+    # Re-create the name at once: its files must survive the predecessor's reclamation.
+    _pushes(dev.url, name, tmp_path / "two", "two", 3)
+    _until(
+        "the first incarnation's files reclaimed",
+        lambda: not set(first) & set(dev.layer_files(name)),
+    )
+    _until("the trash marker removed", lambda: dev.trash(name) == [])
+    time.sleep(1.5)  # more sweeps than the retention, with the name live
+    clone = tmp_path / "clone.git"
+    run_git(["clone", "-q", "--mirror", f"{dev.url}/{name}.git", str(clone)], cwd=tmp_path)
+    run_git(["fsck", "--strict", "--no-progress"], cwd=clone)
+    head = run_git(["rev-parse", "HEAD"], cwd=tmp_path / "two").strip()
+    assert list_refs(clone) == {b"refs/heads/main": head}
+    assert int(run_git(["rev-list", "--count", "main"], cwd=clone)) == 3
+    assert dev.layer_files(name), "the live incarnation lost its files"
+
+    _delete(dev.url, name)
+    _until("every layer file gone", lambda: dev.layer_files(name) == [])
+    _until("every trash marker gone", lambda: dev.trash(name) == [])
+    maintenance = dev.status()["maintenance"]
+    print(maintenance)
+    assert maintenance["bytes_reclaimed"] > 0 and maintenance["files_deleted"] >= len(first)
+    assert maintenance["errors"] == 0
