@@ -7,7 +7,7 @@ UV := $(TOOLS)/bin/uv
 export UV_PYTHON_PREFERENCE := only-system
 PYTEST_ARGS ?= -n 2
 
-.PHONY: all sync lint typecheck imports proto proto-check test test-fast conformance run bench clean
+.PHONY: nightly all sync lint typecheck imports proto proto-check test test-fast conformance run bench clean
 
 all: test
 
@@ -36,7 +36,7 @@ proto-check: sync
 	$(UV) run --locked python libs/enroute-proto/scripts/check.py
 
 test: lint typecheck imports proto-check
-	$(UV) run --locked pytest $(PYTEST_ARGS)
+	$(UV) run --locked pytest -m "not nightly" $(PYTEST_ARGS)
 	$(MAKE) conformance
 
 # The black-box contract suite (../shared/conformance) against `enroute dev`.
@@ -47,9 +47,13 @@ conformance: sync
 	    --enroute-cmd=".venv/bin/enroute dev" $(PYTEST_ARGS); \
 	else echo "$(CONFORMANCE) not found: conformance skipped" >&2; fi
 
+# The long seeded sweeps (at least 20 runs per cluster scenario).
+nightly: sync
+	$(UV) run --locked pytest -m nightly $(PYTEST_ARGS)
+
 # Everything but the suites marked slow; CI runs them all through `make test`.
 test-fast: sync
-	$(UV) run --locked pytest -m "not slow" $(PYTEST_ARGS)
+	$(UV) run --locked pytest -m "not slow and not nightly" $(PYTEST_ARGS)
 
 run: sync
 	.venv/bin/enroute dev
