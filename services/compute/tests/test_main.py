@@ -36,7 +36,7 @@ def test_process_serves_ops_endpoints_and_stops_on_sigterm(tmp_path: Path) -> No
         assert status["role"] == "compute" and status["node_id"] == "c1"
         assert {"links", "hydrations", "loads_in_flight"} <= set(status["layers"])
         with urllib.request.urlopen(f"http://{http}/metrics", timeout=5) as r:
-            assert b"enroute_compute_pushes_total 0" in r.read()
+            assert b"enroute_compute_pushes_total 0.0" in r.read()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     finally:

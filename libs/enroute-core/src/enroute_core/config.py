@@ -151,6 +151,26 @@ class LayersConfig(_Section):
         return self
 
 
+class DiscoveryConfig(_Section):
+    """Members from the EndpointSlices of a Kubernetes Service (enroute_core.discovery)."""
+
+    service: str = Field(min_length=1, description="Name of the Service whose endpoints to use.")
+    namespace: str = Field(
+        default="", description="Namespace of the Service; empty: this pod's own namespace."
+    )
+    port_name: str = Field(
+        default="grpc", description="Name of the EndpointSlice port; empty: the first port."
+    )
+    api_url: str = Field(
+        default="",
+        description="Kubernetes API URL without credentials (e.g. kubectl proxy); empty: the "
+        "in-cluster service account.",
+    )
+    watch_timeout: Seconds = Field(
+        default=300.0, gt=0, description="Longest single watch request before it is renewed."
+    )
+
+
 class LedgerConfig(_Section):
     """DESIGN "Freezing the ledger" and the Raft timing of the ledger voters."""
 
@@ -166,13 +186,28 @@ class LedgerConfig(_Section):
     members: tuple[str, ...] = Field(
         default=(), description="host:port of every ledger voter's gRPC endpoint."
     )
+    discovery: DiscoveryConfig | None = Field(
+        default=None,
+        description="Find ledger members in the EndpointSlices of a Service instead (keys: "
+        "service, namespace, port_name, api_url, watch_timeout); used by computes.",
+    )
 
 
 class ComputeConfig(_Section):
-    """Where gitproto finds computes (static discovery); rendezvous hashing picks one."""
+    """Where gitproto finds computes (rendezvous hashing picks one) and how a compute stops."""
 
     members: tuple[str, ...] = Field(
         default=(), description="host:port of every compute's gRPC endpoint."
+    )
+    discovery: DiscoveryConfig | None = Field(
+        default=None,
+        description="Find computes in the EndpointSlices of a Service instead (keys as "
+        "ledger.discovery).",
+    )
+    drain_grace: Seconds = Field(
+        default=30.0,
+        description="On SIGTERM, how long a compute waits for in-flight Git calls after it "
+        "stops taking new ones.",
     )
 
 
@@ -203,9 +238,77 @@ class AuthConfig(_Section):
     """DESIGN "External interfaces", Auth."""
 
     anonymous: Literal["none", "read", "write"] = Field(
-        default="none", description="What a request without a token may do."
+        default="none",
+        description="What a request without a token may do: none, read, or write (dev mode: "
+        "every scope).",
     )
-    tokens_file: str | None = Field(default=None, description="File of hashed tokens.")
+    tokens_file: str | None = Field(
+        default=None,
+        description="YAML file of hashed tokens (docs/access-control.md); re-read on change, "
+        "Secret volume symlink swaps included.",
+    )
+
+
+# --- gitproto transport limits (enroute_gitproto.app / githttp; docs/access-control.md) ---
+class TransportConfig(_Section):
+    """Bounds gitproto enforces on every HTTP request before a compute spends anything
+    (docs/access-control.md, "Hostile transport input")."""
+
+    git_body_max: Bytes = Field(
+        default=16 * GiB,
+        description="Largest Git request body (a pushed pack), after gzip inflation; a larger "
+        "Content-Length is refused before the body is read.",
+    )
+    api_body_max: Bytes = Field(
+        default=64 * MiB, description="Largest /api/v1 request body (commits with file contents)."
+    )
+    gzip_ratio_max: int = Field(
+        default=100,
+        ge=1,
+        description="A gzip request body may inflate to at most this many times its deflated "
+        "size (plus gzip_slack); more is refused as a deflate bomb.",
+    )
+    gzip_slack: Bytes = Field(
+        default=1 * MiB, description="Inflated bytes allowed beyond gzip_ratio_max (small bodies)."
+    )
+    negotiation_pkt_lines_max: int = Field(
+        default=400_000,
+        ge=1,
+        description="Most pkt-lines in one git-upload-pack request body (wants, haves, "
+        "arguments) and in the command list of a git-receive-pack body.",
+    )
+    requests_max: int = Field(
+        default=256,
+        ge=1,
+        description="Git and API requests this node serves at once; more get 503 with Retry-After.",
+    )
+    repo_requests_max: int = Field(
+        default=32,
+        ge=1,
+        description="Git and API requests one repository is served at once on this node; more "
+        "get 503 with Retry-After.",
+    )
+    retry_after: Seconds = Field(
+        default=5.0, description="The Retry-After a request refused for concurrency is given."
+    )
+    request_timeout: Seconds = Field(
+        default=3600.0,
+        gt=0,
+        description="Longest time one Git or API request may take, body and answer included.",
+    )
+    body_idle_timeout: Seconds = Field(
+        default=60.0,
+        gt=0,
+        description="Longest wait for the next bytes of a request body (slow-loris bodies).",
+    )
+    connections_max: int = Field(
+        default=1024,
+        ge=1,
+        description="Open HTTP connections this node accepts; more are answered 503 at once.",
+    )
+
+
+# --- end gitproto transport limits ---
 
 
 class ListenConfig(_Section):
@@ -243,6 +346,7 @@ class Config(_Section):
     compute: ComputeConfig = ComputeConfig()
     store: StoreConfig = StoreConfig()
     auth: AuthConfig = AuthConfig()
+    transport: TransportConfig = TransportConfig()
     listen: ListenConfig = ListenConfig()
     limits: LimitsSection = Field(
         default_factory=dict, description="Overrides of the resource limits listed below."

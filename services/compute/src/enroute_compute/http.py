@@ -2,22 +2,179 @@
 
 DESIGN "Observability". A small asyncio HTTP/1.1 responder (GET only, one
 request per connection): these endpoints are read by probes and scrapers, so
-they need no framework.
+they need no framework. Metrics come from a prometheus-client registry of this
+node alone: live instruments of the Git calls (:class:`ComputeMetrics`, fed by
+the gRPC interceptor in ``main.py``) and a collector that reads the host,
+layer service, disk budget and maintainer counters at scrape time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from enroute_compute.host import RepositoryHost
 from enroute_compute.maintainer import Maintainer
 from enroute_core.protocol._common import VERSION
 
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class ComputeMetrics:
+    """The registry of one compute; the Git-call instruments are updated as calls run."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.in_flight_count = 0
+        self.git_calls = Counter(
+            "enroute_compute_git_calls_total", "gRPC calls by method and status code",
+            ["method", "code"], registry=r,
+        )  # fmt: skip
+        self.git_in_flight = Gauge(
+            "enroute_compute_git_calls_in_flight", "gRPC calls being served", registry=r
+        )
+        self.refused = Counter(
+            "enroute_compute_calls_refused_total",
+            "calls answered UNAVAILABLE because the node is draining", registry=r,
+        )  # fmt: skip
+        self.pack_bytes = Counter(
+            "enroute_engine_pack_bytes_total",
+            "Git request bytes received by ReceivePack and response bytes sent by UploadPack",
+            ["direction"], registry=r,
+        )  # fmt: skip
+        self.objects = Counter(
+            "enroute_engine_objects_total",
+            "objects in the packs received (pack header count) and sent",
+            ["direction"], registry=r,
+        )  # fmt: skip
+        self.ingest_seconds = Histogram(
+            "enroute_engine_ingest_seconds", "ReceivePack calls: receive, ingest, commit, report",
+            buckets=SECONDS_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.serve_seconds = Histogram(
+            "enroute_engine_serve_seconds", "UploadPack calls: negotiate, plan, write the pack",
+            buckets=SECONDS_BUCKETS, registry=r,
+        )  # fmt: skip
+        for direction in ("received", "sent"):
+            self.pack_bytes.labels(direction)
+            self.objects.labels(direction)
+
+
+class _NodeCollector:
+    """Host, layer, disk-budget and maintainer numbers, read at each scrape."""
+
+    def __init__(self, ops: OpsServer) -> None:
+        self.ops = ops
+
+    def collect(self) -> Iterator[Metric]:
+        host = self.ops.host
+        g = GaugeMetricFamily(
+            "enroute_compute_hosted_repositories", "repositories this compute follows"
+        )
+        g.add_metric([], len(host.hosted))
+        yield g
+        for name, value, doc in (
+            ("enroute_compute_pushes", host.pushes, "pushes served"),
+            ("enroute_compute_fetches", host.fetches, "fetches served"),
+            ("enroute_compute_view_builds", host.view_builds, "views built whole (snapshots)"),
+            ("enroute_compute_view_updates", host.view_updates,
+             "views updated in place by a change"),
+        ):  # fmt: skip
+            yield _counter(name, doc, value)
+        if self.ops.maintainer is not None:
+            text = "\n".join(self.ops.maintainer.metrics_lines()) + "\n"
+            yield from text_string_to_metric_families(text)
+        yield from self._layers()
+        if self.ops.discovery_stats is not None:
+            yield from discovery_families(self.ops.discovery_stats, "ledger")
+
+    def _layers(self) -> Iterator[Metric]:
+        layers = self.ops.host.layers
+        s = None if layers is None else layers.stats()
+        yield _counter("enroute_layer_links", "layer copies linked from a push's spool",
+                       0 if s is None else s.links)  # fmt: skip
+        yield _counter("enroute_layer_hydrations", "local copies completed in the background",
+                       0 if s is None else s.hydrations)  # fmt: skip
+        yield _gauge("enroute_layer_hydrations_active", "hydrations running",
+                     0 if s is None else s.hydrations_active)  # fmt: skip
+        yield _gauge("enroute_layer_loads_in_flight", "store loads running",
+                     0 if s is None else s.loads_in_flight)  # fmt: skip
+        yield _counter("enroute_layer_loads", "ranged GETs issued to the object store",
+                       0 if s is None else s.gets)  # fmt: skip
+        yield _counter("enroute_layer_fetched_bytes", "bytes loaded from the object store",
+                       0 if s is None else s.bytes_fetched)  # fmt: skip
+        yield _counter("enroute_layer_chunks_fetched", "chunks loaded from the object store",
+                       0 if s is None else s.chunks_fetched)  # fmt: skip
+        yield _counter("enroute_layer_hash_retries", "chunks loaded again after a bad hash",
+                       0 if s is None else s.hash_retries)  # fmt: skip
+        d = None if s is None else s.disk_budget
+        budget = GaugeMetricFamily(
+            "enroute_disk_budget_bytes", "node.disk_cache; +Inf when unbounded"
+        )
+        budget.add_metric([], float("inf") if d is None or d.budget_bytes is None
+                          else d.budget_bytes)  # fmt: skip
+        yield budget
+        for name, field, doc in (
+            ("enroute_disk_present_bytes", "present_bytes", "bytes of local copies on disk"),
+            ("enroute_disk_pinned_bytes", "pinned_bytes", "bytes pinned by loads and readers"),
+            ("enroute_disk_linked_bytes", "linked_bytes", "bytes of copies linked from spools"),
+            ("enroute_disk_over_budget_bytes", "over_budget_bytes", "present bytes past budget"),
+            ("enroute_disk_files", "files", "local copies tracked by the budget"),
+        ):
+            yield _gauge(name, doc, 0 if d is None else getattr(d, field))
+        yield _counter("enroute_disk_evictions", "chunks evicted from local copies",
+                       0 if d is None else d.evictions)  # fmt: skip
+        yield _counter("enroute_disk_punched_bytes", "bytes released by punching holes",
+                       0 if d is None else d.punched_bytes)  # fmt: skip
+        yield from _pool_families(getattr(layers, "pool", None))
+
+
+def discovery_families(stats: Any, target: str) -> Iterator[Metric]:
+    """Counters of an EndpointSliceSource (lists, watches, events, 410s, errors, updates)."""
+    for name in type(stats).__dataclass_fields__:
+        c = CounterMetricFamily(
+            f"enroute_discovery_{name}", f"member discovery: {name}", labels=["target"]
+        )
+        c.add_metric([target], getattr(stats, name))
+        yield c
+
+
+def _pool_families(pool: Any) -> Iterator[Metric]:
+    """The buffer pool of seed 004 "Pages and memory", when this node has one wired in."""
+    st = None if pool is None else pool.stats()
+    hits = CounterMetricFamily("enroute_pool_hits", "page reads answered from memory")
+    misses = CounterMetricFamily("enroute_pool_misses", "page reads that loaded the page")
+    evictions = CounterMetricFamily("enroute_pool_evictions", "pages evicted by CLOCK")
+    used = GaugeMetricFamily("enroute_pool_used_bytes", "bytes charged to the page budget")
+    budget = GaugeMetricFamily("enroute_pool_budget_bytes", "node.page_cache")
+    if st is not None:
+        hits.add_metric([], st.hits)
+        misses.add_metric([], st.misses)
+        evictions.add_metric([], st.evictions)
+        used.add_metric([], st.used_bytes)
+        budget.add_metric([], st.budget_bytes)
+    yield from (hits, misses, evictions, used, budget)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    c = CounterMetricFamily(name, doc)
+    c.add_metric([], value)
+    return c
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc)
+    g.add_metric([], value)
+    return g
 
 
 class OpsServer:
@@ -30,11 +187,18 @@ class OpsServer:
         ready: Callable[[], bool],
         *,
         maintainer: Maintainer | None = None,
+        metrics: ComputeMetrics | None = None,
+        extra_status: Callable[[], dict[str, Any]] | None = None,
+        discovery_stats: Any = None,
     ) -> None:
         self.host = host
         self.maintainer = maintainer
         self.node_id = node_id
         self.ready = ready
+        self.extra_status = extra_status
+        self.discovery_stats = discovery_stats
+        self.metrics = metrics if metrics is not None else ComputeMetrics()
+        self.metrics.registry.register(_NodeCollector(self))
         self._server: asyncio.Server | None = None
 
     def status(self) -> dict[str, Any]:
@@ -44,50 +208,28 @@ class OpsServer:
             s = layers.stats()
             stats = asdict(s)
         maintenance = None if self.maintainer is None else self.maintainer.status()
-        return {
+        pool = getattr(layers, "pool", None)
+        out = {
             "maintenance": maintenance,
             "role": "compute",
             "node_id": self.node_id,
             "version": VERSION.decode(),
+            "ready": self.ready(),
             "hosted_repositories": list(self.host.hosted),
             "layers": stats,
+            "pool": None if pool is None else pool.stats().as_dict(),
             "pushes": self.host.pushes,
             "fetches": self.host.fetches,
             "view_builds": self.host.view_builds,
             "view_updates": self.host.view_updates,
+            "git_calls_in_flight": self.metrics.in_flight_count,
         }
+        if self.extra_status is not None:
+            out.update(self.extra_status())
+        return out
 
-    def metrics(self) -> str:
-        lines = [
-            "# TYPE enroute_compute_hosted_repositories gauge",
-            f"enroute_compute_hosted_repositories {len(self.host.hosted)}",
-            "# TYPE enroute_compute_pushes_total counter",
-            f"enroute_compute_pushes_total {self.host.pushes}",
-            "# TYPE enroute_compute_fetches_total counter",
-            f"enroute_compute_fetches_total {self.host.fetches}",
-            "# HELP enroute_compute_view_builds_total views built whole (snapshots)",
-            "# TYPE enroute_compute_view_builds_total counter",
-            f"enroute_compute_view_builds_total {self.host.view_builds}",
-            "# HELP enroute_compute_view_updates_total views updated in place by a change",
-            "# TYPE enroute_compute_view_updates_total counter",
-            f"enroute_compute_view_updates_total {self.host.view_updates}",
-        ]
-        if self.maintainer is not None:
-            lines += self.maintainer.metrics_lines()
-        layers = self.host.layers
-        if layers is not None:
-            s = layers.stats()
-            lines += [
-                "# TYPE enroute_layer_links_total counter",
-                f"enroute_layer_links_total {s.links}",
-                "# TYPE enroute_layer_hydrations_total counter",
-                f"enroute_layer_hydrations_total {s.hydrations}",
-                "# TYPE enroute_layer_loads_in_flight gauge",
-                f"enroute_layer_loads_in_flight {s.loads_in_flight}",
-                "# TYPE enroute_layer_fetched_bytes_total counter",
-                f"enroute_layer_fetched_bytes_total {s.bytes_fetched}",
-            ]
-        return "\n".join(lines) + "\n"
+    def metrics_text(self) -> bytes:
+        return generate_latest(self.metrics.registry)
 
     def route(self, method: str, path: str) -> tuple[int, str, bytes]:
         if method != "GET":
@@ -102,7 +244,7 @@ class OpsServer:
         if path == "/status":
             return 200, "application/json", json.dumps(self.status(), indent=1).encode()
         if path == "/metrics":
-            return 200, "text/plain; version=0.0.4", self.metrics().encode()
+            return 200, "text/plain; version=0.0.4; charset=utf-8", self.metrics_text()
         return 404, "text/plain", b"not found\n"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -9,6 +9,7 @@ table (:mod:`enroute_compute.rpc.errors`). Every call has a deadline.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from types import MappingProxyType
 from typing import Any
@@ -41,10 +42,38 @@ class GrpcLedger:
     def __init__(self, addresses: tuple[str, ...], *, timeout_s: float = CALL_TIMEOUT_S) -> None:
         if not addresses:
             raise Unavailable("no ledger members configured (ledger.members)")
+        self._addresses = tuple(addresses)
         self._channels = [grpc.aio.insecure_channel(a) for a in addresses]
+        self._retiring: dict[asyncio.Task[None], grpc.aio.Channel] = {}
         self._stubs = [ledger_pb2_grpc.LedgerStub(c) for c in self._channels]
         self._next = 0
         self._timeout = timeout_s
+
+    def set_members(self, addresses: tuple[str, ...]) -> None:
+        """Swap the member set (discovery); channels of members that stay are kept.
+
+        A removed member's channel is closed after a grace, so a call or a
+        Subscribe in flight on it ends on its own or fails over.
+        """
+        if not addresses:
+            return
+        old = dict(zip(self._addresses, self._channels, strict=True))
+        current = self._addresses[self._next] if self._addresses else None
+        self._addresses = tuple(addresses)
+        self._channels = [
+            old.pop(a) if a in old else grpc.aio.insecure_channel(a) for a in addresses
+        ]
+        self._stubs = [ledger_pb2_grpc.LedgerStub(c) for c in self._channels]
+        # keep talking to the member that answered last, when it stays
+        self._next = self._addresses.index(current) if current in self._addresses else 0
+        for channel in old.values():
+            task = asyncio.get_running_loop().create_task(channel.close(grace=self._timeout))
+            self._retiring[task] = channel
+            task.add_done_callback(lambda t: self._retiring.pop(t, None))
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return self._addresses
 
     async def _call(self, fn: Callable[[ledger_pb2_grpc.LedgerStub], Any]) -> Any:
         last: EnrouteError | None = None
@@ -146,4 +175,6 @@ class GrpcLedger:
 
     async def close(self) -> None:
         for channel in self._channels:
+            await channel.close()
+        for channel in list(self._retiring.values()):
             await channel.close()

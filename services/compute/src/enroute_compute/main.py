@@ -4,6 +4,11 @@ The only module of the service that reads the environment, the clock and the
 file system configuration (services.md). Prints ``enroute compute ready:
 grpc=HOST:PORT http=HOST:PORT`` once both listeners are bound; SIGTERM or
 SIGINT stops it cleanly with exit status 0.
+
+Rolling upgrades (docs/observability.md): on SIGTERM the node first drains.
+/readyz turns 503, every new call is answered UNAVAILABLE (gitproto moves it
+to the next compute), and the calls in flight, pushes above all, run to their
+end for at most ``compute.drain_grace``; then the listeners close.
 """
 
 from __future__ import annotations
@@ -15,15 +20,18 @@ import os
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeAlias
 
 import grpc
 
 from enroute_compute.host import RepositoryHost
-from enroute_compute.http import OpsServer
+from enroute_compute.http import ComputeMetrics, OpsServer
 from enroute_compute.ledger_client import GrpcLedger
 from enroute_compute.maintainer import Maintainer, MaintainerConfig
 from enroute_compute.rpc.servicer import ComputeServicer
 from enroute_core.config import Config, load_config
+from enroute_core.discovery import first_members, follow, member_source
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import open_store
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2_grpc
@@ -45,13 +53,173 @@ def split_address(text: str, default: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
+PACK_SCAN_BYTES_MAX = 64 * 1024
+"""How far into a Git body the pack header is looked for (commands or negotiation first)."""
+
+
+def pack_object_count(head: bytes) -> int | None:
+    """Object count of the first pack header (gitformat-pack, "pack-*.pack files") in ``head``."""
+    for version in (b"\x00\x00\x00\x02", b"\x00\x00\x00\x03"):
+        at = head.find(b"PACK" + version)
+        if at >= 0 and len(head) >= at + 12:
+            return int.from_bytes(head[at + 8 : at + 12], "big")
+    return None
+
+
+class _PackTap:
+    """Counts the body bytes of one direction and finds the pack header among them."""
+
+    def __init__(self, metrics: ComputeMetrics, direction: str, scan: bool) -> None:
+        self.metrics = metrics
+        self.direction = direction
+        self.head = b"" if scan else None
+        self.bytes = 0
+
+    def feed(self, data: bytes) -> None:
+        if not data:
+            return
+        self.bytes += len(data)
+        self.metrics.pack_bytes.labels(self.direction).inc(len(data))
+        if self.head is not None:
+            self.head += data[: PACK_SCAN_BYTES_MAX - len(self.head)]
+            count = pack_object_count(self.head)
+            if count is not None:
+                self.metrics.objects.labels(self.direction).inc(count)
+                self.head = None
+            elif len(self.head) >= PACK_SCAN_BYTES_MAX:
+                self.head = None
+
+
+_Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
+
+class CallGate(grpc.aio.ServerInterceptor):
+    """Every call passes here: metrics of the Git calls, and the drain on SIGTERM."""
+
+    def __init__(self, metrics: ComputeMetrics) -> None:
+        self.metrics = metrics
+        self.draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def drained(self, timeout_s: float) -> bool:
+        """Stop taking calls; True when the ones in flight ended within ``timeout_s``."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[_Handler | None]],
+        details: grpc.HandlerCallDetails,
+    ) -> _Handler | None:
+        handler = await continuation(details)
+        if handler is None:
+            return handler
+        method = str(details.method).rsplit("/", 1)[-1]
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._streaming(method, handler.stream_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+    def _enter(self) -> None:
+        self.metrics.in_flight_count += 1
+        self.metrics.git_in_flight.inc()
+        self._idle.clear()
+
+    def _leave(self, method: str, context: Any, started: float, failed: bool) -> None:
+        self.metrics.in_flight_count -= 1
+        self.metrics.git_in_flight.dec()
+        if self.metrics.in_flight_count == 0:
+            self._idle.set()
+        code = context.code() if hasattr(context, "code") else None
+        if code is None:
+            name = "UNKNOWN" if failed else "OK"
+        else:
+            name = getattr(code, "name", str(code))
+        self.metrics.git_calls.labels(method, name).inc()
+        elapsed = time.monotonic() - started
+        if method == "ReceivePack":
+            self.metrics.ingest_seconds.observe(elapsed)
+        elif method == "UploadPack":
+            self.metrics.serve_seconds.observe(elapsed)
+
+    async def _refuse(self, context: Any) -> None:
+        self.metrics.refused.inc()
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "compute is draining; try another")
+
+    def _streaming(self, method: str, behavior: Any) -> Any:
+        async def run(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+            if self.draining:
+                await self._refuse(context)
+            inbound = _PackTap(self.metrics, "received", scan=method == "ReceivePack")
+            outbound = _PackTap(self.metrics, "sent", scan=method == "UploadPack")
+
+            async def tapped() -> AsyncIterator[Any]:
+                async for msg in requests:
+                    if method == "ReceivePack" and msg.WhichOneof("part") == "body":
+                        inbound.feed(msg.body)
+                    yield msg
+
+            self._enter()
+            started = time.monotonic()
+            failed = True
+            try:
+                async for msg in behavior(tapped(), context):
+                    if method == "UploadPack" and msg.WhichOneof("part") == "body":
+                        outbound.feed(msg.body)
+                    yield msg
+                failed = False
+            finally:
+                self._leave(method, context, started, failed)
+
+        return run
+
+    def _unary(self, method: str, behavior: Any) -> Any:
+        async def run(request: Any, context: Any) -> Any:
+            if self.draining:
+                await self._refuse(context)
+            self._enter()
+            started = time.monotonic()
+            failed = True
+            try:
+                answer = await behavior(request, context)
+                failed = False
+                return answer
+            finally:
+                self._leave(method, context, started, failed)
+
+        return run
+
+
 async def serve(config: Config) -> None:
     store = open_store(config.store.url, config.store.store_options(), env=os.environ)
     data_dir = os.path.join(config.node.data_dir, "layers")
     layers = LayerService(store, data_dir, disk_budget_bytes=config.node.disk_cache)
-    ledger = GrpcLedger(tuple(config.ledger.members))
+    discovery: asyncio.Task[None] | None = None
+    source = member_source(tuple(config.ledger.members), config.ledger.discovery)
+    if config.ledger.discovery is None:
+        ledger = GrpcLedger(tuple(config.ledger.members))
+    else:  # one list, then one watch for the life of the process
+        updates = source.updates()
+        ledger = GrpcLedger(await first_members(updates))
+        discovery = asyncio.get_running_loop().create_task(follow(updates, ledger.set_members))
     host = RepositoryHost(ledger, layers, SystemClock(), inline_max_bytes=config.layers.inline_max)
-    server = grpc.aio.server()
+    metrics = ComputeMetrics()
+    gate = CallGate(metrics)
+    server = grpc.aio.server(interceptors=[gate])
     compute_pb2_grpc.add_ComputeServicer_to_server(ComputeServicer(host), server)
     grpc_host, grpc_port = split_address(config.listen.grpc, DEFAULT_GRPC)
     bound = server.add_insecure_port(f"{grpc_host}:{grpc_port}")
@@ -61,7 +229,15 @@ async def serve(config: Config) -> None:
     maintainer = Maintainer(
         host, store, holder, SystemClock(), MaintainerConfig.from_layers(config.layers)
     )
-    ops = OpsServer(host, config.node.id or "compute", lambda: ready, maintainer=maintainer)
+    ops = OpsServer(
+        host,
+        config.node.id or "compute",
+        lambda: ready,
+        maintainer=maintainer,
+        metrics=metrics,
+        extra_status=lambda: {"draining": gate.draining, "ledger_members": list(ledger.members)},
+        discovery_stats=getattr(source, "stats", None),
+    )
     http_host, http_port = await ops.start(*split_address(config.listen.http, DEFAULT_HTTP))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -74,6 +250,13 @@ async def serve(config: Config) -> None:
     maintainer.start()
     await stop.wait()
     ready = False
+    if not await gate.drained(config.compute.drain_grace):
+        logging.getLogger("enroute.compute").warning(
+            "%d calls still running after compute.drain_grace; stopping anyway",
+            metrics.in_flight_count,
+        )
+    if discovery is not None:
+        discovery.cancel()
     await maintainer.stop()
     await server.stop(2)
     await ops.stop()

@@ -3,36 +3,194 @@
 A plain ASGI router rather than a framework's: the Git handler must read the
 request body and write the response at once (bidirectional relay), which
 framework responses that watch ``receive`` for disconnects would race with.
+
+Transport bounds (docs/access-control.md, "Hostile transport input") are
+applied here to Git and API requests alike, before a handler runs or while
+it runs: requests in flight per node and per repository (503 with
+Retry-After), the whole request's time, the wait for the next body bytes,
+and the API body size. Status endpoints are exempt, so probes keep working
+under load.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from enroute_core.base.errors import (
+    EnrouteError,
+    InvalidArgument,
+    LimitExceeded,
+    Timeout,
+    Unavailable,
+)
+from enroute_core.base.limits import MiB
 from enroute_gitproto.api import PREFIX, ApiHandler
-from enroute_gitproto.auth import Authorizer, TokenFile
-from enroute_gitproto.githttp import GitHandler, GitHttpLimits
+from enroute_gitproto.auth import REMOTE, Authorizer, TokenFile
+from enroute_gitproto.githttp import (
+    ConversationBroken,
+    GitHandler,
+    GitHttpLimits,
+    parse_git_request,
+)
 from enroute_gitproto.observe import Metrics, StatusEndpoints
-from enroute_gitproto.responses import Receive, Scope, Send
+from enroute_gitproto.responses import (
+    Message,
+    Receive,
+    Scope,
+    Send,
+    header,
+    send_json_error,
+    send_text_error,
+)
 from enroute_gitproto.routing import ComputePool
 
 log = logging.getLogger(__name__)
+
+REPO_KEY_CHARS_MAX = 512
+
+
+@dataclass(frozen=True, slots=True)
+class TransportLimits:
+    """Bounds of every Git and API request on one node (config section ``transport``)."""
+
+    requests_max: int = 256
+    repo_requests_max: int = 32
+    retry_after_s: float = 5.0
+    request_timeout_s: float = 3600.0
+    body_idle_timeout_s: float = 60.0
+    api_body_bytes_max: int = 64 * MiB
+    connections_max: int = 1024
+
+
+class Admission:
+    """Requests in flight on this node and per repository; one event loop, so no lock."""
+
+    def __init__(self, limits: TransportLimits) -> None:
+        self.limits = limits
+        self.total = 0
+        self.by_repo: dict[str, int] = {}  # at most requests_max keys: zero counts go
+
+    def enter(self, repo: str | None) -> None:
+        """Take a slot, or Unavailable (503, Retry-After) naming the bound that is full."""
+        limits = self.limits
+        if self.total >= limits.requests_max:
+            raise Unavailable(
+                f"this node is serving its limit of {limits.requests_max} requests "
+                "(transport.requests_max); retry later",
+                retry_after_s=limits.retry_after_s,
+            )
+        if repo is not None and self.by_repo.get(repo, 0) >= limits.repo_requests_max:
+            raise Unavailable(
+                f"repository {repo!r} is being served its limit of {limits.repo_requests_max} "
+                "requests (transport.repo_requests_max); retry later",
+                retry_after_s=limits.retry_after_s,
+            )
+        self.total += 1
+        if repo is not None:
+            self.by_repo[repo] = self.by_repo.get(repo, 0) + 1
+
+    def leave(self, repo: str | None) -> None:
+        assert self.total > 0
+        self.total -= 1
+        if repo is not None:
+            left = self.by_repo[repo] - 1
+            if left:
+                self.by_repo[repo] = left
+            else:
+                del self.by_repo[repo]
+
+
+def api_repo(path: str) -> str | None:
+    """The repository an API path names (the admission key), None for listings."""
+    rest = path[len(PREFIX) :]
+    if not rest.startswith("/repos/"):
+        return None
+    target = rest[len("/repos/") :]
+    name, sep, _ = target.partition("/-/")
+    if not sep and target.endswith("/-"):
+        name = target[:-2]
+    return name[:REPO_KEY_CHARS_MAX] or None
+
+
+def git_repo(scope: Scope) -> str | None:
+    """The repository of a Git path; None when it names none (the handler says why)."""
+    try:
+        call = parse_git_request(
+            scope["method"], scope["path"], scope.get("query_string", b"").decode("latin-1")
+        )
+    except EnrouteError:
+        return None
+    return call.repo if call is not None else None
+
+
+class _Guard:
+    """The receive and send of one request, with its bounds applied.
+
+    ``receive`` waits at most ``body_idle_timeout_s`` for the next message
+    (a slow-loris body ends in Timeout) and counts an API body against its
+    bound; ``send`` notes whether the response has started.
+    """
+
+    def __init__(self, receive: Receive, send: Send, limits: TransportLimits, api: bool) -> None:
+        self._receive = receive
+        self._send = send
+        self._limits = limits
+        self._api = api
+        self.body_bytes = 0
+        self.started = False
+
+    async def receive(self) -> Message:
+        idle_s = self._limits.body_idle_timeout_s
+        try:
+            async with asyncio.timeout(idle_s):  # no task per chunk, unlike wait_for
+                message = await self._receive()
+        except TimeoutError:
+            raise Timeout(
+                f"the request body sent nothing for {idle_s:g} s (transport.body_idle_timeout)",
+                timeout_s=idle_s,
+            ) from None
+        if self._api and message["type"] == "http.request":
+            self.body_bytes += len(message.get("body", b""))
+            maximum = self._limits.api_body_bytes_max
+            if self.body_bytes > maximum:
+                raise LimitExceeded(
+                    "api_body_bytes_max",
+                    self.body_bytes,
+                    maximum,
+                    f"the request body is over {maximum} bytes (transport.api_body_max)",
+                )
+        return message
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
 
 
 class GitprotoApp:
     def __init__(
         self,
         members: Sequence[str],
+        *,
         anonymous: str = "none",
         tokens_file: str | None = None,
         node_id: str = "",
         limits: GitHttpLimits | None = None,
+        transport: TransportLimits | None = None,
     ) -> None:
         self.metrics = Metrics()
         self.pool = ComputePool(members)
-        self.authorizer = Authorizer(anonymous, TokenFile(tokens_file))
+        self.transport = transport or TransportLimits()
+        self.admission = Admission(self.transport)
+        self.authorizer = Authorizer(
+            anonymous,
+            TokenFile(tokens_file),
+            lambda reason: self.metrics.auth_failures.labels(reason).inc(),
+        )
         self.git = GitHandler(self.pool, self.authorizer, self.metrics, limits)
         self.api = ApiHandler(self.pool, self.authorizer)
         self.status = StatusEndpoints(node_id, self.pool.members, self.metrics)
@@ -45,6 +203,8 @@ class GitprotoApp:
             return
         if await self.status(scope, send):
             return
+        client = scope.get("client")
+        REMOTE.set(f"{client[0]}:{client[1]}" if client else "-")
         path = scope["path"]
         kind = "api" if path == PREFIX or path.startswith(PREFIX + "/") else "git"
         started = time.monotonic()
@@ -52,15 +212,68 @@ class GitprotoApp:
         self.metrics.in_flight_count += 1
         status = 500
         try:
-            if kind == "api":
-                status = await self.api(scope, receive, send)
-            else:
-                status = await self.git(scope, receive, send)
+            status = await self._admit(scope, receive, send, kind)
         finally:
             self.metrics.in_flight.dec()
             self.metrics.in_flight_count -= 1
             self.metrics.requests.labels(kind, str(status)).inc()
             self.metrics.duration.labels(kind).observe(time.monotonic() - started)
+
+    async def _admit(self, scope: Scope, receive: Receive, send: Send, kind: str) -> int:
+        api = kind == "api"
+        guard = _Guard(receive, send, self.transport, api)
+        repo = api_repo(scope["path"]) if api else git_repo(scope)
+        try:
+            if api:
+                self._check_api_length(scope)
+                if scope["method"] == "POST":
+                    # every API POST needs write: refuse before its body is read
+                    self.authorizer.authorize(header(scope, b"authorization"), "write", repo)
+            self.admission.enter(repo)
+        except EnrouteError as error:
+            return await self._refuse(guard, error, api)
+        timer = asyncio.timeout(self.transport.request_timeout_s)
+        try:
+            async with timer:
+                if api:
+                    return await self.api(scope, guard.receive, guard.send)
+                return await self.git(scope, guard.receive, guard.send)
+        except TimeoutError:
+            if not timer.expired():
+                raise
+            timeout_s = self.transport.request_timeout_s
+            late = Timeout(
+                f"the request took longer than {timeout_s:g} s (transport.request_timeout)",
+                timeout_s=timeout_s,
+            )
+            log.warning("request cut: remote=%s path=%s: %s", REMOTE.get(),
+                        scope["path"][:200], late.message)  # fmt: skip
+            if guard.started:
+                raise ConversationBroken(late.message) from None
+            return await self._refuse(guard, late, api)
+        finally:
+            self.admission.leave(repo)
+
+    def _check_api_length(self, scope: Scope) -> None:
+        length = (header(scope, b"content-length") or "").strip()
+        maximum = self.transport.api_body_bytes_max
+        if length and not length.isdigit():
+            raise InvalidArgument("the Content-Length header is not a number")
+        if length and int(length) > maximum:
+            raise LimitExceeded(
+                "api_body_bytes_max",
+                int(length),
+                maximum,
+                f"the request body of {int(length)} bytes is over {maximum} bytes "
+                "(transport.api_body_max)",
+            )
+
+    async def _refuse(self, guard: _Guard, error: EnrouteError, api: bool) -> int:
+        if api:
+            await send_json_error(guard.send, error)
+        else:
+            await send_text_error(guard.send, error)
+        return error.mapping.http_status
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

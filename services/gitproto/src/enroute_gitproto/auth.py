@@ -9,16 +9,36 @@ Scopes: ``read`` serves fetches and API reads, ``write`` pushes (which may
 create a repository), API commits and API creation, ``admin`` everything,
 including deletion. ``auth.anonymous`` grants callers without credentials
 ``read`` or, in dev mode, ``write``, which there means every scope.
+
+Matching a presented token (docs/access-control.md, "Comparing tokens"): its
+SHA-256 is compared with EVERY stored digest by ``hmac.compare_digest``,
+without stopping at a match, so the time taken depends on the number of
+entries only. A dict keyed by digest would leak, through lookup timing, how
+many leading characters of some stored digest a guess's digest shares; that
+says nothing usable about a token (SHA-256 is preimage resistant), but the
+scan costs microseconds for the few hundred entries a file holds, and it
+leaves no timing question to argue about. Plain SHA-256 (no salt, no slow
+hash) is enough because tokens are 256-bit random values, not passwords.
+
+The file is re-read when its resolved path, inode, size or times change. A
+Kubernetes Secret volume replaces its files by swapping the ``..data``
+symlink to a new directory: ``os.stat`` follows the link, and the resolved
+path changes on every swap, so a rotation is seen on the next request.
+Every refusal is logged with the remote address, repository, scope and
+reason, never with the credential.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextvars
 import fnmatch
 import hashlib
+import hmac
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +51,10 @@ log = logging.getLogger(__name__)
 SCOPES = ("read", "write", "admin")
 REALM = 'Basic realm="enroute"'
 _ANONYMOUS = {"none": frozenset(), "read": frozenset({"read"}), "write": frozenset(SCOPES)}
+_ENTRY_KEYS = frozenset({"name", "sha256", "scopes", "repos"})
+
+REMOTE: contextvars.ContextVar[str] = contextvars.ContextVar("enroute_remote", default="-")
+"""The client address of the request being served; the app sets it, refusal logs name it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +91,12 @@ def parse_tokens(text: str) -> dict[str, Token]:
     for index, entry in enumerate(data.get("tokens") or []):
         if not isinstance(entry, dict):
             raise InvalidArgument(f"tokens file: entry {index} is not a mapping")
+        unknown = sorted(str(key) for key in entry if key not in _ENTRY_KEYS)
+        if unknown:
+            raise InvalidArgument(
+                f"tokens file: entry {index}: unknown keys {unknown}; an entry holds name, "
+                "sha256, scopes and repos (the token itself is never stored)"
+            )
         digest = str(entry.get("sha256", "")).lower()
         scopes = entry.get("scopes") or []
         repos = entry.get("repos")
@@ -84,42 +114,69 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+Stamp = tuple[str, int, int, int, int, int]
+
+
 class TokenFile:
-    """The tokens file, read again whenever its size, mtime or inode change."""
+    """The tokens file, read again whenever its resolved path, inode, size or times change.
+
+    A missing file at start-up is an error (a typo must not run with no
+    tokens); a file that disappears later revokes every token. A file that
+    no longer parses keeps the tokens last read, logged as an error.
+    """
 
     def __init__(self, path: str | None) -> None:
         self.path = path
-        self._stamp: tuple[int, int, int] | None = None
-        self._tokens: dict[str, Token] = {}
+        self._stamp: Stamp | None = None
+        self._tokens: tuple[Token, ...] = ()
+        self.reloads_total = 0
         if path is not None:
-            self.tokens()  # a broken file is an error at startup
+            if self._read_stamp() is None:
+                raise InvalidArgument(f"tokens file {path} does not exist", key="auth.tokens_file")
+            self.entries()  # a broken file is an error at startup
 
-    def _read_stamp(self) -> tuple[int, int, int] | None:
+    def _read_stamp(self) -> Stamp | None:
         assert self.path is not None
         try:
-            st = os.stat(self.path)
+            st = os.stat(self.path)  # follows the ..data symlink of a Secret volume
+            real = os.path.realpath(self.path)
         except FileNotFoundError:
             return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+        return (real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
-    def tokens(self) -> dict[str, Token]:
+    def entries(self) -> tuple[Token, ...]:
         if self.path is None:
-            return {}
+            return ()
         stamp = self._read_stamp()
         if stamp != self._stamp:
             if stamp is None:
-                self._tokens = {}
+                self._tokens = ()
+                log.warning("tokens file %s is gone: every token is revoked", self.path)
             else:
-                with open(self.path, encoding="utf-8") as f:
-                    text = f.read()
                 try:
-                    self._tokens = parse_tokens(text)
-                except (InvalidArgument, yaml.YAMLError) as error:
+                    with open(self.path, encoding="utf-8") as f:
+                        text = f.read()
+                    self._tokens = tuple(parse_tokens(text).values())
+                    self.reloads_total += 1
+                except (InvalidArgument, yaml.YAMLError, OSError, UnicodeDecodeError) as error:
                     if self._stamp is None:
                         raise
-                    log.warning("tokens file %s not reloaded: %s", self.path, error)
+                    log.error("tokens file %s not reloaded, keeping the last: %s", self.path, error)
             self._stamp = stamp
         return self._tokens
+
+    def tokens(self) -> dict[str, Token]:
+        """Entries by digest (listings and tests; matching uses :meth:`match`)."""
+        return {token.sha256: token for token in self.entries()}
+
+    def match(self, secret: str) -> Token | None:
+        """The entry whose digest equals the secret's, compared in constant time per entry."""
+        presented = token_digest(secret).encode("ascii")
+        found: Token | None = None
+        for token in self.entries():
+            if hmac.compare_digest(presented, token.sha256.encode("ascii")):
+                found = token  # no break: the scan takes the same time wherever it matches
+        return found
 
 
 def credential(authorization: str | None) -> str | None:
@@ -139,10 +196,16 @@ def credential(authorization: str | None) -> str | None:
     return ""
 
 
+FailureHook = Callable[[str], None]
+
+
 class Authorizer:
-    def __init__(self, anonymous: str, tokens: TokenFile) -> None:
+    def __init__(
+        self, anonymous: str, tokens: TokenFile, on_failure: FailureHook | None = None
+    ) -> None:
         self.anonymous = _ANONYMOUS[anonymous]
         self.tokens = tokens
+        self.on_failure = on_failure
 
     def authorize(self, authorization: str | None, scope: str, repo: str | None) -> Principal:
         """The caller when ``scope`` on ``repo`` is allowed; Unauthenticated or PermissionDenied.
@@ -154,11 +217,29 @@ class Authorizer:
         if secret is None:
             if scope in self.anonymous:
                 return Principal("", None)
+            self._refused("missing_credentials", scope, repo, "")
             raise Unauthenticated(f"authentication required for {scope} access")
-        token = self.tokens.tokens().get(token_digest(secret)) if secret else None
+        token = self.tokens.match(secret) if secret else None
         if token is None:
+            self._refused("unknown_token" if secret else "malformed_credentials", scope, repo, "")
             raise Unauthenticated("unknown token")
         if not token.allows(scope, repo):
-            target = f" on {repo!r}" if repo is not None else ""
-            raise PermissionDenied(f"token {token.name!r} lacks the {scope} scope{target}")
+            if scope not in token.scopes and "admin" not in token.scopes:
+                self._refused("scope_not_granted", scope, repo, token.name)
+                target = f" on {repo!r}" if repo is not None else ""
+                raise PermissionDenied(f"token {token.name!r} lacks the {scope} scope{target}")
+            self._refused("repo_not_granted", scope, repo, token.name)
+            raise PermissionDenied(
+                f"token {token.name!r} does not cover repository {repo!r} (it covers "
+                f"{token.repos!r})"
+            )
         return Principal(token.name, token)
+
+    def _refused(self, reason: str, scope: str, repo: str | None, name: str) -> None:
+        """Log a refusal: who, where, what, why; the credential itself never appears."""
+        log.warning(
+            "auth refused: remote=%s repo=%s scope=%s reason=%s token_name=%s",
+            REMOTE.get(), repo if repo is not None else "-", scope, reason, name or "-",
+        )  # fmt: skip
+        if self.on_failure is not None:
+            self.on_failure(reason)

@@ -39,6 +39,10 @@ READY = re.compile(r"^enroute (\w+) ready: (.*)$")
 ROLES = ("ledger", "compute", "gitproto")
 STOP_GRACE_S = 10.0
 LOG_TAIL_BYTES = 4000
+ANONYMOUS_WRITE_WARNING = (
+    "enroute dev: WARNING: anonymous read AND WRITE is on (auth.anonymous: write): anyone who "
+    "can reach this port can clone, push and delete; for development only"
+)
 
 
 class Child:
@@ -154,6 +158,8 @@ def run_dev(data: Path, listen: str, user_config: dict[str, Any], templates: dic
         found: dict[str, dict[str, str]] = {}
         for role in ROLES:
             config = _merge(role_config(role, data, listen, found), user_config)
+            if role == "gitproto" and config.get("auth", {}).get("anonymous") == "write":
+                print(ANONYMOUS_WRITE_WARNING, file=sys.stderr, flush=True)
             config_path = data / "config" / f"{role}.yaml"
             config_path.write_text(yaml.safe_dump(config, sort_keys=True))
             child = Child(

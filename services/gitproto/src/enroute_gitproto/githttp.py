@@ -17,6 +17,12 @@ gitprotocol-http ("Smart Clients", "Smart Service git-upload-pack"). URLs:
    it fits ``replay_bytes_max``.
 4. An error after the response started means the conversation broke: the
    HTTP response is cut short (no final chunk), which Git clients detect.
+5. Hostile bodies are refused before a compute spends on them
+   (docs/access-control.md, "Hostile transport input"): a Content-Length over
+   ``body_bytes_max`` before any byte is read; while streaming, the inflated
+   size, the gzip inflation ratio and the pkt-line count of the negotiation.
+   A body that fails any bound cancels the compute's call at once, so the
+   compute never sees a truncated body as a complete one.
 """
 
 from __future__ import annotations
@@ -30,7 +36,12 @@ from urllib.parse import parse_qs
 
 import grpc
 
-from enroute_core.base.errors import EnrouteError, InvalidArgument, LimitExceeded, NotFound
+from enroute_core.base.errors import (
+    EnrouteError,
+    InvalidArgument,
+    LimitExceeded,
+    NotFound,
+)
 from enroute_core.base.limits import GiB, MiB
 from enroute_core.state.names import repo_name_from_url
 from enroute_gitproto.auth import Authorizer
@@ -76,6 +87,62 @@ class GitHttpLimits:
     window_bytes_max: int = 4 * MiB
     # inflated bytes produced per step of the gzip decoder
     inflate_step_bytes: int = 1 * MiB
+    # deflate bombs: inflated <= gzip_ratio_max * deflated + gzip_slack_bytes
+    gzip_ratio_max: int = 100
+    gzip_slack_bytes: int = 1 * MiB
+    # pkt-lines of an upload-pack body, or of a receive-pack body up to its first flush
+    negotiation_pkt_lines_max: int = 400_000
+
+
+class PktLineCounter:
+    """Counts the pkt-lines of a request body as it streams (gitprotocol-common, "pkt-line
+    Format"), so that a negotiation of millions of lines is refused at the transport.
+
+    Framing only: a length that is not four hex digits, or ``0003``, ends the
+    count; the protocol layer refuses such a body with its own typed error.
+    With ``stop_at_flush`` the count ends at the first flush-pkt (the pack of
+    a push follows its command list and is no pkt-line data).
+    """
+
+    def __init__(self, lines_max: int, stop_at_flush: bool) -> None:
+        self.lines_max = lines_max
+        self.stop_at_flush = stop_at_flush
+        self.lines = 0
+        self.active = True
+        self._skip = 0  # payload bytes of the current pkt-line still to pass
+        self._head = b""  # a length header split across chunks
+
+    def feed(self, data: bytes) -> None:
+        at, end = 0, len(data)
+        while self.active and at < end:
+            if self._skip:
+                step = min(self._skip, end - at)
+                self._skip -= step
+                at += step
+                continue
+            take = min(4 - len(self._head), end - at)
+            self._head += data[at : at + take]
+            at += take
+            if len(self._head) < 4:
+                return
+            head, self._head = self._head, b""
+            if any(c not in b"0123456789abcdefABCDEF" for c in head):
+                self.active = False
+                return
+            length = int(head, 16)
+            self.lines += 1
+            if self.lines > self.lines_max:
+                raise LimitExceeded(
+                    "negotiation_pkt_lines_max",
+                    self.lines,
+                    self.lines_max,
+                    f"the request has more than {self.lines_max} pkt-lines "
+                    "(transport.negotiation_pkt_lines_max)",
+                )
+            if (length == 0 and self.stop_at_flush) or length == 3:
+                self.active = False
+            elif length >= 4:
+                self._skip = length - 4
 
 
 class ConversationBroken(Exception):
@@ -126,10 +193,15 @@ class BodyBuffer:
     compute already got. Read-ahead is bounded by ``window_bytes_max``.
     """
 
-    def __init__(self, receive: Receive, gzip: bool, limits: GitHttpLimits) -> None:
+    def __init__(
+        self, receive: Receive, gzip: bool, limits: GitHttpLimits, push: bool = False
+    ) -> None:
         self._receive = receive
         self._limits = limits
         self._inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS) if gzip else None
+        self._pkt_lines = PktLineCounter(limits.negotiation_pkt_lines_max, stop_at_flush=push)
+        self._call: grpc.aio.StreamStreamCall[GitRequest, GitResponse] | None = None
+        self.deflated_bytes = 0
         self._chunks: list[bytes] = []
         self._base = 0  # absolute index of _chunks[0]
         self._next = 0  # absolute index of the chunk the current attempt takes next
@@ -163,12 +235,30 @@ class BodyBuffer:
                 self._drop_taken()
             self._changed.notify_all()
 
+    def attach(self, call: grpc.aio.StreamStreamCall[GitRequest, GitResponse]) -> None:
+        """The compute call of the current attempt: a failing body cancels it at once."""
+        self._call = call
+
     def _inflate(self, data: bytes) -> list[bytes]:
+        """Inflate one received chunk step by step, refusing a deflate bomb after one step."""
         assert self._inflater is not None
+        limits = self._limits
         pieces: list[bytes] = []
+        inflated = self.total_bytes
         try:
             while data and not self._inflater.eof:
-                piece = self._inflater.decompress(data, self._limits.inflate_step_bytes)
+                piece = self._inflater.decompress(data, limits.inflate_step_bytes)
+                self.deflated_bytes += len(data) - len(self._inflater.unconsumed_tail)
+                inflated += len(piece)
+                allowed = limits.gzip_ratio_max * self.deflated_bytes + limits.gzip_slack_bytes
+                if inflated > allowed:
+                    raise LimitExceeded(
+                        "gzip_ratio_max",
+                        inflated // max(self.deflated_bytes, 1),
+                        limits.gzip_ratio_max,
+                        f"the gzip request body inflates more than {limits.gzip_ratio_max} "
+                        "times its size (transport.gzip_ratio_max)",
+                    )
                 if piece:
                     pieces.append(piece)
                 data = self._inflater.unconsumed_tail
@@ -180,6 +270,8 @@ class BodyBuffer:
         async with self._changed:
             self.error = error
             self.done = True
+            if error is not None and self._call is not None:
+                self._call.cancel()  # the compute stops reading and releases what it holds
             self._changed.notify_all()
 
     async def pump(self) -> None:
@@ -192,6 +284,7 @@ class BodyBuffer:
                 pieces = self._inflate(data) if self._inflater is not None else [data]
                 for piece in pieces:
                     if piece:
+                        self._pkt_lines.feed(piece)
                         await self._append(piece)
                 if not message.get("more_body", False):
                     if self._inflater is not None and not self._inflater.eof:
@@ -226,7 +319,13 @@ class BodyBuffer:
                         or attempt != self._attempt
                     )
                 )
-                if attempt != self._attempt or self._next >= self._base + len(self._chunks):
+                if attempt != self._attempt:
+                    return
+                if self._next >= self._base + len(self._chunks):
+                    if self.error is not None:
+                        # never half-close after a failed body: a compute must not take a
+                        # truncated body for a whole one (gRPC cancels the call instead)
+                        raise self.error
                     return
                 chunk = self._chunks[self._next - self._base]
                 self._next += 1
@@ -234,6 +333,18 @@ class BodyBuffer:
                     self._drop_taken()
                 self._changed.notify_all()
             yield git_body_request(chunk)
+
+
+def _body_failure(body: BodyBuffer | None) -> EnrouteError | None:
+    """The body's error when it, not this task, cancelled the compute call.
+
+    gRPC raises CancelledError from a locally cancelled call; a pending
+    cancellation of the task itself (a request timeout) must stay one.
+    """
+    task = asyncio.current_task()
+    if body is None or body.error is None or (task is not None and task.cancelling()):
+        return None
+    return body.error
 
 
 async def _only(first: GitRequest) -> AsyncIterator[GitRequest]:
@@ -300,18 +411,30 @@ class GitHandler:
         body: BodyBuffer | None = None
         pump: asyncio.Task[None] | None = None
         if call.endpoint != INFO_REFS:
+            length = header(scope, b"content-length")
+            if length and length.strip().isdigit() and int(length) > self.limits.body_bytes_max:
+                error = LimitExceeded(
+                    "body_bytes_max",
+                    int(length),
+                    self.limits.body_bytes_max,
+                    f"the request body of {int(length)} bytes is over the limit of "
+                    f"{self.limits.body_bytes_max} (transport.git_body_max)",
+                )
+                await send_text_error(send, error)
+                return error.mapping.http_status
             encoding = (header(scope, b"content-encoding") or "").strip().lower()
-            body = BodyBuffer(receive, encoding in ("gzip", "x-gzip"), self.limits)
+            push = call.service == SERVICE_RECEIVE_PACK
+            body = BodyBuffer(receive, encoding in ("gzip", "x-gzip"), self.limits, push)
             pump = asyncio.create_task(body.pump())
         try:
             try:
                 opened = await self._open(call, first, body)
             except grpc.aio.AioRpcError as rpc_error:
-                error: EnrouteError = from_rpc_error(rpc_error)
+                failure: EnrouteError = from_rpc_error(rpc_error)
                 if body is not None and body.error is not None:
-                    error = body.error
-                await send_text_error(send, error)
-                return error.mapping.http_status
+                    failure = body.error
+                await send_text_error(send, failure)
+                return failure.mapping.http_status
             except EnrouteError as enroute_error:
                 await send_text_error(send, enroute_error)
                 return enroute_error.mapping.http_status
@@ -319,7 +442,7 @@ class GitHandler:
                 opened.call.cancel()
                 await send_text_error(send, body.error)
                 return body.error.mapping.http_status
-            return await self._relay(send, call, opened)
+            return await self._relay(send, call, opened, body)
         finally:
             if pump is not None:
                 pump.cancel()
@@ -347,6 +470,8 @@ class GitHandler:
                 SERVICE_RECEIVE_PACK: stub.ReceivePack,
             }[call.endpoint]
             rpc = method(requests)
+            if body is not None:
+                body.attach(rpc)
             parts: list[GitResponsePart] = []
             try:
                 while True:
@@ -361,13 +486,21 @@ class GitHandler:
                 last_error = error
                 rpc.cancel()
                 raise
+            except asyncio.CancelledError:
+                rpc.cancel()
+                failed = _body_failure(body)
+                if failed is None:
+                    raise
+                raise failed from None
 
         opened = await self.pool.call(call.repo, attempt)
         if body is not None:
             await body.commit()
         return opened
 
-    async def _relay(self, send: Send, call: GitCall, opened: _Opened) -> int:
+    async def _relay(
+        self, send: Send, call: GitCall, opened: _Opened, body: BodyBuffer | None
+    ) -> int:
         status = 200
         kind = "result" if call.endpoint != INFO_REFS else "advertisement"
         content_type = f"application/x-{call.service}-{kind}"
@@ -395,6 +528,11 @@ class GitHandler:
                         sent.inc(len(part.body))
             except grpc.aio.AioRpcError as error:
                 raise ConversationBroken(f"{call.service} of {call.repo!r}: {error}") from None
+            except asyncio.CancelledError:
+                failed = _body_failure(body)
+                if failed is None:
+                    raise
+                raise ConversationBroken(f"{call.service} of {call.repo!r}: {failed}") from None
             finally:
                 opened.call.cancel()
         await send({"type": "http.response.body", "body": b"", "more_body": False})

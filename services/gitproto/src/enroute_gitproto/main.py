@@ -19,8 +19,11 @@ from collections.abc import Callable, Iterator
 import uvicorn
 
 from enroute_core.base.errors import EnrouteError, InvalidArgument
-from enroute_core.config import load_config
-from enroute_gitproto.app import GitprotoApp
+from enroute_core.config import Config, load_config
+from enroute_core.discovery import MemberSource, follow, member_source
+from enroute_gitproto.app import GitprotoApp, TransportLimits
+from enroute_gitproto.githttp import GitHttpLimits
+from enroute_gitproto.observe import DiscoveryCollector, RequestMetrics
 
 DEFAULT_HTTP = ":8080"
 GRACEFUL_SHUTDOWN_S = 5
@@ -63,14 +66,25 @@ async def serve(
     sock: socket.socket,
     on_ready: Callable[[str], None],
     stop: asyncio.Event | None = None,
+    members: MemberSource | None = None,
 ) -> None:
-    """Serve ``app`` on ``sock`` until SIGTERM/SIGINT (or ``stop`` when given)."""
+    """Serve ``app`` on ``sock`` until SIGTERM/SIGINT (or ``stop`` when given).
+
+    ``members``, when given, keeps the compute set of ``app`` current (discovery).
+    """
+    discovery = None
+    if members is not None:
+        stats = getattr(members, "stats", None)
+        if stats is not None:
+            app.metrics.registry.register(DiscoveryCollector(stats, "compute"))
+        discovery = asyncio.create_task(follow(members.updates(), lambda m: use_members(app, m)))
     config = uvicorn.Config(
-        app,
+        RequestMetrics(app, app.metrics),
         lifespan="on",
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        limit_concurrency=app.transport.connections_max,
     )
     server = _Server(config)
     loop = asyncio.get_running_loop()
@@ -88,6 +102,35 @@ async def serve(
         server.should_exit = True
         waiter.cancel()
     await task
+    if discovery is not None:
+        discovery.cancel()
+
+
+def use_members(app: GitprotoApp, members: tuple[str, ...]) -> None:
+    """Route over a new compute set; rendezvous hashing moves only the names that must move."""
+    app.pool.members = tuple(dict.fromkeys(members))
+    app.status.set_members(app.pool.members)
+
+
+def transport_limits(config: Config) -> tuple[GitHttpLimits, TransportLimits]:
+    """The ``transport`` section as the bounds of the Git relay and of every request."""
+    t = config.transport
+    git = GitHttpLimits(
+        body_bytes_max=t.git_body_max,
+        gzip_ratio_max=t.gzip_ratio_max,
+        gzip_slack_bytes=t.gzip_slack,
+        negotiation_pkt_lines_max=t.negotiation_pkt_lines_max,
+    )
+    every = TransportLimits(
+        requests_max=t.requests_max,
+        repo_requests_max=t.repo_requests_max,
+        retry_after_s=t.retry_after,
+        request_timeout_s=t.request_timeout,
+        body_idle_timeout_s=t.body_idle_timeout,
+        api_body_bytes_max=t.api_body_max,
+        connections_max=t.connections_max,
+    )
+    return git, every
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,11 +145,14 @@ def main(argv: list[str] | None = None) -> int:
                 text = f.read()
         config = load_config(text, os.environ)
         host, port = parse_listen(config.listen.http or DEFAULT_HTTP)
+        git_limits, transport = transport_limits(config)
         app = GitprotoApp(
             config.compute.members,
             anonymous=config.auth.anonymous,
             tokens_file=config.auth.tokens_file,
             node_id=config.node.id,
+            limits=git_limits,
+            transport=transport,
         )
         sock = bind(host, port)
     except (EnrouteError, OSError) as error:
@@ -116,5 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     def ready(where: str) -> None:
         print(f"enroute gitproto ready: http={where}", flush=True)
 
-    asyncio.run(serve(app, sock, ready))
+    source = None
+    if config.compute.discovery is not None:
+        source = member_source((), config.compute.discovery)
+    asyncio.run(serve(app, sock, ready, members=source))
     return 0

@@ -7,12 +7,17 @@ counters end in ``_total``, durations are ``_seconds`` histograms.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
 
-from enroute_gitproto.responses import Scope, Send, send_bytes, send_json
+from enroute_gitproto.responses import Message, Receive, Scope, Send, send_bytes, send_json
 
 VERSION = "0.1.0"
 
@@ -47,13 +52,100 @@ class Metrics:
             "enroute_compute_failovers_total", "Calls moved to the next compute after UNAVAILABLE",
             registry=r,
         )  # fmt: skip
+        self.gitproto_requests = Counter(
+            "enroute_gitproto_requests_total", "HTTP requests by Git service (api, ops) and status",
+            ["service", "status"], registry=r,
+        )  # fmt: skip
+        self.gitproto_seconds = Histogram(
+            "enroute_gitproto_request_seconds", "HTTP request time by Git service (or api, ops)",
+            ["service"], registry=r,
+        )  # fmt: skip
+        self.auth_failures = Counter(
+            "enroute_gitproto_auth_failures_total",
+            "Requests refused by authentication or authorization, by reason",
+            ["reason"], registry=r,
+        )  # fmt: skip
+        self.compute_members = Gauge(
+            "enroute_gitproto_compute_members", "Compute members requests are routed over",
+            registry=r,
+        )  # fmt: skip
+
+
+class DiscoveryCollector:
+    """Counters of the EndpointSliceSource that finds computes (enroute_core.discovery)."""
+
+    def __init__(self, stats: Any, target: str) -> None:
+        self.stats = stats
+        self.target = target
+
+    def collect(self) -> Iterator[Metric]:
+        for name in type(self.stats).__dataclass_fields__:
+            c = CounterMetricFamily(
+                f"enroute_discovery_{name}", f"member discovery: {name}", labels=["target"]
+            )
+            c.add_metric([self.target], getattr(self.stats, name))
+            yield c
+
+
+OPS_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/status"})
+
+
+def service_of(scope: Scope) -> str:
+    """The ``service`` label of a request: the Git service, ``api``, ``ops`` or ``other``."""
+    path: str = scope.get("path", "")
+    if path in OPS_PATHS:
+        return "ops"
+    if path == "/api/v1" or path.startswith("/api/v1/"):
+        return "api"
+    if path.endswith("/git-upload-pack"):
+        return "git-upload-pack"
+    if path.endswith("/git-receive-pack"):
+        return "git-receive-pack"
+    if path.endswith("/info/refs"):
+        query = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
+        service = (query.get("service") or [""])[0]
+        if service in ("git-upload-pack", "git-receive-pack"):
+            return service
+        return "git-upload-pack"  # dumb-protocol probes: answered as a fetch would be
+    return "other"
+
+
+class RequestMetrics:
+    """ASGI wrapper: counts every HTTP request by service and the status it was answered."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Any], metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.app, name)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        service = service_of(scope)
+        status = [0]
+        started = time.monotonic()
+
+        async def watching(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watching)
+        finally:
+            code = str(status[0]) if status[0] else "aborted"
+            self.metrics.gitproto_requests.labels(service, code).inc()
+            self.metrics.gitproto_seconds.labels(service).observe(time.monotonic() - started)
 
 
 class StatusEndpoints:
     def __init__(self, node_id: str, members: Sequence[str], metrics: Metrics) -> None:
         self.node_id = node_id
-        self.members = tuple(members)
         self.metrics = metrics
+        self.set_members(members)
         self.ready = False
 
     async def __call__(self, scope: Scope, send: Send) -> bool:
@@ -73,6 +165,10 @@ class StatusEndpoints:
             return False
         return True
 
+    def set_members(self, members: Sequence[str]) -> None:
+        self.members = tuple(members)
+        self.metrics.compute_members.set(len(self.members))
+
     def status(self) -> dict[str, object]:
         return {
             "role": "gitproto",
@@ -80,5 +176,13 @@ class StatusEndpoints:
             "version": VERSION,
             "ready": self.ready,
             "compute_members": list(self.members),
+            "auth_failures": int(
+                sum(
+                    s.value
+                    for m in self.metrics.auth_failures.collect()
+                    for s in m.samples
+                    if s.name.endswith("_total")
+                )
+            ),
             "requests_in_flight": self.metrics.in_flight_count,
         }

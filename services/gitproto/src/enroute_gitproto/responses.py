@@ -29,8 +29,13 @@ def http_status(error: EnrouteError) -> int:
 
 
 def error_headers(error: EnrouteError) -> list[tuple[bytes, bytes]]:
+    """``WWW-Authenticate`` on 401 (Git then asks for credentials); ``Retry-After`` when the
+    error names a wait (requests refused for concurrency, docs/access-control.md)."""
     if error.code == "unauthenticated":
         return [(b"www-authenticate", REALM.encode())]
+    retry_after = error.details.get("retry_after_s")
+    if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool):
+        return [(b"retry-after", str(max(1, round(retry_after))).encode())]
     return []
 
 

@@ -1,21 +1,65 @@
-"""/status, /metrics, /healthz and /readyz of a ledger node: a tiny ASGI app under uvicorn."""
+"""/status, /metrics, /healthz, /readyz and POST /transfer-leadership of a ledger node.
+
+A tiny ASGI app under uvicorn. Metrics (DESIGN "Observability", docs/observability.md)
+come from a prometheus-client registry of this node alone, read from the
+:class:`Runtime` at scrape time: the named families below, and every other
+numeric attribute of the Runtime as ``enroute_ledger_<name>_total`` (``*_s``
+attributes as ``enroute_ledger_<stem>_seconds_total``), so a counter added to
+the Runtime is exported without a change here.
+
+``POST /transfer-leadership`` is the preStop hook of a rolling upgrade: every
+group this node leads is handed to another live voter (Raft §3.10, leadership
+transfer), the node waits a bounded time for the moves, and answers counts.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+import math
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from typing import Any
+from urllib.parse import parse_qs
 
-from .runtime import Runtime
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    SummaryMetricFamily,
+)
+from prometheus_client.metrics_core import Metric
+
+from enroute_core.base.errors import EnrouteError
+from enroute_core.base.ids import NodeId
+
+from .runtime import Group, Runtime
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 VERSION = "0.1.0"
+TRANSFER_TIMEOUT_S = 10.0
+TRANSFER_TIMEOUT_S_MAX = 120.0
+TRANSFER_POLL_S = 0.02
+
+# Runtime attribute -> exported name, for the names /metrics had before (kept stable).
+_NAMED = {
+    "applied_entries": "enroute_ledger_applied_entries",
+    "persist_rounds": "enroute_ledger_persist_rounds",
+    "proposals_total": "enroute_ledger_proposals",
+    "compactions": "enroute_ledger_log_compactions",
+    "snapshots_applied": "enroute_ledger_snapshots_applied",
+    "ready_groups": "enroute_ledger_ready_groups",
+    "early_applied": "enroute_ledger_early_applied",
+    "handle_s": "enroute_ledger_ready_seconds",
+    "persist_wait_s": "enroute_ledger_persist_wait_seconds",
+    "orphans_replayed": "enroute_ledger_raft_orphans_replayed",
+    "leader_changes": "enroute_raft_leader_changes",
+}
 
 
-def status(rt: Runtime) -> dict[str, object]:
+def status(rt: Runtime, ready: bool = True) -> dict[str, object]:
     groups = []
     for g in sorted(rt.groups.values(), key=lambda g: (g.repo, g.incarnation)):
         groups.append(
@@ -32,64 +76,160 @@ def status(rt: Runtime) -> dict[str, object]:
         "role": "ledger",
         "node_id": int(rt.config.node_id),
         "version": VERSION,
+        "ready": ready,
         "voters": sorted(int(n) for n in rt.config.voters),
         "hosted_repositories": sorted({g.repo for g in rt.groups.values()}),
+        "groups_leading": sum(1 for g in rt.groups.values() if rt.is_leader(g)),
+        "apply_lag_entries": _apply_lag(rt),
         "raft_groups": groups,
     }
 
 
-def metrics(rt: Runtime) -> str:
-    st = rt.mr.stats
-    leading = sum(1 for g in rt.groups.values() if rt.is_leader(g))
-    lines = [
-        "# TYPE enroute_ledger_groups gauge",
-        f"enroute_ledger_groups {len(rt.groups)}",
-        "# TYPE enroute_ledger_groups_leading gauge",
-        f"enroute_ledger_groups_leading {leading}",
-        "# TYPE enroute_ledger_groups_active gauge",
-        f"enroute_ledger_groups_active {rt.mr.active_count()}",
-        "# TYPE enroute_ledger_applied_entries_total counter",
-        f"enroute_ledger_applied_entries_total {rt.applied_entries}",
-        "# TYPE enroute_ledger_persist_rounds_total counter",
-        f"enroute_ledger_persist_rounds_total {rt.persist_rounds}",
-        "# TYPE enroute_ledger_proposals_total counter",
-        f"enroute_ledger_proposals_total {rt.proposals_total}",
-        "# TYPE enroute_ledger_log_compactions_total counter",
-        f"enroute_ledger_log_compactions_total {rt.compactions}",
-        "# TYPE enroute_ledger_snapshots_applied_total counter",
-        f"enroute_ledger_snapshots_applied_total {rt.snapshots_applied}",
-        "# TYPE enroute_ledger_raft_batches_out_total counter",
-        f"enroute_ledger_raft_batches_out_total {st.batches_out}",
-        "# TYPE enroute_ledger_raft_messages_out_total counter",
-        f"enroute_ledger_raft_messages_out_total {st.messages_out}",
-        "# TYPE enroute_ledger_raft_messages_dropped_total counter",
-        f"enroute_ledger_raft_messages_dropped_total {st.messages_dropped}",
-        "# TYPE enroute_ledger_raft_quiesced_total counter",
-        f"enroute_ledger_raft_quiesced_total {st.quiesced}",
-        "# TYPE enroute_ledger_raft_group_ticks_total counter",
-        f"enroute_ledger_raft_group_ticks_total {st.group_ticks}",
-        "# TYPE enroute_ledger_raft_heartbeats_out_total counter",
-        f"enroute_ledger_raft_heartbeats_out_total {st.heartbeats_out}",
-        "# TYPE enroute_ledger_raft_beats_out_total counter",
-        f"enroute_ledger_raft_beats_out_total {st.beats_out}",
-        "# TYPE enroute_ledger_ready_groups_total counter",
-        f"enroute_ledger_ready_groups_total {rt.ready_groups}",
-        "# TYPE enroute_ledger_early_applied_total counter",
-        f"enroute_ledger_early_applied_total {rt.early_applied}",
-        "# TYPE enroute_ledger_ready_seconds_total counter",
-        f"enroute_ledger_ready_seconds_total {rt.handle_s:.6f}",
-        "# TYPE enroute_ledger_persist_wait_seconds_total counter",
-        f"enroute_ledger_persist_wait_seconds_total {rt.persist_wait_s:.6f}",
-        "# TYPE enroute_ledger_raft_orphans_replayed_total counter",
-        f"enroute_ledger_raft_orphans_replayed_total {rt.orphans_replayed}",
-    ]
-    return "\n".join(lines) + "\n"
+def _apply_lag(rt: Runtime) -> int:
+    fn = getattr(rt, "apply_lag_entries", None)
+    return int(fn()) if callable(fn) else 0
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    c = CounterMetricFamily(name, doc)
+    c.add_metric([], value)
+    return c
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(name, doc)
+    g.add_metric([], value)
+    return g
+
+
+def runtime_counters(rt: Runtime) -> dict[str, float]:
+    """Every public numeric attribute of ``rt`` (bools excluded): the counters it keeps."""
+    out: dict[str, float] = {}
+    for key, value in vars(rt).items():
+        if key.startswith("_") or isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            out[key] = value
+    return out
+
+
+def exported_name(attribute: str) -> str:
+    """``enroute_ledger_<name>`` (without ``_total``) of a Runtime counter attribute."""
+    if attribute in _NAMED:
+        return _NAMED[attribute]
+    stem = attribute.removesuffix("_total")
+    if stem.endswith("_s"):
+        stem = stem[: -len("_s")] + "_seconds"
+    return f"enroute_ledger_{stem}"
+
+
+class LedgerCollector:
+    """Reads the Runtime at each scrape (one event loop: no lock needed)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    def collect(self) -> Iterator[Metric]:
+        rt = self.rt
+        leading = sum(1 for g in rt.groups.values() if rt.is_leader(g))
+        yield _gauge("enroute_ledger_groups", "Raft groups hosted here", len(rt.groups))
+        yield _gauge("enroute_ledger_groups_leading", "groups this node leads", leading)
+        yield _gauge("enroute_ledger_groups_active", "groups not quiesced", rt.mr.active_count())
+        yield _gauge(
+            "enroute_raft_apply_lag_entries",
+            "most committed but not yet applied entries of any group",
+            _apply_lag(rt),
+        )
+        rounds = getattr(rt.store, "rounds", rt.persist_rounds)
+        fsync = SummaryMetricFamily(
+            "enroute_raft_fsync_seconds", "log store write rounds, each ending in one fsync"
+        )
+        fsync.add_metric([], count_value=int(rounds), sum_value=float(rt.store_round_s))
+        yield fsync
+        seen: set[str] = set()
+        for attribute, value in sorted(runtime_counters(rt).items()):
+            name = exported_name(attribute)
+            if name in seen:
+                continue
+            seen.add(name)
+            yield _counter(name, f"Runtime.{attribute}", value)
+        stats = rt.mr.stats
+        for field in type(stats).__dataclass_fields__:
+            value = getattr(stats, field)
+            if isinstance(value, int) and not isinstance(value, bool):
+                yield _counter(f"enroute_ledger_raft_{field}", f"MultiRaftStats.{field}", value)
+
+
+def metrics(rt: Runtime) -> bytes:
+    """The Prometheus text of ``rt`` (a registry per call: tests and callers without an app)."""
+    registry = CollectorRegistry()
+    registry.register(LedgerCollector(rt))
+    return generate_latest(registry)
+
+
+# -- rolling upgrades ------------------------------------------------------------------------
+
+
+def transfer_target(rt: Runtime, g: Group) -> NodeId | None:
+    """The live voter (not this node) whose log matches the most of ours, or None."""
+    try:
+        raft = rt.mr.raw_node(g.gid).raft
+    except EnrouteError:
+        return None
+    best: tuple[int, int] | None = None
+    for voter in raft.tracker.voters:
+        if voter == rt.mr.id or not rt.mr.is_alive(voter):
+            continue
+        progress = raft.tracker.progress.get(voter)
+        if progress is None or getattr(progress, "blank", False):
+            continue
+        key = (int(progress.match), -int(voter))
+        if best is None or key > best:
+            best = key
+    return None if best is None else NodeId(-best[1])
+
+
+async def transfer_leadership(rt: Runtime, timeout_s: float) -> dict[str, int]:
+    """Hand every group led here to another voter; wait up to ``timeout_s`` for the moves.
+
+    Answers ``led`` (groups led at the start), ``asked`` (transfers started),
+    ``moved`` (no longer led here at the end), ``still_leading`` and
+    ``no_target`` (no live voter to take it).
+    """
+    led = [g for g in rt.groups.values() if rt.is_leader(g)]
+    asked: list[Group] = []
+    no_target = 0
+    for g in led:
+        target = transfer_target(rt, g)
+        if target is None:
+            no_target += 1
+            continue
+        try:
+            rt.mr.transfer_leader(g.gid, target)
+        except EnrouteError:
+            continue
+        asked.append(g)
+    rt.wake()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while any(rt.is_leader(g) for g in asked) and loop.time() < deadline:
+        await asyncio.sleep(TRANSFER_POLL_S)
+    still = sum(1 for g in led if rt.is_leader(g))
+    return {
+        "led": len(led),
+        "asked": len(asked),
+        "moved": len(led) - still,
+        "still_leading": still,
+        "no_target": no_target,
+    }
 
 
 class StatusApp:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self.ready = False
+        self.registry = CollectorRegistry()
+        self.registry.register(LedgerCollector(rt))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -103,11 +243,19 @@ class StatusApp:
         if scope["type"] != "http":
             return
         path = scope.get("path", "")
-        if path == "/status":
-            body = json.dumps(status(self.rt), sort_keys=True).encode()
+        method = scope.get("method", "GET")
+        if path == "/transfer-leadership":
+            if method != "POST":
+                await _reply(send, 405, "text/plain", b"use POST\n")
+                return
+            answer = await transfer_leadership(self.rt, _timeout(scope))
+            await _reply(send, 200, "application/json", json.dumps(answer).encode())
+        elif path == "/status":
+            body = json.dumps(status(self.rt, self.ready), sort_keys=True).encode()
             await _reply(send, 200, "application/json", body)
         elif path == "/metrics":
-            await _reply(send, 200, "text/plain; version=0.0.4", metrics(self.rt).encode())
+            text = generate_latest(self.registry)
+            await _reply(send, 200, "text/plain; version=0.0.4; charset=utf-8", text)
         elif path == "/healthz":
             await _reply(send, 200, "text/plain", b"ok\n")
         elif path == "/readyz":
@@ -115,6 +263,15 @@ class StatusApp:
             await _reply(send, code, "text/plain", b"ready\n" if self.ready else b"starting\n")
         else:
             await _reply(send, 404, "text/plain", b"not found\n")
+
+
+def _timeout(scope: Scope) -> float:
+    query = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
+    try:
+        value = float((query.get("timeout") or [str(TRANSFER_TIMEOUT_S)])[0])
+    except ValueError:
+        value = TRANSFER_TIMEOUT_S
+    return min(max(value, 0.0), TRANSFER_TIMEOUT_S_MAX)
 
 
 async def _reply(send: Send, code: int, ctype: str, body: bytes) -> None:

@@ -195,7 +195,7 @@ def test_http_status_and_metrics(tmp_path: Path, procs: list[LedgerProc]) -> Non
     assert st["raft_groups"][0]["leader"] == st["node_id"]
     with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
         text = r.read().decode()
-    assert "enroute_ledger_groups 1" in text
+    assert "enroute_ledger_groups 1.0" in text
     t0 = time.monotonic()
     assert p.stop() == 0
     assert time.monotonic() - t0 < 5

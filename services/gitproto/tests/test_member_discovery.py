@@ -1,0 +1,82 @@
+"""A gitproto process finds computes through the Kubernetes API and follows changes live.
+
+docs/observability.md "Discovery": ``compute.discovery`` names the computes'
+Service; gitproto watches its EndpointSlices (enroute_testing.kubeapi on
+127.0.0.1) and routes over the ready endpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from enroute_testing.kubeapi import NS, ThreadedKubeApi, endpoint_slice
+
+SERVICE = "enroute-compute"
+
+
+def _members(base: str) -> list[str]:
+    with urllib.request.urlopen(f"http://{base}/status", timeout=10) as r:
+        members: list[str] = json.load(r)["compute_members"]
+    return members
+
+
+def _until(base: str, want: list[str], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    seen: list[str] = []
+    while time.monotonic() < deadline:
+        seen = _members(base)
+        if seen == want:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"wanted {want}, last saw {seen}")
+
+
+@pytest.mark.timeout(120)
+def test_gitproto_follows_compute_endpoint_slices(tmp_path: Path) -> None:
+    with ThreadedKubeApi() as api:
+        api.call(
+            lambda s: s.put(
+                endpoint_slice("c-1", {"10.0.0.1": True, "10.0.0.2": None}, service=SERVICE)
+            )
+        )
+        config = tmp_path / "gitproto.yaml"
+        config.write_text(
+            "node:\n  id: gp-1\n"
+            "compute:\n  discovery:\n"
+            f"    service: {SERVICE}\n    namespace: {NS}\n    api_url: {api.url}\n"
+            "    watch_timeout: 5s\n"
+            "listen:\n  http: 127.0.0.1:0\n"
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "enroute_gitproto", "--config", str(config)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={k: v for k, v in os.environ.items() if not k.startswith("ENROUTE_")},
+        )
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().strip()
+            assert line.startswith("enroute gitproto ready: http="), line
+            base = line.split("http=", 1)[1]
+            _until(base, ["10.0.0.1:7000", "10.0.0.2:7000"])
+            api.call(
+                lambda s: s.put(
+                    endpoint_slice("c-1", {"10.0.0.1": False, "10.0.0.3": True}, service=SERVICE)
+                )
+            )
+            _until(base, ["10.0.0.3:7000"])
+            with urllib.request.urlopen(f"http://{base}/metrics", timeout=10) as r:
+                text = r.read()
+            assert b"enroute_gitproto_compute_members 1.0" in text
+            assert b'enroute_discovery_updates_total{target="compute"} 2.0' in text
+        finally:
+            proc.terminate()
+            assert proc.wait(30) == 0

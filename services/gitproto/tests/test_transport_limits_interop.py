@@ -1,0 +1,341 @@
+"""Hostile transport input against real processes: `enroute dev` with small transport
+limits, driven by the git CLI and by raw sockets (docs/access-control.md, "Hostile
+transport input", T1-T8). Each test asserts what the client sees, that the
+repository's refs are unchanged, and that the node serves a clone afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import itertools
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from enroute_testing.gitcli import git_env
+
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
+
+ENROUTE_BIN = Path(__file__).resolve().parents[3] / ".venv" / "bin" / "enroute"
+READY_LINE = re.compile(rb"enroute ready: http://(\S+)")
+READY_TIMEOUT_S = 60.0
+GIT_TIMEOUT_S = 60.0
+IDLE_S = 1.0
+TOTAL_S = 6.0
+LIMITS = {
+    "git_body_max": "256KiB",
+    "gzip_ratio_max": 20,
+    "gzip_slack": "64KiB",
+    "negotiation_pkt_lines_max": 2000,
+    "requests_max": 4,
+    "repo_requests_max": 2,
+    "retry_after": "3s",
+    "request_timeout": f"{TOTAL_S}s",
+    "body_idle_timeout": f"{IDLE_S}s",
+}
+HELD_BYTES = 100_000  # promised by held requests: under git_body_max, never all sent
+_names = itertools.count()
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """HOST:PORT of an `enroute dev` (anonymous write) with the LIMITS above."""
+    root = tmp_path_factory.mktemp("enroute-limits")
+    config = root / "config.yaml"
+    config.write_text(yaml.safe_dump({"transport": LIMITS}))
+    argv = [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(root / "data"),
+            "--config", str(config)]  # fmt: skip
+    log_path = root / "enroute.log"
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=log, start_new_session=True)  # fmt: skip
+        found: list[str] = []
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert process.stdout is not None
+            for raw in process.stdout:
+                match = READY_LINE.search(raw)
+                if match and not found:
+                    found.append(match.group(1).decode().rstrip("/"))
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        try:
+            ready.wait(READY_TIMEOUT_S)
+            if not found:
+                _stop(process)
+                pytest.fail(f"enroute dev not ready:\n{log_path.read_text()[-4000:]}")
+            yield found[0]
+        finally:
+            _stop(process)
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def git(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    done = subprocess.run(["git", *args], cwd=cwd, env=git_env(cwd), capture_output=True,
+                          timeout=GIT_TIMEOUT_S, check=False)  # fmt: skip
+    if check and done.returncode != 0:
+        raise AssertionError(f"git {args} failed: {done.stderr.decode(errors='replace')}")
+    return done
+
+
+def seeded(address: str, tmp: Path) -> tuple[str, str, Path]:
+    """A repository with one commit: (its name, its URL, the source work tree)."""
+    name = f"lim-{next(_names)}-{time.monotonic_ns()}"
+    src = tmp / f"src-{name}"
+    git(["init", "-q", "-b", "main", str(src)], tmp)
+    (src / "README").write_text("hello\n")
+    git(["add", "README"], src)
+    git(["commit", "-q", "-m", "first"], src)
+    url = f"http://{address}/{name}.git"
+    git(["push", "-q", url, "main"], src)
+    return name, url, src
+
+
+def refs(url: str, tmp: Path) -> bytes:
+    return git(["ls-remote", url], tmp).stdout
+
+
+def still_serves(url: str, tmp: Path, before: bytes) -> None:
+    assert refs(url, tmp) == before  # the repository is unchanged
+    target = tmp / f"clone-{next(_names)}"
+    git(["clone", "-q", url, str(target)], tmp)
+    assert (target / "README").read_text() == "hello\n"
+
+
+def raw_post(address: str, target: str, length: int, first: bytes = b"",
+             headers: str = "") -> socket.socket:  # fmt: skip
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.sendall(
+        f"POST {target} HTTP/1.1\r\nHost: {address}\r\nContent-Length: {length}\r\n"
+        f"{headers}\r\n".encode()
+        + first
+    )
+    return sock
+
+
+def read_response(sock: socket.socket, data: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    while len(body) < int(headers.get("content-length", "0")):
+        chunk = sock.recv(65536)
+        assert chunk
+        body += chunk
+    return int(lines[0].split(" ", 2)[1]), headers, body
+
+
+def post(address: str, target: str, body: bytes, headers: str = "") -> tuple[int, bytes]:
+    sock = raw_post(address, target, len(body), body, headers)
+    try:
+        status, _, answer = read_response(sock)
+    finally:
+        sock.close()
+    return status, answer
+
+
+class Holder:
+    """Requests kept open by sending one body byte at a time, under the idle timeout."""
+
+    def __init__(self, address: str, targets: list[str]) -> None:
+        self.socks = [raw_post(address, t, HELD_BYTES, b"fff0") for t in targets]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._trickle, daemon=True)
+        self.thread.start()
+
+    def _trickle(self) -> None:
+        while not self.stop.wait(IDLE_S / 4):
+            for sock in self.socks:
+                with contextlib.suppress(OSError):
+                    sock.sendall(b"a")
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        for sock in self.socks:
+            sock.close()
+
+
+def wait_until_refused(address: str, target: str) -> tuple[int, bytes]:
+    """Probe until the held requests have their slots (each probe answers at once)."""
+    status, answer = 0, b""
+    for _ in range(50):
+        sock = raw_post(address, target, 4, b"0000")
+        try:
+            status, headers, answer = read_response(sock)
+        finally:
+            sock.close()
+        if status == 503:
+            assert headers["retry-after"] == "3"
+            return status, answer
+        time.sleep(0.1)
+    return status, answer
+
+
+# --- T1: body size -------------------------------------------------------------------------
+
+
+def test_t1_content_length_over_limit_is_413_before_the_body(address: str, tmp_path: Path) -> None:
+    name, url, _ = seeded(address, tmp_path)
+    before = refs(url, tmp_path)
+    sock = raw_post(address, f"/{name}.git/git-receive-pack", 10**12)  # nothing of it sent
+    status, _, body = read_response(sock)
+    sock.close()
+    assert status == 413 and b"transport.git_body_max" in body
+    still_serves(url, tmp_path, before)
+
+
+def test_t1_git_push_over_body_limit_is_refused(address: str, tmp_path: Path) -> None:
+    _, url, src = seeded(address, tmp_path)
+    before = refs(url, tmp_path)
+    # incompressible and over git's http.postBuffer (1 MiB): sent chunked, no Content-Length,
+    # so the bound is met while the body streams
+    (src / "big.bin").write_bytes(random.Random(8).randbytes(1536 * 1024))
+    git(["add", "big.bin"], src)
+    git(["commit", "-q", "-m", "big"], src)
+    done = git(["push", url, "main"], src, check=False)
+    assert done.returncode != 0
+    # usually "HTTP 413"; when the server's close beats curl to the response, the reset
+    # makes it "curl 55 Send failure" instead: a refusal either way
+    assert b"error: RPC failed" in done.stderr, done.stderr
+    still_serves(url, tmp_path, before)
+
+
+# --- T2: deflate bomb ----------------------------------------------------------------------
+
+
+def test_t2_gzip_bomb_is_413(address: str, tmp_path: Path) -> None:
+    name, url, _ = seeded(address, tmp_path)
+    before = refs(url, tmp_path)
+    bomb = gzip.compress(b"0000" * (16 * 1024 * 1024), 9)  # ~64 KiB inflating to 64 MiB
+    status, body = post(address, f"/{name}.git/git-upload-pack", bomb,
+                        "Content-Encoding: gzip\r\n")  # fmt: skip
+    assert status == 413 and b"transport.gzip_ratio_max" in body
+    still_serves(url, tmp_path, before)
+
+
+# --- T3: pkt-lines in negotiation ----------------------------------------------------------
+
+
+def test_t3_too_many_pkt_lines_is_413(address: str, tmp_path: Path) -> None:
+    name, url, _ = seeded(address, tmp_path)
+    before = refs(url, tmp_path)
+    have = b"0032have " + b"1" * 40 + b"\n"
+    status, body = post(address, f"/{name}.git/git-upload-pack", have * 3000 + b"0009done\n")
+    assert status == 413 and b"transport.negotiation_pkt_lines_max" in body
+    still_serves(url, tmp_path, before)
+
+
+# --- T4, T5: concurrency -------------------------------------------------------------------
+
+
+def test_t4_node_concurrency_is_503_and_git_says_so(address: str, tmp_path: Path) -> None:
+    names = [seeded(address, tmp_path) for _ in range(5)]
+    before = refs(names[4][1], tmp_path)
+    holder = Holder(address, [f"/{n}.git/git-upload-pack" for n, _, _ in names[:4]])
+    try:
+        status, body = wait_until_refused(address, f"/{names[4][0]}.git/git-upload-pack")
+        assert status == 503 and b"transport.requests_max" in body
+        done = git(["ls-remote", names[4][1]], tmp_path, check=False)
+        assert done.returncode != 0 and b"503" in done.stderr
+    finally:
+        holder.close()
+    still_serves(names[4][1], tmp_path, before)
+
+
+def test_t5_repository_concurrency_is_503(address: str, tmp_path: Path) -> None:
+    name, url, _ = seeded(address, tmp_path)
+    _, other_url, _ = seeded(address, tmp_path)
+    before = refs(url, tmp_path)
+    holder = Holder(address, [f"/{name}.git/git-upload-pack"] * 2)
+    try:
+        status, body = wait_until_refused(address, f"/{name}.git/git-upload-pack")
+        assert status == 503 and b"transport.repo_requests_max" in body
+        done = git(["clone", "-q", url, str(tmp_path / "refused")], tmp_path, check=False)
+        assert done.returncode != 0 and b"503" in done.stderr
+        git(["clone", "-q", other_url, str(tmp_path / "other")], tmp_path)  # others are served
+    finally:
+        holder.close()
+    still_serves(url, tmp_path, before)
+
+
+# --- T6, T7: slow bodies and the total time ------------------------------------------------
+
+
+def test_t6_slow_loris_body_is_cut(address: str, tmp_path: Path) -> None:
+    name, url, _ = seeded(address, tmp_path)
+    before = refs(url, tmp_path)
+    started = time.monotonic()
+    sock = raw_post(address, f"/{name}.git/git-receive-pack", 100_000, b"00a0")
+    status, _, body = read_response(sock)
+    sock.close()
+    assert status == 504 and b"transport.body_idle_timeout" in body
+    assert IDLE_S * 0.9 < time.monotonic() - started < TOTAL_S
+    still_serves(url, tmp_path, before)
+
+
+def test_t7_request_timeout_cuts_a_trickling_body(address: str, tmp_path: Path) -> None:
+    name, url, _ = seeded(address, tmp_path)
+    before = refs(url, tmp_path)
+    started = time.monotonic()
+    sock = raw_post(address, f"/{name}.git/git-receive-pack", HELD_BYTES, b"fff0")
+    sock.settimeout(IDLE_S / 4)
+    data = b""
+    for _ in range(int(4 * TOTAL_S / IDLE_S) + 40):  # a byte per quarter idle timeout
+        try:
+            data = sock.recv(65536)
+            break
+        except TimeoutError:
+            sock.sendall(b"a")
+    sock.settimeout(30)
+    status, _, body = read_response(sock, data)
+    sock.close()
+    assert status == 504 and b"transport.request_timeout" in body
+    assert TOTAL_S * 0.9 < time.monotonic() - started < TOTAL_S + 10
+    still_serves(url, tmp_path, before)
+
+
+# --- T8: API body --------------------------------------------------------------------------
+
+
+def test_t8_api_body_over_limit_is_413(address: str, tmp_path: Path) -> None:
+    name, url, _ = seeded(address, tmp_path)
+    before = refs(url, tmp_path)
+    sock = raw_post(address, f"/api/v1/repos/{name}/-/commits", 10**10,
+                    headers="Content-Type: application/json\r\n")  # fmt: skip
+    status, _, body = read_response(sock)
+    sock.close()
+    assert status == 413 and b'"limit_exceeded"' in body and b"transport.api_body_max" in body
+    still_serves(url, tmp_path, before)

@@ -1,0 +1,123 @@
+"""POST /transfer-leadership on real ledger processes: the preStop hook of a rolling upgrade.
+
+Raft §3.10 (leadership transfer): the leader brings the target up to date,
+then tells it to campaign at once; the hook asks it for every group the node
+leads and answers when they have moved (or its timeout ran out).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+from enroute_testing.ledgers import LedgerProc, free_port, start_all
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+from conftest import wait_for, write_config  # noqa: E402
+
+MAIN = b"refs/heads/main"
+REPOS = 4
+
+
+def three(tmp_path: Path, procs: list[LedgerProc]) -> list[LedgerProc]:
+    ports = [free_port() for _ in range(3)]
+    members = tuple(f"127.0.0.1:{port}" for port in ports)
+    nodes = [
+        LedgerProc(
+            write_config(
+                tmp_path / f"l{i + 1}.yaml",
+                node_id=i + 1,
+                data=tmp_path / f"d{i + 1}",
+                store=tmp_path / "store",
+                grpc_port=ports[i],
+                members=members,
+            )
+        )
+        for i in range(3)
+    ]
+    start_all(nodes, procs)
+    return nodes
+
+
+def status(p: LedgerProc) -> dict[str, object]:
+    with urllib.request.urlopen(f"http://{p.http_addr}/status", timeout=10) as r:
+        st: dict[str, object] = json.loads(r.read())
+    return st
+
+
+def leaders(p: LedgerProc) -> dict[str, int | None]:
+    groups = status(p)["raft_groups"]
+    assert isinstance(groups, list)
+    return {g["repo"]: g["leader"] for g in groups}
+
+
+def post(p: LedgerProc, path: str) -> tuple[int, dict[str, int]]:
+    req = urllib.request.Request(f"http://{p.http_addr}{path}", data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status, json.loads(r.read())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_transfer_leadership_moves_every_group_away(
+    tmp_path: Path, procs: list[LedgerProc]
+) -> None:
+    nodes = three(tmp_path, procs)
+    for k in range(REPOS):
+        req = ledger_pb2.ActivateRequest(
+            repo=f"roll/{k}", create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN
+        )
+        nodes[k % 3].ledger.Activate(req, timeout=30)
+
+    def settled() -> bool:
+        views = [leaders(n) for n in nodes]
+        return all(len(v) == REPOS and None not in v.values() for v in views)
+
+    wait_for(settled, 20.0)
+    by_node = {n: int(status(nodes[n])["groups_leading"]) for n in range(3)}  # type: ignore[call-overload]
+    source = max(by_node, key=lambda n: by_node[n])
+    assert by_node[source] >= 1
+    me = int(status(nodes[source])["node_id"])  # type: ignore[call-overload]
+
+    code, answer = post(nodes[source], "/transfer-leadership?timeout=15")
+    assert code == 200
+    assert answer["led"] == by_node[source]
+    assert answer["moved"] == answer["led"] and answer["still_leading"] == 0, answer
+    assert answer["no_target"] == 0
+    assert status(nodes[source])["groups_leading"] == 0
+    # the others agree on new leaders that are not the drained node
+    others = [n for i, n in enumerate(nodes) if i != source]
+
+    def agreed() -> bool:
+        views = [leaders(n) for n in others]
+        return all(v.values() and me not in v.values() and None not in v.values() for v in views)
+
+    wait_for(agreed, 10.0)
+    # the ledger still answers through the drained node (any member answers any call)
+    resp = nodes[source].ledger.Describe(ledger_pb2.DescribeRequest(repo="roll/0"), timeout=20)
+    assert resp.state.incarnation == 1
+
+
+def test_transfer_leadership_is_post_only_and_noop_without_leadership(
+    tmp_path: Path, procs: list[LedgerProc]
+) -> None:
+    cfg = write_config(tmp_path / "l.yaml", node_id=1, data=tmp_path / "d", store=tmp_path / "s")
+    p = LedgerProc(cfg).start()
+    procs.append(p)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://{p.http_addr}/transfer-leadership", timeout=10)
+    assert e.value.code == 405
+    t0 = time.monotonic()
+    code, answer = post(p, "/transfer-leadership?timeout=1")
+    assert code == 200 and answer["led"] == 0 and answer["still_leading"] == 0
+    assert time.monotonic() - t0 < 5

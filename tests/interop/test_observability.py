@@ -1,0 +1,221 @@
+"""/metrics and /status of every process of a real `enroute dev`, after a push and a clone.
+
+DESIGN.md "Observability": Prometheus text with the `enroute_` prefix, parsed
+here with prometheus-client's own parser, carrying the families of
+docs/observability.md; /status JSON valid against docs/status.schema.json.
+The Grafana dashboard (charts/enroute/dashboards/enroute.json) may name only
+families these processes export.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from enroute_testing.gitcli import run_git
+
+ROOT = Path(__file__).resolve().parents[2]
+ENROUTE_BIN = ROOT / ".venv" / "bin" / "enroute"
+SCHEMA = ROOT / "docs" / "status.schema.json"
+DASHBOARD = ROOT / "charts" / "enroute" / "dashboards" / "enroute.json"
+READY = re.compile(rb"enroute ready: (http://\S+)")
+ROLE_READY = re.compile(r"enroute (ledger|compute) ready: .*http=(\S+)")
+READY_TIMEOUT_S = 90.0
+
+# Families each role must export (names as the parser gives them: no _total).
+REQUIRED: dict[str, set[str]] = {
+    "ledger": {
+        "enroute_raft_leader_changes",
+        "enroute_ledger_proposals",
+        "enroute_raft_apply_lag_entries",
+        "enroute_raft_fsync_seconds",
+        "enroute_ledger_groups",
+        "enroute_ledger_groups_leading",
+    },
+    "compute": {
+        "enroute_compute_pushes",
+        "enroute_compute_fetches",
+        "enroute_engine_pack_bytes",
+        "enroute_engine_objects",
+        "enroute_engine_ingest_seconds",
+        "enroute_engine_serve_seconds",
+        "enroute_pool_hits",
+        "enroute_pool_misses",
+        "enroute_pool_evictions",
+        "enroute_layer_loads",
+        "enroute_layer_loads_in_flight",
+        "enroute_layer_hydrations",
+        "enroute_layer_links",
+        "enroute_disk_budget_bytes",
+        "enroute_disk_present_bytes",
+        "enroute_disk_evictions",
+        "enroute_compute_calls_refused",
+    },
+    "gitproto": {
+        "enroute_gitproto_requests",
+        "enroute_gitproto_request_seconds",
+        "enroute_gitproto_auth_failures",
+        "enroute_http_requests",
+        "enroute_compute_failovers",
+    },
+}
+_SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
+_METRIC = re.compile(r"\benroute_[a-z0-9_]+")
+
+
+def family_of(sample: str) -> str:
+    for suffix in _SUFFIXES:
+        if sample.endswith(suffix):
+            return sample[: -len(suffix)]
+    return sample
+
+
+def dashboard_families() -> set[str]:
+    """Every metric family named in an ``expr`` of the dashboard."""
+    doc = json.loads(DASHBOARD.read_text())
+    names: set[str] = set()
+    stack: list[object] = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "expr" and isinstance(value, str):
+                    names |= {family_of(m) for m in _METRIC.findall(value)}
+                else:
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return names
+
+
+def test_dashboard_names_only_exported_families() -> None:
+    """Static half of the check (fast): the interop test proves REQUIRED is exported."""
+    exported = set().union(*REQUIRED.values())
+    used = dashboard_families()
+    assert used, "the dashboard has no expressions"
+    assert used <= exported, f"not exported: {sorted(used - exported)}"
+
+
+def test_dashboard_checker_catches_a_foreign_name() -> None:
+    assert family_of("enroute_pool_hits_total") == "enroute_pool_hits"
+    assert _METRIC.findall("rate(enroute_x_bucket[5m]) / node_cpu") == ["enroute_x_bucket"]
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=20) as r:
+        return r.status, r.read()
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A running `enroute dev`: the HTTP base URL of each role."""
+    root = tmp_path_factory.mktemp("observe-dev")
+    data = root / "data"
+    log = open(root / "dev.log", "wb")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(data)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        start_new_session=True,
+    )
+    found: list[str] = []
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            log.write(raw)
+            m = READY.search(raw)
+            if m and not found:
+                found.append(m.group(1).decode().rstrip("/"))
+                ready.set()
+        ready.set()
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    try:
+        ready.wait(READY_TIMEOUT_S)
+        if not found:
+            pytest.fail(f"enroute dev not ready: {(root / 'dev.log').read_text()[-3000:]}")
+        urls = {"gitproto": found[0]}
+        for role in ("ledger", "compute"):
+            text = (data / "logs" / f"{role}.log").read_text(errors="replace")
+            m = ROLE_READY.search(text)
+            assert m, f"no ready line in the {role} log"
+            urls[role] = f"http://{m.group(2)}"
+        yield urls
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        thread.join(5)
+        log.close()
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(240)
+def test_metrics_and_status_of_every_process(dev: dict[str, str], tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    run_git(["init", "-q", "-b", "main"], cwd=src)
+    for i in range(3):
+        (src / f"f{i}.txt").write_text(f"observability {i}\n" * 50)
+        run_git(["add", "."], cwd=src)
+        run_git(["commit", "-q", "-m", f"c{i}"], cwd=src)
+    url = f"{dev['gitproto']}/observe/metrics.git"
+    run_git(["push", "-q", url, "main:refs/heads/main"], cwd=src)
+    run_git(["clone", "-q", url, str(tmp_path / "clone")], cwd=tmp_path)
+    assert (tmp_path / "clone" / "f2.txt").exists()
+
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    exported: set[str] = set()
+    values: dict[str, dict[str, float]] = {}
+    for role, base in dev.items():
+        code, body = _get(f"{base}/metrics")
+        assert code == 200
+        families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+        assert all(name.startswith("enroute_") for name in families), role
+        missing = REQUIRED[role] - set(families)
+        assert not missing, f"{role} lacks {sorted(missing)}"
+        exported |= set(families)
+        values[role] = {
+            f"{s.name}{sorted(s.labels.items())}": s.value
+            for f in families.values()
+            for s in f.samples
+        }
+        code, body = _get(f"{base}/status")
+        assert code == 200
+        status = json.loads(body)
+        jsonschema.validate(status, schema)
+        assert status["role"] == role
+
+    compute = values["compute"]
+    assert compute["enroute_compute_pushes_total[]"] >= 1
+    assert compute["enroute_compute_fetches_total[]"] >= 1
+    assert compute["enroute_engine_pack_bytes_total[('direction', 'received')]"] > 0
+    assert compute["enroute_engine_pack_bytes_total[('direction', 'sent')]"] > 0
+    assert compute["enroute_engine_objects_total[('direction', 'received')]"] >= 9
+    assert compute["enroute_engine_ingest_seconds_count[]"] >= 1
+    calls = "enroute_compute_git_calls_total[('code', 'OK'), ('method', 'ReceivePack')]"
+    assert compute[calls] >= 1
+    gitproto = values["gitproto"]
+    pushed = "enroute_gitproto_requests_total[('service', 'git-receive-pack'), ('status', '200')]"
+    assert gitproto[pushed] >= 1
+    assert values["ledger"]["enroute_ledger_proposals_total[]"] >= 1
+    assert dashboard_families() <= exported
