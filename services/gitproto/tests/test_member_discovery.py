@@ -7,6 +7,7 @@ Service; gitproto watches its EndpointSlices (enroute_testing.kubeapi on
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -80,3 +81,23 @@ def test_gitproto_follows_compute_endpoint_slices(tmp_path: Path) -> None:
         finally:
             proc.terminate()
             assert proc.wait(30) == 0
+
+
+@pytest.mark.asyncio
+async def test_departed_member_channel_closes_after_grace() -> None:
+    """A compute leaving the set stops being routed to and its channel is closed, not leaked."""
+    from enroute_gitproto.routing import ComputePool
+
+    pool = ComputePool(["127.0.0.1:1", "127.0.0.1:2"], retire_grace_s=0.05)
+    pool.stub("127.0.0.1:1")
+    pool.stub("127.0.0.1:2")
+    pool.set_members(["127.0.0.1:2"])
+    assert pool.order("any") == ["127.0.0.1:2"]
+    assert set(pool._channels) == {"127.0.0.1:2"}
+    assert len(pool._retiring) == 1
+    for _ in range(100):
+        if not pool._retiring:
+            break
+        await asyncio.sleep(0.02)
+    assert not pool._retiring
+    await pool.close()

@@ -108,7 +108,7 @@ async def serve(
 
 def use_members(app: GitprotoApp, members: tuple[str, ...]) -> None:
     """Route over a new compute set; rendezvous hashing moves only the names that must move."""
-    app.pool.members = tuple(dict.fromkeys(members))
+    app.pool.set_members(members)
     app.status.set_members(app.pool.members)
 
 

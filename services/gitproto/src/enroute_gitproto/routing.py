@@ -8,6 +8,7 @@ or removing a member moves only the names it wins or held.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
@@ -38,11 +39,28 @@ def rendezvous_order(key: str, members: Sequence[str]) -> list[str]:
 class ComputePool:
     """One gRPC channel per compute member, created lazily inside the serving event loop."""
 
-    def __init__(self, members: Sequence[str]) -> None:
+    def __init__(self, members: Sequence[str], retire_grace_s: float = 60.0) -> None:
         self.members: tuple[str, ...] = tuple(dict.fromkeys(members))
+        self.retire_grace_s = retire_grace_s
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, ComputeAsyncStub] = {}
+        self._retiring: dict[asyncio.Task[None], grpc.aio.Channel] = {}
         self.failovers_total = 0
+
+    def set_members(self, members: Sequence[str]) -> None:
+        """Route to ``members`` from now on; channels to departed ones close after a grace.
+
+        Calls already streaming through a departed member (a clone in progress)
+        keep their channel for ``retire_grace_s`` before it is cancelled, so a
+        scale-down does not cut transfers that were nearly done.
+        """
+        self.members = tuple(dict.fromkeys(members))
+        for gone in set(self._channels) - set(self.members):
+            channel = self._channels.pop(gone)
+            self._stubs.pop(gone, None)
+            task = asyncio.get_running_loop().create_task(channel.close(self.retire_grace_s))
+            self._retiring[task] = channel
+            task.add_done_callback(lambda done: self._retiring.pop(done, None))
 
     def order(self, key: str) -> list[str]:
         return rendezvous_order(key, self.members)
@@ -56,6 +74,8 @@ class ComputePool:
         return stub
 
     async def close(self) -> None:
+        for channel in list(self._retiring.values()):
+            await channel.close()
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
