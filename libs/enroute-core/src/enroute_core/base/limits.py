@@ -77,6 +77,18 @@ class Limits:
     # storage/maintenance.py: files a sweep record lists, and layer keys one sweep lists
     sweep_record_entries_max: int = 1_000_000
     sweep_listed_keys_max: int = 10_000_000
+    # validation (git/fsck.py, engine/ingest.py): pushed objects checked as git fsck does.
+    # Tree nesting (git's core.maxTreeDepth is 2048) and one name's length (fsck's
+    # largePathname, 4096 bytes).
+    tree_depth_max: int = 2048
+    tree_entry_name_bytes_max: int = 4096
+    # A pack entry that inflates to more than pack_inflate_free_bytes must inflate at most
+    # pack_inflate_ratio_max times its deflated bytes (a zlib bomb is refused while inflating;
+    # 0 turns the ratio check off).
+    pack_inflate_ratio_max: int = 256
+    pack_inflate_free_bytes: int = 16 * MiB
+    # A .gitmodules blob is read whole to be checked; a larger one is refused (gitmodulesLarge).
+    gitmodules_bytes_max: int = 1 * MiB
 
 
 DEFAULT_LIMITS = Limits()

@@ -8,10 +8,13 @@ to the snapshot it was ingested against); DESIGN "Layers" (segments).
 :func:`ingest_pack` runs these steps, each a function below:
 
 1. Index the pack (:func:`~enroute_core.git.packindexer.index_pack`); thin
-   bases come from the snapshot. Commit and tag headers are kept as they go
-   by; tree bodies go into the bounded body cache.
+   bases come from the snapshot. Each commit, tree and tag is checked as git
+   fsck checks it (:mod:`enroute_core.git.fsck`, docs/security.md) as it is
+   resolved, and the .gitmodules blobs trees name once all are. Commit and tag
+   headers are kept as they go by; tree bodies go into the bounded body cache.
 2. Connectivity, from the new ref tips: commits (through parents) and tags
-   (through targets) that the snapshot lacks are new. Every object a new commit
+   (through targets, of the type the tag says) that the snapshot lacks are new;
+   trees nest at most ``Limits.tree_depth_max`` deep. Every object a new commit
    needs is found by its segment diff (:mod:`enroute_core.engine.segments`), so
    connectivity and segments are one walk, commits oldest first. An object
    neither in the pack nor in the snapshot raises ``MissingObject`` (Git shows
@@ -55,12 +58,19 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from enroute_core.base.errors import InvalidArgument, InvalidObject, MissingObject
+from enroute_core.base.errors import InvalidArgument, InvalidObject, LimitExceeded, MissingObject
 from enroute_core.base.ids import OID_BYTES, ObjectId, oid_to_hex
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
 from enroute_core.engine.bodies import BodyCache, ObjectBodies
 from enroute_core.engine.snapshot import SnapshotObjects
 from enroute_core.git.commit import Commit
+from enroute_core.git.fsck import (
+    RECEIVE_POLICY,
+    FsckPolicy,
+    check_gitmodules,
+    check_object,
+    gitmodules_blobs,
+)
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.pack import (
     OBJ_OFS_DELTA,
@@ -158,21 +168,31 @@ class _CommitHead:
 class _Headers:
     """Step 1's by-product: commit and tag headers of the pack, tree bodies into the cache."""
 
-    __slots__ = ("cache", "commits", "limits", "tags")
+    __slots__ = ("cache", "commits", "fsck", "gitmodules", "limits", "tag_types", "tags")
 
-    def __init__(self, cache: BodyCache, limits: Limits) -> None:
+    def __init__(self, cache: BodyCache, limits: Limits, fsck: FsckPolicy | None) -> None:
         self.cache = cache
         self.limits = limits
+        self.fsck = fsck
         self.commits: dict[ObjectId, _CommitHead] = {}
         self.tags: dict[ObjectId, ObjectId] = {}
+        self.tag_types: dict[ObjectId, ObjectType] = {}  # the type each tag says it names
+        self.gitmodules: dict[ObjectId, None] = {}  # what trees name .gitmodules, in order
 
     def on_object(self, index: int, oid: ObjectId, type_num: int, body: bytes) -> None:
+        if self.fsck is not None and type_num != ObjectType.BLOB:
+            check_object(oid, type_num, body, policy=self.fsck, limits=self.limits)
+            if type_num == ObjectType.TREE:
+                for found in gitmodules_blobs(body, limits=self.limits):
+                    self.gitmodules[found] = None
         if type_num == ObjectType.TREE:
             self.cache.put(oid, ObjectType.TREE, body)
         elif type_num == ObjectType.COMMIT and oid not in self.commits:
             self.commits[oid] = _commit_head(body, self.limits)
         elif type_num == ObjectType.TAG and oid not in self.tags:
-            self.tags[oid] = Tag.parse(body, limits=self.limits).object
+            tag = Tag.parse(body, limits=self.limits)
+            self.tags[oid] = tag.object
+            self.tag_types[oid] = tag.object_type
 
 
 def _commit_head(body: bytes, limits: Limits) -> _CommitHead:
@@ -189,24 +209,34 @@ def ingest_pack(
     *,
     limits: Limits = DEFAULT_LIMITS,
     sink: LayerSink | None = None,
+    fsck: FsckPolicy | None = RECEIVE_POLICY,
+    refs: Sequence[tuple[bytes, ObjectId]] = (),
 ) -> IngestResult:
     """Turn the pack in ``source`` into a pushed layer against ``snapshot``.
 
     ``tips`` are the new values of the pushed refs (deletions left out). Raises
     ``MissingObject`` when a tip needs an object neither side has, and the
-    typed errors of the pack and object parsers on bad input.
+    typed errors of the pack and object parsers on bad input. Every commit,
+    tree and tag of the pack is checked as ``receive.fsckObjects`` would
+    (:mod:`enroute_core.git.fsck`) as it is resolved; ``fsck=None`` skips that.
+    ``refs`` (ref name, new value) lets a branch be refused unless it names a commit.
     """
     _check_pack_bounds(source, limits)
     share = limits.ingest_body_cache_bytes_max // _CACHE_SHARES
     cache = BodyCache(share * _BODY_SHARE)
-    headers = _Headers(cache, limits)
+    headers = _Headers(cache, limits, fsck)
     indexed = _index(source, snapshot, headers, limits)
     by_oid = _first_copies(indexed.objects)
     bodies = ObjectBodies(source, indexed.objects, by_oid, snapshot, limits=limits, cache=cache)
+    if fsck is not None:
+        _check_gitmodules(
+            headers.gitmodules, indexed.objects, by_oid, bodies, policy=fsck, limits=limits
+        )
     walk = _Walk(
         indexed.objects, by_oid, snapshot=snapshot, bodies=bodies, headers=headers, limits=limits
     )
     walk.discover(tips)
+    _check_ref_types(refs, walk)
     commits = walk.commit_order()
     infos = [walk.segment(c) for c in commits]
     walk.walk_loose_roots()
@@ -265,6 +295,31 @@ def _index(
     return index_pack(
         source, limits=limits, external_base=external_base, on_object=headers.on_object
     )
+
+
+def _check_gitmodules(
+    oids: Iterable[ObjectId],
+    objects: Sequence[PackObjectInfo],
+    by_oid: dict[ObjectId, int],
+    bodies: ObjectBodies,
+    *,
+    policy: FsckPolicy,
+    limits: Limits,
+) -> None:
+    """The .gitmodules blobs the pack brings (fsck.c ``fsck_finish``); the repository's own
+    were checked when they were pushed."""
+    for oid in oids:
+        index = by_oid.get(oid)
+        if index is None:
+            continue
+        info = objects[index]
+
+        def read(oid: ObjectId = oid) -> bytes:
+            found = bodies.get(oid)
+            assert found is not None, oid_to_hex(oid)  # a pack object always has a body
+            return found[1]
+
+        check_gitmodules(oid, info.type_num, read, info.object_size, policy=policy, limits=limits)
 
 
 def _first_copies(objects: Sequence[PackObjectInfo]) -> dict[ObjectId, int]:
@@ -377,7 +432,7 @@ class _Walk:
                 stack.extend((p, oid, ObjectType.COMMIT) for p in reversed(parents))
             elif type_ == ObjectType.TAG:
                 self.tags.append(oid)
-                stack.append((self.headers.tags[oid], oid, None))
+                stack.append((self.headers.tags[oid], oid, self.headers.tag_types[oid]))
             else:
                 self.loose.append((oid, via))
 
@@ -392,7 +447,14 @@ class _Walk:
         head = self.headers.commits[commit]
         self.place(commit, self.context.get(commit))
         parent_trees = [self._tree_of(p) for p in head.parents]
-        members = _segment(commit, head.tree, parent_trees, self.trees.get, self._visit)
+        members = _segment(
+            commit,
+            head.tree,
+            parent_trees,
+            self.trees.get,
+            self._visit,
+            depth_max=self.limits.tree_depth_max,
+        )
         self.members += len(members)
         members_max = self.limits.ingest_segment_members_max
         check_limit("ingest_segment_members_max", self.members, members_max)
@@ -431,9 +493,9 @@ class _Walk:
             self.place(oid, via)
             if self.type_of(oid) != ObjectType.TREE:
                 continue
-            stack = [oid]
+            stack = [(oid, 0)]
             while stack:
-                tree = stack.pop()
+                tree, depth = stack.pop()
                 for mode, key in self.trees.get(tree).entries:
                     flag = _FLAG_OF_MODE[mode]
                     entry_oid = ObjectId(key[-OID_BYTES:])
@@ -444,7 +506,8 @@ class _Walk:
                         self._expect(entry_oid, want, tree)
                         self.place(entry_oid, tree)
                         if flag == _TREE:
-                            stack.append(entry_oid)
+                            _check_depth(depth + 1, entry_oid, self.limits.tree_depth_max)
+                            stack.append((entry_oid, depth + 1))
         targets = self.headers.tags
         new_tags = set(self.tags)
 
@@ -479,6 +542,25 @@ def _postorder(
                 stack.pop()
                 out.append(node)
     return out
+
+
+def _check_ref_types(refs: Sequence[tuple[bytes, ObjectId]], walk: _Walk) -> None:
+    """A branch (``refs/heads/``) names a commit, as git's own tools assume."""
+    for ref, oid in refs:
+        if not ref.startswith(b"refs/heads/"):
+            continue
+        if walk.is_new(oid, None):
+            got = walk.type_of(oid)
+        else:
+            found = walk.bodies.get(oid)
+            got = ObjectType.COMMIT if found is None else found[0]
+        if got != ObjectType.COMMIT:
+            shown = ref[:200].decode("utf-8", "replace")
+            raise InvalidObject(
+                f"{shown} must name a commit; {oid_to_hex(oid)} is a {got.name.lower()}",
+                ref=shown,
+                oid=oid_to_hex(oid),
+            )
 
 
 def _missing(oid: ObjectId, needed_by: ObjectId | None) -> MissingObject:
@@ -608,6 +690,8 @@ def _segment(
     parent_trees: Sequence[ObjectId],
     read: Callable[[ObjectId], _ParsedTree],
     visit: Visit,
+    *,
+    depth_max: int = DEFAULT_LIMITS.tree_depth_max,
 ) -> list[ObjectId]:
     """:func:`~enroute_core.engine.segments.commit_segment` over parsed trees.
 
@@ -620,10 +704,10 @@ def _segment(
     members[tree] = None
     visit(tree, True, commit)
     first = (tree, tuple(dict.fromkeys(parent_trees)))
-    stack = [first]
+    stack = [(first, 0)]
     diffed = {first}  # a subtree at two paths with the same parents is diffed once
     while stack:
-        current, parents = stack.pop()
+        (current, parents), depth = stack.pop()
         entries = read(current).entries
         olds = [read(p) for p in parents]
         if not olds:
@@ -631,7 +715,7 @@ def _segment(
         else:
             same = olds[0].keys if len(olds) == 1 else set().union(*(o.keys for o in olds))
             changed = [e for e in entries if e[1] not in same]
-        subtrees: list[tuple[ObjectId, tuple[ObjectId, ...]]] = []
+        subtrees: list[tuple[tuple[ObjectId, tuple[ObjectId, ...]], int]] = []
         for mode, key in changed:
             flag = _FLAG_OF_MODE[mode]
             if flag == _GITLINK:
@@ -646,10 +730,22 @@ def _segment(
                     dict.fromkeys(sub for o in olds if (sub := o.subtrees().get(name)) is not None)
                 )
                 if (oid, below) not in diffed:
+                    _check_depth(depth + 1, oid, depth_max)
                     diffed.add((oid, below))
-                    subtrees.append((oid, below))
+                    subtrees.append(((oid, below), depth + 1))
         stack.extend(reversed(subtrees))
     return list(members)
+
+
+def _check_depth(depth: int, tree: ObjectId, depth_max: int) -> None:
+    """git's ``core.maxTreeDepth``: nesting is bounded before it is walked further."""
+    if depth > depth_max:
+        raise LimitExceeded(
+            "tree_depth_max",
+            depth,
+            depth_max,
+            f"tree {oid_to_hex(tree)} is nested {depth} deep, over tree_depth_max {depth_max}",
+        )
 
 
 # -- step 3: storage order --------------------------------------------------------------------

@@ -349,6 +349,10 @@ class PackScanner:
         parts: list[bytes] = []
         got = 0
         limit = deflate_bound(size)
+        # A zlib bomb: past the free bytes, output is capped at ratio x input fed so far.
+        free = self._limits.pack_inflate_free_bytes
+        ratio = self._limits.pack_inflate_ratio_max if size > free else 0
+        start = pos
         while True:
             rel = pos - self._buf_start
             avail = len(self._buf) - rel
@@ -358,8 +362,9 @@ class PackScanner:
                 self._fill(pos, min(limit, self._window))
                 continue
             n = avail if avail < limit else limit
+            cap = min(size, free + ratio * (pos + n - start)) if ratio else size
             try:
-                out = d.decompress(self._view[rel : rel + n], size - got + 1)
+                out = d.decompress(self._view[rel : rel + n], cap - got + 1)
             except zlib.error as exc:
                 raise InvalidPack(
                     f"entry data is not a valid zlib stream: {exc}", offset=offset
@@ -367,6 +372,14 @@ class PackScanner:
             got += len(out)
             if got > size:
                 raise InvalidPack(f"entry inflates past its declared size {size}", offset=offset)
+            if got > cap:
+                raise LimitExceeded(
+                    "pack_inflate_ratio_max",
+                    got // (pos + n - start),
+                    ratio,
+                    f"pack entry at offset {offset} inflates over {ratio} times its "
+                    f"{pos + n - start} deflated bytes (a zlib bomb; pack_inflate_ratio_max)",
+                )
             if d.eof:
                 if got != size:
                     raise InvalidPack(

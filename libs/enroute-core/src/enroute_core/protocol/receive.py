@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from enroute_core.base.errors import EnrouteError, ProtocolError
+from enroute_core.base.errors import EnrouteError, InvalidRefName, ProtocolError
 from enroute_core.base.ids import OID_HEX_CHARS, ZERO_OID, ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
 from enroute_core.git.pktline import (
@@ -209,6 +209,13 @@ class ReceivePack(Conversation[PushEvent]):
             raise ProtocolError(f"malformed push command {line[:120]!r}")
         ref = line[2 * OID_HEX_CHARS + 2 :]
         check_ref_format(ref, limits=self._limits)
+        if not ref.startswith(b"refs/"):
+            # receive-pack: "funny refname" for anything outside refs/ (HEAD included)
+            raise InvalidRefName(
+                f"invalid ref name {ref[:200].decode('utf-8', 'replace')!r}: not under refs/",
+                name=ref[:200].decode("utf-8", "replace"),
+                reason="not under refs/",
+            )
         bounded_append(
             self._commands,
             PushCommand(old, new, ref),

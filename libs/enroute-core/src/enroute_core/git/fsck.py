@@ -1,0 +1,838 @@
+"""Object checks as ``git fsck`` makes them, named by git's message ids.
+
+Git ``Documentation/fsck-msgids.adoc`` lists every check with its default
+severity; ``fsck.c`` (``fsck_tree``, ``fsck_commit``, ``fsck_tag_standalone``,
+``fsck_ident``, ``verify_headers``) says how each is found. A push is checked
+as ``receive.fsckObjects`` checks it: ``index-pack --strict``, where a WARN
+counts as an ERROR and an INFO or IGNORE never refuses (``fsck.c``,
+``fsck_vreport``).
+
+Pure: bytes in, problems out. :func:`fsck_object` lists the problems of one
+object body; :func:`check_object` raises :class:`InvalidObject` for the first
+one the :class:`FsckPolicy` refuses, its message shaped as git prints it
+(``object <oid>: <msgId>: <text>``) so a client sees the id it can look up.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from enroute_core.base.errors import InvalidObject, LimitExceeded
+from enroute_core.base.ids import OID_BYTES, ZERO_OID, ObjectId, oid_to_hex
+from enroute_core.base.limits import DEFAULT_LIMITS, Limits
+from enroute_core.git.object_type import ObjectType
+from enroute_core.git.refname import is_valid_ref_name
+from enroute_core.git.tree import (
+    MODE_SYMLINK,
+    STANDARD_MODES,
+    _hfs_code_points,
+    is_dotgit_name,
+    is_tree_mode,
+)
+
+__all__ = [
+    "FsckMsg",
+    "FsckPolicy",
+    "FsckProblem",
+    "Severity",
+    "check_gitmodules",
+    "check_object",
+    "fsck_commit",
+    "fsck_gitmodules",
+    "fsck_ident",
+    "fsck_object",
+    "fsck_tag",
+    "fsck_tree",
+    "gitmodules_blobs",
+]
+
+
+class Severity(enum.IntEnum):
+    """fsck's message types, most severe first (``fsck.h``, ``enum fsck_msg_type``)."""
+
+    FATAL = 0
+    ERROR = 1
+    WARN = 2
+    INFO = 3
+    IGNORE = 4
+
+
+class FsckMsg(enum.Enum):
+    """The checks made here; the value is git's message id (``fsck.<msg-id>``)."""
+
+    # headers (verify_headers)
+    NUL_IN_HEADER = "nulInHeader"
+    UNTERMINATED_HEADER = "unterminatedHeader"
+    # identities (fsck_ident)
+    BAD_DATE = "badDate"
+    BAD_DATE_OVERFLOW = "badDateOverflow"
+    BAD_EMAIL = "badEmail"
+    BAD_NAME = "badName"
+    BAD_TIMEZONE = "badTimezone"
+    MISSING_EMAIL = "missingEmail"
+    MISSING_NAME_BEFORE_EMAIL = "missingNameBeforeEmail"
+    MISSING_SPACE_BEFORE_DATE = "missingSpaceBeforeDate"
+    MISSING_SPACE_BEFORE_EMAIL = "missingSpaceBeforeEmail"
+    ZERO_PADDED_DATE = "zeroPaddedDate"
+    # commits (fsck_commit)
+    MISSING_TREE = "missingTree"
+    BAD_TREE_SHA1 = "badTreeSha1"
+    BAD_PARENT_SHA1 = "badParentSha1"
+    MISSING_AUTHOR = "missingAuthor"
+    MULTIPLE_AUTHORS = "multipleAuthors"
+    MISSING_COMMITTER = "missingCommitter"
+    NUL_IN_COMMIT = "nulInCommit"
+    # tags (fsck_tag_standalone)
+    MISSING_OBJECT = "missingObject"
+    BAD_OBJECT_SHA1 = "badObjectSha1"
+    MISSING_TYPE_ENTRY = "missingTypeEntry"
+    MISSING_TYPE = "missingType"
+    BAD_TYPE = "badType"
+    MISSING_TAG_ENTRY = "missingTagEntry"
+    MISSING_TAG = "missingTag"
+    BAD_TAG_NAME = "badTagName"
+    MISSING_TAGGER_ENTRY = "missingTaggerEntry"
+    # trees (fsck_tree)
+    BAD_TREE = "badTree"
+    NULL_SHA1 = "nullSha1"
+    FULL_PATHNAME = "fullPathname"
+    EMPTY_NAME = "emptyName"  # git's tree decoder refuses an empty name first: badTree
+    HAS_DOT = "hasDot"
+    HAS_DOTDOT = "hasDotdot"
+    HAS_DOTGIT = "hasDotgit"
+    LARGE_PATHNAME = "largePathname"
+    ZERO_PADDED_FILEMODE = "zeroPaddedFilemode"
+    BAD_FILEMODE = "badFilemode"
+    DUPLICATE_ENTRIES = "duplicateEntries"
+    TREE_NOT_SORTED = "treeNotSorted"
+    GITMODULES_SYMLINK = "gitmodulesSymlink"
+    # .gitmodules contents (fsck_gitmodules_fn)
+    GITMODULES_BLOB = "gitmodulesBlob"
+    GITMODULES_LARGE = "gitmodulesLarge"
+    GITMODULES_PARSE = "gitmodulesParse"
+    GITMODULES_NAME = "gitmodulesName"
+    GITMODULES_URL = "gitmodulesUrl"
+    GITMODULES_PATH = "gitmodulesPath"
+    GITMODULES_UPDATE = "gitmodulesUpdate"
+
+    @property
+    def default_severity(self) -> Severity:
+        return _DEFAULT_SEVERITY.get(self, Severity.ERROR)
+
+
+_F, _W, _I = Severity.FATAL, Severity.WARN, Severity.INFO
+_DEFAULT_SEVERITY: Mapping[FsckMsg, Severity] = MappingProxyType(
+    {
+        FsckMsg.NUL_IN_HEADER: _F,
+        FsckMsg.UNTERMINATED_HEADER: _F,
+        FsckMsg.NUL_IN_COMMIT: _W,
+        FsckMsg.BAD_TAG_NAME: _I,
+        FsckMsg.MISSING_TAGGER_ENTRY: _I,
+        FsckMsg.NULL_SHA1: _W,
+        FsckMsg.FULL_PATHNAME: _W,
+        FsckMsg.EMPTY_NAME: _W,
+        FsckMsg.HAS_DOT: _W,
+        FsckMsg.HAS_DOTDOT: _W,
+        FsckMsg.HAS_DOTGIT: _W,
+        FsckMsg.LARGE_PATHNAME: _W,
+        FsckMsg.ZERO_PADDED_FILEMODE: _W,
+        FsckMsg.BAD_FILEMODE: _I,
+        FsckMsg.GITMODULES_PARSE: _I,
+    }
+)
+"""Git's defaults (fsck-msgids.adoc); every id not listed is an ERROR."""
+
+
+@dataclass(frozen=True, slots=True)
+class FsckPolicy:
+    """Which problems refuse an object: ``fsck.<msg-id>`` settings plus ``strict``.
+
+    ``strict`` is ``index-pack --strict`` (what ``receive.fsckObjects`` runs):
+    WARN counts as ERROR. ``overrides`` maps a message id to its severity as
+    ``fsck.<msg-id> = error|warn|info|ignore`` would; FATAL ids cannot be lowered.
+    """
+
+    strict: bool = True
+    overrides: Mapping[str, Severity] = field(default_factory=lambda: MappingProxyType({}))
+
+    def severity(self, msg: FsckMsg) -> Severity:
+        default = msg.default_severity
+        if default is Severity.FATAL:
+            return default
+        found = self.overrides.get(msg.value, default)
+        if found is Severity.WARN and self.strict:
+            return Severity.ERROR
+        return found
+
+    def refuses(self, msg: FsckMsg) -> bool:
+        return self.severity(msg) <= Severity.ERROR
+
+
+RECEIVE_POLICY = FsckPolicy()
+"""What a push is checked with: strict, git's default severities."""
+
+
+@dataclass(frozen=True, slots=True)
+class FsckProblem:
+    msg: FsckMsg
+    text: str
+
+    def describe(self) -> str:
+        """``<msgId>: <text>``, as git prints it after ``object <oid>:``."""
+        return f"{self.msg.value}: {self.text}"
+
+
+# -- headers and identities -------------------------------------------------------------------
+
+
+def _verify_headers(body: bytes) -> FsckProblem | None:
+    """``verify_headers``: no NUL before the blank line; headers end with LF."""
+    end = body.find(b"\n\n")
+    head = body if end < 0 else body[:end]
+    nul = head.find(b"\0")
+    if nul >= 0:
+        return FsckProblem(FsckMsg.NUL_IN_HEADER, f"unterminated header: NUL at offset {nul}")
+    if end < 0 and not body.endswith(b"\n"):
+        return FsckProblem(FsckMsg.UNTERMINATED_HEADER, "unterminated header")
+    return None
+
+
+_DIGITS = b"0123456789"
+# date_overflows: a time_t that cannot hold it (git with a 64-bit signed time_t).
+_DATE_MAX = 2**63 - 1
+
+
+# An identity git writes (dates up to 18 digits cannot overflow); others take the long path.
+_USUAL_IDENT = re.compile(rb"[^<>\n][^<>\n]* <[^<>\n]*> (?:0|[1-9][0-9]{0,17}) [+-][0-9]{4}")
+
+
+def fsck_ident(line: bytes) -> FsckProblem | None:
+    """``fsck_ident``: ``name SP "<" email ">" SP date SP tz``, one line (no LF in ``line``)."""
+    if _USUAL_IDENT.fullmatch(line) is not None:
+        return None
+    if line.startswith(b"<"):
+        return FsckProblem(
+            FsckMsg.MISSING_NAME_BEFORE_EMAIL, "invalid author/committer line - missing name"
+        )
+    p = _cspn(line, 0, b"<>")
+    if p < len(line) and line[p] == 0x3E:  # '>'
+        return FsckProblem(FsckMsg.BAD_NAME, "invalid author/committer line - bad name")
+    if p >= len(line):
+        return FsckProblem(FsckMsg.MISSING_EMAIL, "invalid author/committer line - missing email")
+    if line[p - 1] != 0x20:
+        return FsckProblem(
+            FsckMsg.MISSING_SPACE_BEFORE_EMAIL,
+            "invalid author/committer line - missing space before email",
+        )
+    p = _cspn(line, p + 1, b"<>")
+    if p >= len(line) or line[p] != 0x3E:
+        return FsckProblem(FsckMsg.BAD_EMAIL, "invalid author/committer line - bad email")
+    p += 1
+    if line[p : p + 1] != b" ":
+        return FsckProblem(
+            FsckMsg.MISSING_SPACE_BEFORE_DATE,
+            "invalid author/committer line - missing space before date",
+        )
+    p += 1
+    if line[p : p + 1] == b"0" and line[p + 1 : p + 2] != b" ":
+        return FsckProblem(
+            FsckMsg.ZERO_PADDED_DATE, "invalid author/committer line - zero-padded date"
+        )
+    end = p
+    while end < len(line) and line[end] in _DIGITS:
+        end += 1
+    if end > p and (end - p > 20 or int(line[p:end]) > _DATE_MAX):
+        text = "invalid author/committer line - date causes integer overflow"
+        return FsckProblem(FsckMsg.BAD_DATE_OVERFLOW, text)
+    if end == p or line[end : end + 1] != b" ":
+        return FsckProblem(FsckMsg.BAD_DATE, "invalid author/committer line - bad date")
+    tz = line[end + 1 :]
+    if len(tz) != 5 or tz[0] not in b"+-" or tz[1:].translate(None, _DIGITS):
+        return FsckProblem(FsckMsg.BAD_TIMEZONE, "invalid author/committer line - bad time zone")
+    return None
+
+
+def _cspn(data: bytes, pos: int, stops: bytes) -> int:
+    """strcspn from ``pos``: the first index holding one of ``stops``, or ``len(data)``."""
+    found = [i for i in (data.find(bytes([s]), pos) for s in stops) if i >= 0]
+    return min(found) if found else len(data)
+
+
+_HEX = b"0123456789abcdefABCDEF"
+
+
+def _oid_line(body: bytes, pos: int) -> int | None:
+    """``parse_oid_hex`` then ``*p == '\\n'``: the position after the LF, or None."""
+    hex_ = body[pos : pos + 40]
+    if len(hex_) != 40 or hex_.translate(None, _HEX) or body[pos + 40 : pos + 41] != b"\n":
+        return None
+    return pos + 41
+
+
+def _line(body: bytes, pos: int) -> tuple[bytes, int]:
+    """The line at ``pos`` without its LF, and where the next one starts."""
+    nl = body.find(b"\n", pos)
+    if nl < 0:
+        return body[pos:], len(body)
+    return body[pos:nl], nl + 1
+
+
+# -- commits ----------------------------------------------------------------------------------
+
+
+def fsck_commit(body: bytes) -> list[FsckProblem]:
+    """``fsck_commit``: tree, parents, exactly one author, a committer, each ident valid."""
+    found: list[FsckProblem] = []
+    header = _verify_headers(body)
+    if header is not None:
+        return [header]
+    if not body.startswith(b"tree "):
+        return [FsckProblem(FsckMsg.MISSING_TREE, "invalid format - expected 'tree' line")]
+    pos = _oid_line(body, 5)
+    if pos is None:
+        return [FsckProblem(FsckMsg.BAD_TREE_SHA1, "invalid 'tree' line format - bad sha1")]
+    while body.startswith(b"parent ", pos):
+        after = _oid_line(body, pos + 7)
+        if after is None:
+            return [FsckProblem(FsckMsg.BAD_PARENT_SHA1, "invalid 'parent' line format - bad sha1")]
+        pos = after
+    authors = 0
+    while body.startswith(b"author ", pos):
+        authors += 1
+        line, pos = _line(body, pos + 7)
+        problem = fsck_ident(line)
+        if problem is not None:
+            return [problem]
+    if authors < 1:
+        return [FsckProblem(FsckMsg.MISSING_AUTHOR, "invalid format - expected 'author' line")]
+    if authors > 1:
+        return [FsckProblem(FsckMsg.MULTIPLE_AUTHORS, "invalid format - multiple 'author' lines")]
+    if not body.startswith(b"committer ", pos):
+        return [
+            FsckProblem(FsckMsg.MISSING_COMMITTER, "invalid format - expected 'committer' line")
+        ]
+    line, pos = _line(body, pos + 10)
+    problem = fsck_ident(line)
+    if problem is not None:
+        return [problem]
+    if b"\0" in body:
+        found.append(FsckProblem(FsckMsg.NUL_IN_COMMIT, "NUL byte in the commit object body"))
+    return found
+
+
+# -- tags -------------------------------------------------------------------------------------
+
+_TYPE_NAMES = frozenset(t.type_name for t in ObjectType)
+
+
+def fsck_tag(body: bytes, *, limits: Limits = DEFAULT_LIMITS) -> list[FsckProblem]:
+    """``fsck_tag_standalone``: object, type, tag lines, then an optional valid tagger."""
+    header = _verify_headers(body)
+    if header is not None:
+        return [header]
+    if not body.startswith(b"object "):
+        return [FsckProblem(FsckMsg.MISSING_OBJECT, "invalid format - expected 'object' line")]
+    pos = _oid_line(body, 7)
+    if pos is None:
+        return [FsckProblem(FsckMsg.BAD_OBJECT_SHA1, "invalid 'object' line format - bad sha1")]
+    if not body.startswith(b"type ", pos):
+        return [FsckProblem(FsckMsg.MISSING_TYPE_ENTRY, "invalid format - expected 'type' line")]
+    nl = body.find(b"\n", pos + 5)
+    if nl < 0:
+        return [FsckProblem(FsckMsg.MISSING_TYPE, "invalid format - unexpected end after 'type'")]
+    if body[pos + 5 : nl] not in _TYPE_NAMES:
+        return [FsckProblem(FsckMsg.BAD_TYPE, "invalid 'type' value")]
+    pos = nl + 1
+    if not body.startswith(b"tag ", pos):
+        return [FsckProblem(FsckMsg.MISSING_TAG_ENTRY, "invalid format - expected 'tag' line")]
+    nl = body.find(b"\n", pos + 4)
+    if nl < 0:
+        return [FsckProblem(FsckMsg.MISSING_TAG, "invalid format - unexpected end after 'type'")]
+    found: list[FsckProblem] = []
+    if not is_valid_ref_name(b"refs/tags/" + body[pos + 4 : nl], limits=limits):
+        found.append(FsckProblem(FsckMsg.BAD_TAG_NAME, "invalid 'tag' name"))
+    pos = nl + 1
+    if not body.startswith(b"tagger ", pos):
+        found.append(
+            FsckProblem(FsckMsg.MISSING_TAGGER_ENTRY, "invalid format - expected 'tagger' line")
+        )
+        return found
+    line, _ = _line(body, pos + 7)
+    problem = fsck_ident(line)
+    if problem is not None:
+        found.append(problem)
+    return found
+
+
+# -- trees ------------------------------------------------------------------------------------
+
+_KNOWN_MODES = frozenset([*(b"%o" % m for m in STANDARD_MODES), b"100664"])
+
+
+def _hfs_is(name: bytes, needle: bytes) -> bool:
+    """``is_hfs_dot_generic``: ``.<needle>`` once HFS+ drops its ignored code points."""
+    chars = _hfs_code_points(name)
+    if next(chars) != 0x2E:
+        return False
+    for want in needle:
+        c = next(chars)
+        if c > 127 or chr(c).lower() != chr(want):
+            return False
+    return next(chars) in (0, 0x2F)
+
+
+def _spaces_and_periods_to_end(name: bytes, pos: int) -> bool:
+    """``only_spaces_and_periods``: the rest is dots and spaces, up to the end or a ``:``."""
+    for c in name[pos:]:
+        if c == 0x3A:
+            return True
+        if c not in b". ":
+            return False
+    return True
+
+
+def _ntfs_is(name: bytes, dotname: bytes, short_fallback: bytes) -> bool:
+    """``is_ntfs_dot_generic``: ``.<dotname>`` with NTFS's tails, or an 8.3 short name."""
+    n = len(dotname)
+    lower = name.lower()
+    if lower[:1] == b"." and lower[1 : 1 + n] == dotname:
+        return _spaces_and_periods_to_end(name, 1 + n)
+    if lower[:6] == dotname[:6] and name[6:7] == b"~" and name[7:8] in b"1234":
+        return _spaces_and_periods_to_end(name, 8)
+    if lower[:6] == short_fallback and name[6:7] == b"~" and name[7:8].isdigit():
+        digits = 7
+        while name[digits : digits + 1].isdigit():
+            digits += 1
+        return _spaces_and_periods_to_end(name, digits)
+    return False
+
+
+def is_dotgitmodules_name(name: bytes) -> bool:
+    """A name some filesystem reads as ``.gitmodules`` (utf8.c, path.c)."""
+    return _hfs_is(name, b"gitmodules") or _ntfs_is(name, b"gitmodules", b"gi7eba")
+
+
+def _maybe_dotgit(name: bytes) -> bool:
+    """:func:`is_dotgit_name`, its decoding skipped for ASCII names that cannot match."""
+    if name.isascii() and b"\\" not in name:
+        low = name[:5].lower()
+        if not (low.startswith(b".git") or low == b"git~1"):
+            return False
+    return is_dotgit_name(name)
+
+
+def _maybe_dotgitmodules(name: bytes) -> bool:
+    """:func:`is_dotgitmodules_name`, skipped for ASCII names that cannot match."""
+    if name.isascii():
+        low = name[:7].lower()
+        if not (low.startswith((b".gitmod", b"gitmod~", b"gi7eba~"))):
+            return False
+    return is_dotgitmodules_name(name)
+
+
+def _tree_entries(body: bytes, limits: Limits) -> Iterator[tuple[bytes, bytes, bytes]]:
+    """(mode bytes, name, oid) of each entry; ``InvalidObject`` where ``decode_tree_entry``
+    would fail (fsck's badTree)."""
+    pos = 0
+    end = len(body)
+    count = 0
+    entries_max = limits.tree_entries_max
+    while pos < end:
+        count += 1
+        if count > entries_max:
+            raise LimitExceeded("tree_entries_max", count, entries_max)
+        space = body.find(b" ", pos)
+        nul = body.find(b"\0", pos)
+        if space < 0 or nul < 0 or nul < space or space == pos:
+            raise InvalidObject("badTree: cannot be parsed as a tree", offset=pos)
+        mode = body[pos:space]
+        if mode.translate(None, b"01234567"):
+            raise InvalidObject("badTree: cannot be parsed as a tree", offset=pos)
+        oid_end = nul + 1 + OID_BYTES
+        if oid_end > end or nul == space + 1:
+            raise InvalidObject("badTree: cannot be parsed as a tree", offset=pos)
+        yield mode, body[space + 1 : nul], body[nul + 1 : oid_end]
+        pos = oid_end
+
+
+# The usual tree: modes git writes, names without '/', checked in bulk (C-level regex,
+# sort and set) instead of entry by entry; anything else takes the entry-by-entry path.
+_USUAL_ENTRY = re.compile(rb"(40000|100644|100755|120000|160000) ([^\0/]+)\0.{20}", re.DOTALL)
+# Names (joined by '/') that might be '.', '..' or a '.git' variant (NTFS short names,
+# backslashes, HFS+ ignorable code points, which are non-ASCII).
+_SUSPECT_NAMES = re.compile(rb"(?:^|/)(?:\.|[gG][iI][tT]~)|\\|[\x80-\xff]")
+_ENTRY_FIXED_BYTES = 2 + OID_BYTES  # the space, the NUL and the object id
+
+
+def _usual_tree(body: bytes, limits: Limits) -> list[FsckProblem] | None:
+    """The problems of a usual tree, or None when the tree needs the entry-by-entry path.
+
+    ``findall`` matches entry after entry from offset 0 when the body is a run of
+    usual entries; the byte count proves it is (a skipped byte would be missing).
+    """
+    entries: list[tuple[bytes, bytes]] = _USUAL_ENTRY.findall(body)
+    if not entries:
+        return [] if not body else None
+    modes, names = zip(*entries, strict=True)
+    covered = sum(map(len, modes)) + sum(map(len, names)) + _ENTRY_FIXED_BYTES * len(entries)
+    if covered != len(body):
+        return None
+    if len(entries) > limits.tree_entries_max:
+        raise LimitExceeded("tree_entries_max", len(entries), limits.tree_entries_max)
+    found: list[FsckProblem] = []
+    joined = b"/".join(names)
+    if _SUSPECT_NAMES.search(joined) is not None:
+        found.extend(_dot_problems(joined))
+    if len(set(names)) != len(names):
+        found.insert(0, FsckProblem(FsckMsg.DUPLICATE_ENTRIES, "contains duplicate file entries"))
+    else:
+        keys = (
+            [n + b"/" if m == b"40000" else n for m, n in entries]
+            if b"40000" in modes
+            else list(names)
+        )
+        if keys != sorted(keys):
+            found.insert(0, FsckProblem(FsckMsg.TREE_NOT_SORTED, "not properly sorted"))
+    if b"120000" in modes and any(m == b"120000" and _maybe_dotgitmodules(n) for m, n in entries):
+        found.insert(0, FsckProblem(FsckMsg.GITMODULES_SYMLINK, ".gitmodules is a symbolic link"))
+    if b"\0" + ZERO_OID in body:  # only a name's NUL can be followed by 20 zero bytes
+        found.append(FsckProblem(FsckMsg.NULL_SHA1, "contains entries pointing to null sha1"))
+    name_max = limits.tree_entry_name_bytes_max
+    if len(body) > name_max and max(map(len, names)) > name_max:
+        text = f"contains a name over {name_max} bytes"
+        found.append(FsckProblem(FsckMsg.LARGE_PATHNAME, text))
+    return found
+
+
+def _dot_problems(joined: bytes) -> list[FsckProblem]:
+    """hasDotgit, hasDotdot and hasDot among names joined by '/' (none holds a '/')."""
+    dots: set[FsckMsg] = set()
+    for match in _SUSPECT_NAMES.finditer(joined):
+        start = joined.rfind(b"/", 0, match.start() + 1) + 1
+        end = joined.find(b"/", match.end())
+        name = joined[start : end if end >= 0 else len(joined)]
+        if name in (b".", b".."):
+            dots.add(FsckMsg.HAS_DOT if name == b"." else FsckMsg.HAS_DOTDOT)
+        elif _maybe_dotgit(name):
+            dots.add(FsckMsg.HAS_DOTGIT)
+    texts = {
+        FsckMsg.HAS_DOTGIT: "contains '.git'",
+        FsckMsg.HAS_DOTDOT: "contains '..'",
+        FsckMsg.HAS_DOT: "contains '.'",
+    }
+    return [FsckProblem(m, t) for m, t in texts.items() if m in dots]
+
+
+def fsck_tree(body: bytes, *, limits: Limits = DEFAULT_LIMITS) -> list[FsckProblem]:
+    """``fsck_tree``: each entry's name and mode, then the order of neighbours.
+
+    Duplicates are found anywhere (a set of names), so an unsorted tree cannot
+    hide one from the neighbour scan.
+    """
+    usual = _usual_tree(body, limits)
+    return usual if usual is not None else _tree_by_entry(body, limits)
+
+
+def _tree_by_entry(body: bytes, limits: Limits) -> list[FsckProblem]:
+    """:func:`fsck_tree` one entry at a time: any mode, any name (tests compare the paths)."""
+    flags: dict[FsckMsg, str] = {}
+    names: set[bytes] = set()
+    prev_name = b""
+    prev_tree = False
+    name_max = limits.tree_entry_name_bytes_max
+    try:
+        for mode_bytes, name, oid in _tree_entries(body, limits):
+            mode = int(mode_bytes, 8)
+            is_tree = is_tree_mode(mode)
+            if oid == ZERO_OID:
+                flags.setdefault(FsckMsg.NULL_SHA1, "contains entries pointing to null sha1")
+            if b"/" in name:
+                flags.setdefault(FsckMsg.FULL_PATHNAME, "contains full pathnames")
+            if name in (b".", b".."):
+                msg = FsckMsg.HAS_DOT if name == b"." else FsckMsg.HAS_DOTDOT
+                flags.setdefault(msg, f"contains '{name.decode()}'")
+            elif _maybe_dotgit(name):
+                flags.setdefault(FsckMsg.HAS_DOTGIT, "contains '.git'")
+            if len(name) > name_max:
+                flags.setdefault(FsckMsg.LARGE_PATHNAME, f"contains a name over {name_max} bytes")
+            if mode_bytes.startswith(b"0"):
+                flags.setdefault(FsckMsg.ZERO_PADDED_FILEMODE, "contains zero-padded file modes")
+            elif mode_bytes not in _KNOWN_MODES:
+                flags.setdefault(FsckMsg.BAD_FILEMODE, "contains bad file modes")
+            if mode == MODE_SYMLINK and _maybe_dotgitmodules(name):
+                flags.setdefault(FsckMsg.GITMODULES_SYMLINK, ".gitmodules is a symbolic link")
+            if name in names:
+                flags.setdefault(FsckMsg.DUPLICATE_ENTRIES, "contains duplicate file entries")
+            elif names and not _ordered(prev_name, prev_tree, name, is_tree):
+                flags.setdefault(FsckMsg.TREE_NOT_SORTED, "not properly sorted")
+            names.add(name)
+            prev_name, prev_tree = name, is_tree
+    except InvalidObject:
+        return [FsckProblem(FsckMsg.BAD_TREE, "cannot be parsed as a tree")]
+    if FsckMsg.DUPLICATE_ENTRIES in flags:  # order is only judged among unique names
+        flags.pop(FsckMsg.TREE_NOT_SORTED, None)
+    # fsck_tree reports in this order, most severe first for a reader
+    return [FsckProblem(m, flags[m]) for m in _TREE_REPORT_ORDER if m in flags]
+
+
+_TREE_REPORT_ORDER = (
+    FsckMsg.DUPLICATE_ENTRIES,
+    FsckMsg.TREE_NOT_SORTED,
+    FsckMsg.GITMODULES_SYMLINK,
+    FsckMsg.HAS_DOTGIT,
+    FsckMsg.HAS_DOTDOT,
+    FsckMsg.HAS_DOT,
+    FsckMsg.FULL_PATHNAME,
+    FsckMsg.EMPTY_NAME,
+    FsckMsg.NULL_SHA1,
+    FsckMsg.LARGE_PATHNAME,
+    FsckMsg.ZERO_PADDED_FILEMODE,
+    FsckMsg.BAD_FILEMODE,
+)
+
+
+def _ordered(a: bytes, a_tree: bool, b: bytes, b_tree: bool) -> bool:
+    """``verify_ordered``: ``a`` sorts before ``b``, a tree comparing as ``name/``."""
+    return (a + b"/" if a_tree else a) < (b + b"/" if b_tree else b)
+
+
+# -- one object -------------------------------------------------------------------------------
+
+
+def fsck_object(
+    type_num: int, body: bytes, *, limits: Limits = DEFAULT_LIMITS
+) -> list[FsckProblem]:
+    """Every problem fsck finds in one object of type ``type_num`` (blobs have none here)."""
+    if type_num == ObjectType.TREE:
+        return fsck_tree(body, limits=limits)
+    if type_num == ObjectType.COMMIT:
+        return fsck_commit(body)
+    if type_num == ObjectType.TAG:
+        return fsck_tag(body, limits=limits)
+    return []
+
+
+def check_object(
+    oid: ObjectId,
+    type_num: int,
+    body: bytes,
+    *,
+    policy: FsckPolicy = RECEIVE_POLICY,
+    limits: Limits = DEFAULT_LIMITS,
+) -> None:
+    """Raise :class:`InvalidObject` for the first problem ``policy`` refuses."""
+    if type_num == ObjectType.BLOB:
+        return
+    for problem in fsck_object(type_num, body, limits=limits):
+        if policy.refuses(problem.msg):
+            hex_oid = oid_to_hex(oid)
+            raise InvalidObject(
+                f"object {hex_oid}: {problem.describe()}",
+                oid=hex_oid,
+                msg_id=problem.msg.value,
+            )
+
+
+# -- .gitmodules ------------------------------------------------------------------------------
+#
+# fsck.c collects the ids of blobs a tree names ``.gitmodules`` (any spelling a
+# filesystem reads as it) and checks their contents once seen (``fsck_blob``,
+# ``fsck_gitmodules_fn``): submodule names that climb out with ``..``
+# (CVE-2018-11235), urls and paths that read as command-line options
+# (CVE-2018-17456), ``update = !command``.
+
+
+def gitmodules_blobs(body: bytes, *, limits: Limits = DEFAULT_LIMITS) -> list[ObjectId]:
+    """Ids a tree names ``.gitmodules`` other than as a symlink (fsck.c ``gitmodules_found``).
+
+    Every ASCII spelling holds ``gitmod`` or ``gi7eba`` in some case; an HFS+
+    spelling holds the UTF-8 of an ignorable code point (U+200C-200F,
+    U+202A-202E, U+206A-206F: E2 80/E2 81; U+FEFF: EF BB BF).
+    """
+    low = body.lower()  # substring tests: far cheaper than a regular expression here
+    if (
+        b"gitmod" not in low
+        and b"gi7eba" not in low
+        and not (b"\xe2\x80" in body or b"\xe2\x81" in body or b"\xef\xbb\xbf" in body)
+    ):
+        return []
+    found: list[ObjectId] = []
+    try:
+        for mode_bytes, name, oid in _tree_entries(body, limits):
+            if int(mode_bytes, 8) != MODE_SYMLINK and _maybe_dotgitmodules(name):
+                found.append(ObjectId(oid))
+    except InvalidObject:
+        return []  # fsck_tree reports badTree
+    return found
+
+
+def _submodule_name_ok(name: bytes) -> bool:
+    """``check_submodule_name``: not empty, no ``..`` component (``/`` or ``\\`` separated)."""
+    if not name:
+        return False
+    return all(part != b".." for part in re.split(rb"[/\\]", name))
+
+
+def _url_decode(value: bytes) -> bytes:
+    return re.sub(rb"%([0-9a-fA-F]{2})", lambda m: bytes([int(m.group(1), 16)]), value)
+
+
+def _submodule_url_ok(url: bytes) -> bool:
+    """The core of ``check_submodule_url``: no option-like url, no newline once decoded."""
+    return not url.startswith(b"-") and b"\n" not in _url_decode(url)
+
+
+class _ConfigSyntax(Exception):
+    """A .gitmodules that git's config parser would not read (gitmodulesParse, INFO)."""
+
+
+_SECTION = re.compile(rb'\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\\n]|\\.)*)")?\s*\]', re.DOTALL)
+_KEY = re.compile(rb"([A-Za-z][A-Za-z0-9-]*)\s*(=?)")
+
+
+def _config_value(text: bytes) -> tuple[bytes, int]:
+    """A value up to its end of line: quotes dropped, escapes read, comments cut (config.c)."""
+    out = bytearray()
+    quoted = False
+    pos = 0
+    pending_space = b""
+    while pos < len(text):
+        c = text[pos : pos + 1]
+        pos += 1
+        if c == b"\n" and not quoted:
+            return bytes(out), pos
+        if c == b"\n":
+            raise _ConfigSyntax("newline in a quoted value")
+        if not quoted and c in (b"#", b";"):
+            nl = text.find(b"\n", pos)
+            return bytes(out), len(text) if nl < 0 else nl + 1
+        if not quoted and c in (b" ", b"\t"):
+            if out:
+                pending_space += c
+            continue
+        if pending_space:
+            out += pending_space
+            pending_space = b""
+        if c == b'"':
+            quoted = not quoted
+        elif c == b"\\":
+            esc = text[pos : pos + 1]
+            pos += 1
+            if esc == b"\n":
+                continue  # a continued line
+            mapped = {b"\\": b"\\", b'"': b'"', b"n": b"\n", b"t": b"\t", b"b": b"\b"}.get(esc)
+            if mapped is None:
+                raise _ConfigSyntax("bad escape in a value")
+            out += mapped
+        else:
+            out += c
+    if quoted:
+        raise _ConfigSyntax("unterminated quote")
+    return bytes(out), pos
+
+
+def _config_entries(text: bytes) -> list[tuple[bytes, bytes | None, bytes, bytes | None]]:
+    """(section, subsection, key, value) of each variable; value None for a bare key."""
+    entries: list[tuple[bytes, bytes | None, bytes, bytes | None]] = []
+    section: bytes | None = None
+    subsection: bytes | None = None
+    pos = 0
+    while pos < len(text):
+        c = text[pos : pos + 1]
+        if c in (b" ", b"\t", b"\r", b"\n"):
+            pos += 1
+            continue
+        if c in (b"#", b";"):
+            nl = text.find(b"\n", pos)
+            pos = len(text) if nl < 0 else nl + 1
+            continue
+        if c == b"[":
+            m = _SECTION.match(text, pos)
+            if m is None:
+                raise _ConfigSyntax("bad section header")
+            name = m.group(1).lower()
+            section, _, dotted = name.partition(b".")
+            subsection = dotted or None
+            if m.group(2) is not None:
+                subsection = re.sub(rb"\\(.)", rb"\1", m.group(2), flags=re.DOTALL)
+            pos = m.end()
+            continue
+        m = _KEY.match(text, pos)
+        if m is None or section is None:
+            raise _ConfigSyntax("bad variable line")
+        pos = m.end()
+        value: bytes | None = None
+        if m.group(2):
+            value, used = _config_value(text[pos:])
+            pos += used
+        else:
+            nl = text.find(b"\n", pos)
+            rest = text[pos : len(text) if nl < 0 else nl].strip()
+            if rest and rest[:1] not in (b"#", b";"):
+                raise _ConfigSyntax("junk after a bare key")
+            pos = len(text) if nl < 0 else nl + 1
+        entries.append((section, subsection, m.group(1).lower(), value))
+    return entries
+
+
+def fsck_gitmodules(body: bytes) -> list[FsckProblem]:
+    """``fsck_gitmodules_fn`` over every ``submodule.<name>.<key>`` of a .gitmodules blob."""
+    try:
+        entries = _config_entries(body)
+    except _ConfigSyntax as exc:
+        return [FsckProblem(FsckMsg.GITMODULES_PARSE, f"could not parse gitmodules blob: {exc}")]
+    found: list[FsckProblem] = []
+    for section, subsection, key, value in entries:
+        if section != b"submodule" or subsection is None:
+            continue
+        shown = subsection[:100].decode("utf-8", "replace")
+        if not _submodule_name_ok(subsection):
+            found.append(
+                FsckProblem(FsckMsg.GITMODULES_NAME, f"disallowed submodule name: {shown}")
+            )
+        if value is None:
+            continue
+        text = value[:100].decode("utf-8", "replace")
+        if key == b"url" and not _submodule_url_ok(value):
+            found.append(FsckProblem(FsckMsg.GITMODULES_URL, f"disallowed submodule url: {text}"))
+        if key == b"path" and value.startswith(b"-"):
+            found.append(FsckProblem(FsckMsg.GITMODULES_PATH, f"disallowed submodule path: {text}"))
+        if key == b"update" and value.startswith(b"!"):
+            text = f"disallowed submodule update setting: {text}"
+            found.append(FsckProblem(FsckMsg.GITMODULES_UPDATE, text))
+    return found
+
+
+def check_gitmodules(
+    oid: ObjectId,
+    type_num: int,
+    read: Callable[[], bytes],
+    size: int,
+    *,
+    policy: FsckPolicy = RECEIVE_POLICY,
+    limits: Limits = DEFAULT_LIMITS,
+) -> None:
+    """Raise :class:`InvalidObject` for a refused problem of an object a tree names .gitmodules.
+
+    ``read`` gives the body; it is not called for a non-blob or a blob over
+    ``gitmodules_bytes_max`` (git: ``core.bigFileThreshold``).
+    """
+    if type_num != ObjectType.BLOB:
+        problems = [FsckProblem(FsckMsg.GITMODULES_BLOB, "non-blob found at .gitmodules")]
+    elif size > limits.gitmodules_bytes_max:
+        text = (
+            f".gitmodules is {size} bytes, over gitmodules_bytes_max {limits.gitmodules_bytes_max}"
+        )
+        problems = [FsckProblem(FsckMsg.GITMODULES_LARGE, text)]
+    else:
+        problems = fsck_gitmodules(read())
+    for problem in problems:
+        if policy.refuses(problem.msg):
+            hex_oid = oid_to_hex(oid)
+            raise InvalidObject(
+                f"object {hex_oid}: {problem.describe()}", oid=hex_oid, msg_id=problem.msg.value
+            )
