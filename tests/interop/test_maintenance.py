@@ -166,3 +166,58 @@ def test_deleted_repositories_leave_nothing_and_live_ones_keep_everything(
     print(maintenance)
     assert maintenance["bytes_reclaimed"] > 0 and maintenance["files_deleted"] >= len(first)
     assert maintenance["errors"] == 0
+
+
+def _describe(url: str, name: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{url}/api/v1/repos/{name}", timeout=30) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+    return answer
+
+
+def _ref_times(url: str, name: str) -> dict[str, tuple[str, str]]:
+    with urllib.request.urlopen(f"{url}/api/v1/repos/{name}/-/refs", timeout=30) as response:
+        refs = json.loads(response.read())["refs"]
+    return {r["name"]: (r["oid"], r["updated_at"]) for r in refs}
+
+
+def _rfc_us(text: str) -> int:
+    from datetime import UTC, datetime
+
+    moment = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return int(moment.timestamp()) * 1_000_000 + moment.microsecond
+
+
+@pytest.mark.slow
+def test_last_push_is_not_stamped_by_maintenance(dev: Dev, tmp_path: Path) -> None:
+    """Seed 001, "Last push": "API commits and maintenance do not stamp it." Maintenance
+    commits ``replace_layers`` entries (flushes, compactions) after the pushes; the last
+    push time that describe answers and the ref update times stay those of the push."""
+    name = "stamps"
+    work = tmp_path / "work"
+    work.mkdir()
+    _pushes(dev.url, name, work, "a", 3)
+    # Let maintenance settle first, so that a merge after the last push merges its layer.
+    deadline = time.monotonic() + 3 * WAIT_S
+    seen: list[int] = []
+    while len(seen) < 6 or len(set(seen[-6:])) != 1:
+        assert time.monotonic() < deadline, f"maintenance never settled: {seen}"
+        seen.append(dev.status()["maintenance"]["merges"])
+        time.sleep(0.2)
+    merges_before = seen[-1]
+    (work / "last.txt").write_text("last\n")
+    run_git(["add", "."], cwd=work)
+    run_git(["commit", "-q", "-m", "last"], cwd=work)
+    before_us = time.time_ns() // 1000
+    run_git(["push", "-q", f"{dev.url}/{name}.git", "main"], cwd=work)
+    after_us = time.time_ns() // 1000
+    pushed = _describe(dev.url, name)["last_push"]
+    times = _ref_times(dev.url, name)
+    assert before_us <= _rfc_us(pushed) <= after_us  # the push's stamp, not a later one
+    deadline = time.monotonic() + 3 * WAIT_S  # a loaded machine: maintenance is slow
+    while dev.status()["maintenance"]["merges"] <= merges_before:
+        assert time.monotonic() < deadline, f"no merge after the last push: {dev.status()}"
+        time.sleep(0.2)
+    time.sleep(0.5)  # a few more maintenance passes
+    described = _describe(dev.url, name)
+    assert described["last_push"] == pushed, (described, dev.status()["maintenance"])
+    assert _ref_times(dev.url, name) == times

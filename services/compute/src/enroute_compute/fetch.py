@@ -73,14 +73,18 @@ class Fetcher:
     async def upload_pack(self, name: str, git_protocol: str, body: bytes) -> AsyncIterator[bytes]:
         check_repo_name(name)
         self.host.fetches += 1
-        if protocol_version(git_protocol) == 2:
-            async for chunk in self._upload_pack_v2(name, body):
-                yield chunk
-        else:
-            async for chunk in self._upload_pack_v0(name, body):
-                yield chunk
+        # Every snapshot read below pins its layers' local copies until the answer ends.
+        with contextlib.ExitStack() as pins:
+            if protocol_version(git_protocol) == 2:
+                async for chunk in self._upload_pack_v2(name, body, pins):
+                    yield chunk
+            else:
+                async for chunk in self._upload_pack_v0(name, body, pins):
+                    yield chunk
 
-    async def _upload_pack_v2(self, name: str, body: bytes) -> AsyncIterator[bytes]:
+    async def _upload_pack_v2(
+        self, name: str, body: bytes, pins: contextlib.ExitStack
+    ) -> AsyncIterator[bytes]:
         conv = pfetch.UploadPackV2(limits=self.host.limits)
         conv.feed(body)
         conv.feed_eof()
@@ -89,26 +93,29 @@ class Fetcher:
             if event is NEED_DATA or isinstance(event, pfetch.SessionEnd):
                 return
             snap = await self.host.read(name)
+            pins.enter_context(self.host.pin_reads(snap))
             refs = self._ref_snapshot(snap)
             if isinstance(event, pfetch.LsRefsCommand):
                 yield encode_ls_refs_response(event.request, refs)
                 continue
             request = event.request
-            wants = list(request.wants)
-            wanted_refs: list[tuple[ObjectId, bytes]] = []
-            by_name = {r.name: r.oid for r in refs.refs}
-            for ref_name in request.want_refs:
-                oid = by_name.get(ref_name)
-                if oid is None:
-                    raise ProtocolError(f"unknown ref {ref_name!r}", field="want-ref")
-                wanted_refs.append((oid, ref_name))
-                wants.append(oid)
+            try:
+                wants, wanted_refs = _v2_wants(snap, refs, request)
+            except EnrouteError as exc:
+                # Nothing of this response is sent yet: one ERR packet ends it
+                # (gitprotocol-v2, "Packet-Line Framing": an error packet at any point).
+                yield fatal_error_bytes(exc, response_started=False, sideband=False)
+                return
             common = tuple(h for h in request.haves if snap.view.contains(h))
             ready = bool(common) or not request.haves
             plan: serve.PackPlan | None = None
             reply = pfetch.FetchReply(common, ready, wanted_refs=tuple(wanted_refs))
             if pfetch.sends_pack(request, reply):
-                plan = await asyncio.to_thread(self._plan, snap, refs, request, wants, common)
+                try:
+                    plan = await asyncio.to_thread(self._plan, snap, refs, request, wants, common)
+                except EnrouteError as exc:
+                    yield fatal_error_bytes(exc, response_started=False, sideband=False)
+                    return
                 reply = pfetch.FetchReply(
                     common,
                     ready,
@@ -223,13 +230,16 @@ class Fetcher:
                 await asyncio.sleep(0)
             await worker
 
-    async def _upload_pack_v0(self, name: str, body: bytes) -> AsyncIterator[bytes]:
+    async def _upload_pack_v0(
+        self, name: str, body: bytes, pins: contextlib.ExitStack
+    ) -> AsyncIterator[bytes]:
         conv = pfetch.UploadPackV0(limits=self.host.limits)
         conv.feed(body)
         conv.feed_eof()
         request: pfetch.UploadRequestV0 | None = None
         haves: list[ObjectId] = []
         snap = await self.host.read(name)
+        pins.enter_context(self.host.pin_reads(snap))
         refs = self._ref_snapshot(snap)
         while True:
             event = conv.next_event()
@@ -239,10 +249,22 @@ class Fetcher:
                 request = event.request
                 if not request.wants:
                     return
+                try:
+                    tips = [r.oid for r in refs.refs] + [r.peeled for r in refs.refs if r.peeled]
+                    await asyncio.to_thread(serve.check_wants, snap.view, request.wants, tips=tips)
+                    _deepen_not_oids(refs, request.deepen.not_refs)
+                except EnrouteError as exc:
+                    # Before any shallow line, ACK or NAK: git shows the ERR packet.
+                    yield fatal_error_bytes(exc, response_started=False, sideband=False)
+                    return
                 if request.deepen.deepening:
                     # Right after the wants, before any acks (gitprotocol-pack, "Shallow
                     # update"); a stateless client's first request stops here.
-                    bound = await asyncio.to_thread(self._shallow, snap, refs, request)
+                    try:
+                        bound = await asyncio.to_thread(self._shallow, snap, refs, request)
+                    except EnrouteError as exc:
+                        yield fatal_error_bytes(exc, response_started=False, sideband=False)
+                        return
                     yield pfetch.encode_shallow_update(bound.shallow, bound.unshallow)
                 continue
             assert request is not None
@@ -266,6 +288,26 @@ class Fetcher:
             if sideband is not None:
                 yield FLUSH_PKT
             return
+
+
+def _v2_wants(
+    snap: Snapshot, refs: RefSnapshot, request: pfetch.FetchRequest
+) -> tuple[list[ObjectId], list[tuple[ObjectId, bytes]]]:
+    """The wants of a v2 fetch with its ``want-ref`` names resolved, all checked
+    against the repository before the response starts (gitprotocol-v2, "fetch")."""
+    wants = list(request.wants)
+    wanted_refs: list[tuple[ObjectId, bytes]] = []
+    by_name = {r.name: r.oid for r in refs.refs}
+    for ref_name in request.want_refs:
+        oid = by_name.get(ref_name)
+        if oid is None:
+            text = ref_name.decode(errors="replace")
+            raise ProtocolError(f"upload-pack: unknown ref {text}", field="want-ref")
+        wanted_refs.append((oid, ref_name))
+        wants.append(oid)
+    serve.check_wants(snap.view, wants)
+    _deepen_not_oids(refs, request.deepen.not_refs)
+    return wants, wanted_refs
 
 
 def _deepen_relative(request: pfetch.FetchRequest | pfetch.UploadRequestV0) -> bool:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from enroute_compute.ledger_port import (
@@ -122,6 +123,14 @@ class RepositoryHost:
         """Views built whole (a snapshot: opening a repository, a new incarnation)."""
         self.view_updates = 0
         """Changes that updated a view in place (layers appended or a stretch swapped)."""
+        self._retired: dict[tuple[str, str], int] = {}
+        """Stored layers that left a manifest here: (segment, key) -> when (clock us)."""
+        self._read_pins: Counter[tuple[str, str]] = Counter()
+        """Reads in flight per stored layer: a pinned layer's local copy stays."""
+        self._swept_leftovers: set[str] = set()
+        """Repositories whose copies left by a previous run were looked for once."""
+        self.local_copies_deleted = 0
+        self.local_copy_bytes_deleted = 0
 
     # -- hosting --------------------------------------------------------------------------
 
@@ -161,6 +170,7 @@ class RepositoryHost:
         repo = self._repos.pop(name, None)
         if repo is not None:
             repo.dead = True
+            self._retire(repo.name, repo.state, MISSING)
             if repo.task is not None:
                 repo.task.cancel()
             with contextlib.suppress(RuntimeError):  # no running loop: nobody can wait
@@ -237,6 +247,7 @@ class RepositoryHost:
     def _end(self, repo: _Repo, error: EnrouteError) -> None:
         repo.dead = True
         repo.error = error
+        self._retire(repo.name, repo.state, MISSING)
         if self._repos.get(repo.name) is repo:
             del self._repos[repo.name]
         asyncio.get_running_loop().create_task(self._notify(repo))
@@ -300,6 +311,7 @@ class RepositoryHost:
             repo.readers = {k: v for k, v in repo.readers.items() if k in keep}
             repo.inline = {k: v for k, v in repo.inline.items() if k in keep}
             repo.view = view
+        self._retire(repo.name, repo.state, state)
         repo.state = state
         async with repo.changed:
             repo.changed.notify_all()
@@ -395,6 +407,77 @@ class RepositoryHost:
             await self.layers.publish(storage_segment(name), key, layer_file.path)
         return result.new_layer(inline=False, upload_gen=gen)
 
+    # -- local copies of layers that left the manifest ------------------------------------
+
+    def _retire(self, name: str, old: RepoState, new: RepoState) -> None:
+        """Note the stored layers of ``old`` that ``new`` no longer names (a merge swapped
+        them out, a new incarnation or a deletion replaced the view): their local copies
+        go once no read pins them and the retention has passed."""
+        if not old.live:
+            return
+        keep = {e.root for e in new.manifest} if new.live else set()
+        now = self.clock.now_us()
+        segment = storage_segment(name)
+        for e in old.manifest:
+            if e.kind is LayerKind.STORED and e.key is not None and e.root not in keep:
+                self._retired.setdefault((segment, layer_key(name, e.key)), now)
+
+    @contextlib.contextmanager
+    def pin_reads(self, snap: Snapshot) -> Iterator[None]:
+        """Keep the local copies of ``snap``'s stored layers while a read uses its view."""
+        keys = _stored_keys(snap.name, snap.state)
+        self._read_pins.update(keys)
+        try:
+            yield
+        finally:
+            self._read_pins.subtract(keys)
+            for k in set(keys):  # a manifest may name one file twice (identical pushes)
+                if self._read_pins[k] <= 0:
+                    del self._read_pins[k]
+
+    @property
+    def retired_copies(self) -> int:
+        return len(self._retired)
+
+    async def reclaim_local_copies(self, now_us: int, retention_us: int) -> tuple[int, int]:
+        """Delete the local copies (files and catalog records) of retired layers that no
+        manifest hosted here names, no read pins, and that retired ``retention_us`` ago
+        (seed 004, "Files and tiers": a copy is derivable, so a later open refetches).
+        Answers (copies deleted, bytes)."""
+        if self.layers is None:
+            self._retired.clear()
+            return 0, 0
+        named: set[tuple[str, str]] = set()
+        for repo in self._repos.values():
+            named.update(_stored_keys(repo.name, repo.state))
+        files = size = 0
+        for item, retired_us in sorted(self._retired.items()):
+            if item in named:
+                del self._retired[item]  # named again (not expected; kept)
+                continue
+            if self._read_pins.get(item, 0) > 0 or now_us - retired_us < retention_us:
+                continue
+            freed = await self.layers.remove_copy(*item)
+            if freed is None:
+                continue  # being opened right now: try again on the next pass
+            del self._retired[item]
+            files += 1
+            size += freed
+        for repo in list(self._repos.values()):
+            # Copies a previous run left (it stopped before it could delete them).
+            if repo.dead or not repo.state.live or repo.name in self._swept_leftovers:
+                continue
+            self._swept_leftovers.add(repo.name)
+            segment = storage_segment(repo.name)
+            keep = [k for s, k in _stored_keys(repo.name, repo.state)]
+            keep += [k for s, k in self._read_pins if s == segment]
+            for leftover in self.layers.leftover_copies(segment, keep):
+                size += self.layers.remove_leftover(leftover)
+                files += 1
+        self.local_copies_deleted += files
+        self.local_copy_bytes_deleted += size
+        return files, size
+
     # -- refs -----------------------------------------------------------------------------
 
     def ref_snapshot(self, snap: Snapshot | None) -> RefSnapshot:
@@ -405,6 +488,17 @@ class RepositoryHost:
             for name, value in sorted(snap.state.refs.items())
         )
         return RefSnapshot(refs, snap.state.head or None)
+
+
+def _stored_keys(name: str, state: RepoState) -> list[tuple[str, str]]:
+    if not state.live:
+        return []
+    segment = storage_segment(name)
+    return [
+        (segment, layer_key(name, e.key))
+        for e in state.manifest
+        if e.kind is LayerKind.STORED and e.key is not None
+    ]
 
 
 def _entries(view: View) -> tuple[LayerEntry, ...]:

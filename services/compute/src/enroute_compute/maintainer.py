@@ -17,6 +17,14 @@ time. Per repository, under its maintenance lease (``RepoMaintainer``):
 2. Every ``layers.sweep_interval``: the layer sweep and trash reclamation; for
    names without a live view here (deleted repositories) trash only, taken
    from ``names_with_trash``.
+3. Every pass: the local copies of layers that left a manifest here (merged
+   away, deleted, superseded) are deleted with their catalog records once no
+   read pins them and ``layers.sweep_retention`` has passed
+   (``RepositoryHost.reclaim_local_copies``).
+
+A merge that fails (an error, not a refusal that asks to plan again) is not
+tried again on every pass: the repository's merges wait ``interval * 2**k``
+(k failures in a row, at most ``MERGE_BACKOFF_MAX_US``); its sweep goes on.
 
 The clock is passed in (``now_us`` for leases and sweep times); only the pause
 between passes is real time.
@@ -42,8 +50,8 @@ from enroute_core.engine.maintenance import (
     merge_stretch,
     names_with_trash,
 )
-from enroute_core.engine.merge import MergedLayer
-from enroute_core.state import LayerKind, OutcomeCode
+from enroute_core.engine.merge import MergedLayer, check_replacement
+from enroute_core.state import LayerEntry, LayerKind, OutcomeCode
 from enroute_core.state.names import layer_key, storage_segment
 from enroute_core.storage.budgeted import LoadPins
 from enroute_core.storage.layer.format import layer_key_name
@@ -56,6 +64,16 @@ _US = 1_000_000
 MERGES_PER_VISIT_MAX = 16
 """Merges one visit of a repository may commit (one busy repository must not starve the rest)."""
 _RETRY_CODES = frozenset({OutcomeCode.STALE_RUN, OutcomeCode.UPLOAD_WINDOW})
+MERGE_BACKOFF_MAX_US = 3600 * _US
+"""The longest wait of a repository whose merges keep failing."""
+
+
+@dataclass(slots=True)
+class MergeBackoff:
+    """Failed merge attempts of one repository in a row, and when to try again."""
+
+    failures: int
+    retry_at_us: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +128,10 @@ class MaintenanceCounters:
     files_deleted: int = 0
     sweep_bytes_reclaimed: int = 0
     trash_bytes_reclaimed: int = 0
+    merge_failures: int = 0
+    merges_deferred: int = 0
+    local_copies_deleted: int = 0
+    local_copy_bytes_deleted: int = 0
 
     @property
     def merges(self) -> int:
@@ -145,6 +167,7 @@ class Maintainer:
         self.layer_counts: dict[str, int] = {}
         self._repos: dict[str, RepoMaintainer] = {}
         self._last_sweep: dict[str, int] = {}
+        self.backoff: dict[str, MergeBackoff] = {}
         self._last_trash_scan: int | None = None
         self._slots = asyncio.Semaphore(config.merge_concurrency)
         self._task: asyncio.Task[None] | None = None
@@ -196,6 +219,7 @@ class Maintainer:
             # No view here any more (deleted, or dropped): let its lease go at once.
             m = self._repos.pop(name)
             self._last_sweep.pop(name, None)
+            self.backoff.pop(name, None)
             with contextlib.suppress(EnrouteError):
                 await m.release(self.clock.now_us())
         await asyncio.gather(*(self._visit(name) for name in hosted))
@@ -206,6 +230,11 @@ class Maintainer:
             names = await names_with_trash(self.store)
             current = set(self.host.hosted)
             await asyncio.gather(*(self._trash_only(n) for n in names if n not in current))
+        files, size = await self.host.reclaim_local_copies(
+            self.clock.now_us(), self.config.settings.sweep_retention_us
+        )
+        self.counters.local_copies_deleted += files
+        self.counters.local_copy_bytes_deleted += size
 
     # -- one repository -----------------------------------------------------------------------
 
@@ -236,7 +265,7 @@ class Maintainer:
                 if not await self._lease(m):
                     return
                 snap = await self.host.read(name)
-                snap = await self._merges(m, snap)
+                snap = await self._merges_backing_off(m, snap)
                 self.layer_counts[name] = len(snap.state.manifest)
                 await self._sweep(m, snap)
             except (NotFound, IncarnationEnded):  # deleted meanwhile: trash is for later
@@ -250,6 +279,36 @@ class Maintainer:
             except (OSError, AssertionError):  # one repository must not stop the pass
                 self.counters.errors += 1
                 log.exception("maintenance of %s failed", name)
+
+    async def _merges_backing_off(self, m: RepoMaintainer, snap: Snapshot) -> Snapshot:
+        """The merges of one visit, unless failures put them off; a failure is counted,
+        logged and backs the repository off, and the visit goes on to the sweep."""
+        name = snap.name
+        now = self.clock.now_us()
+        waiting = self.backoff.get(name)
+        if waiting is not None and now < waiting.retry_at_us:
+            self.counters.merges_deferred += 1
+            return snap
+        try:
+            snap = await self._merges(m, snap)
+        except (NotFound, IncarnationEnded):
+            raise
+        except (EnrouteError, OSError, AssertionError) as exc:
+            failures = 1 if waiting is None else waiting.failures + 1
+            wait = min(int(self.config.interval_s * _US) << min(failures, 40), MERGE_BACKOFF_MAX_US)
+            self.backoff[name] = MergeBackoff(failures, self.clock.now_us() + wait)
+            self.counters.merge_failures += 1
+            self.counters.errors += 1
+            log.warning(
+                "merge of %s failed (%d in a row; next try in %.1f s): %s",
+                name,
+                failures,
+                wait / _US,
+                exc,
+            )
+            return await self.host.read(name)
+        self.backoff.pop(name, None)
+        return snap
 
     async def _merges(self, m: RepoMaintainer, snap: Snapshot) -> Snapshot:
         for _ in range(MERGES_PER_VISIT_MAX):
@@ -302,13 +361,24 @@ class Maintainer:
     async def _merge(self, m: RepoMaintainer, snap: Snapshot, stretch: Stretch) -> int | None:
         """Merge, publish and propose one stretch; the applied version, or None when the
         output was dropped (refused, lease lost) and the caller plans again."""
+        entries = stretch.of(snap.state.manifest)
+        if tuple(e for e, _ in snap.view.layers[stretch.start : stretch.stop]) != entries:
+            return None  # a view behind its state: plan again on the next snapshot
+        flush = all(e.kind is LayerKind.INLINE for e in entries)
+        with self.host.pin_reads(snap):  # the merge reads the snapshot's view
+            return await self._merge_pinned(m, snap, stretch, entries, flush)
+
+    async def _merge_pinned(
+        self,
+        m: RepoMaintainer,
+        snap: Snapshot,
+        stretch: Stretch,
+        entries: tuple[LayerEntry, ...],
+        flush: bool,
+    ) -> int | None:
         layers = self.host.layers
         assert layers is not None
         state, view = snap.state, snap.view
-        entries = stretch.of(state.manifest)
-        if tuple(e for e, _ in view.layers[stretch.start : stretch.stop]) != entries:
-            return None  # a view behind its state: plan again on the next snapshot
-        flush = all(e.kind is LayerKind.INLINE for e in entries)
         pins = await self._load(layers, snap.name, entries)
         scratch = layers.scratch_file("merge")
         try:
@@ -327,10 +397,11 @@ class Maintainer:
             if merged is None or not m.holds(self.clock.now_us()):
                 self.counters.merges_abandoned += 1
                 return None
+            command = merged.replace_command(state.incarnation, state.upload_gen)
+            check_replacement(entries, command, dropped=merged.dropped)  # before any upload
             if merged.object_count:
                 key = layer_key(snap.name, layer_key_name(state.upload_gen, merged.sealed.root))
                 await layers.publish(storage_segment(snap.name), key, scratch.path)
-            command = merged.replace_command(state.incarnation, state.upload_gen)
             proposed = await self.host.ledger.propose(snap.name, state.incarnation, command)
         finally:
             scratch.close()
@@ -428,6 +499,11 @@ class Maintainer:
             "files_deleted": c.files_deleted,
             "bytes_reclaimed": c.bytes_reclaimed,
             "errors": c.errors,
+            "merge_failures": c.merge_failures,
+            "merges_deferred": c.merges_deferred,
+            "repositories_backing_off": len(self.backoff),
+            "local_copies_deleted": c.local_copies_deleted,
+            "local_copy_bytes_deleted": c.local_copy_bytes_deleted,
             "lease_holders": self.lease_holders(),
             "layers": dict(sorted(self.layer_counts.items())),
         }
@@ -453,6 +529,14 @@ class Maintainer:
             f'{p}_reclaimed_bytes_total{{source="trash"}} {c.trash_bytes_reclaimed}',
             f"# TYPE {p}_errors_total counter",
             f"{p}_errors_total {c.errors}",
+            f"# HELP {p}_merge_failures_total merges that failed (each backs its repository off)",
+            f"# TYPE {p}_merge_failures_total counter",
+            f"{p}_merge_failures_total {c.merge_failures}",
+            f"# HELP {p}_local_copies_deleted_total local copies of retired layers deleted",
+            f"# TYPE {p}_local_copies_deleted_total counter",
+            f"{p}_local_copies_deleted_total {c.local_copies_deleted}",
+            f"# TYPE {p}_local_copy_bytes_deleted_total counter",
+            f"{p}_local_copy_bytes_deleted_total {c.local_copy_bytes_deleted}",
             f"# HELP {p}_leases_held repositories whose maintenance lease this compute holds",
             f"# TYPE {p}_leases_held gauge",
             f"{p}_leases_held {len(self.lease_holders())}",

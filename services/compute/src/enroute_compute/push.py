@@ -120,7 +120,9 @@ class Pusher:
             return encode_report(PushReport(unpack, statuses), request)
 
         layer_file = self._scratch("layer")
+        pinned = contextlib.ExitStack()
         try:
+            pinned.enter_context(self.host.pin_reads(snap))  # thin-pack bases come from the view
             if pack.size and tips:
                 try:
                     result = await _to_thread_to_end(
@@ -144,6 +146,7 @@ class Pusher:
                 else await self.host.store_layer(name, snap, result, layer_file)
             )
         finally:
+            pinned.close()
             layer_file.close()
         command = Commit(
             incarnation=snap.state.incarnation,
@@ -188,12 +191,17 @@ class Pusher:
         if (None if current is None else current.oid) != request.expected_oid:
             raise _stale(ref, None if current is None else current.oid)
         now_us = self.host.clock.now_us()
-        built = await asyncio.to_thread(
-            build_commit, snap.view.read, request, now_us, limits=self.host.limits
-        )
-        result = await asyncio.to_thread(
-            ingest_pack, BytesSource(built.pack()), [built.oid], snap.view, limits=self.host.limits
-        )
+        with self.host.pin_reads(snap):
+            built = await asyncio.to_thread(
+                build_commit, snap.view.read, request, now_us, limits=self.host.limits
+            )
+            result = await asyncio.to_thread(
+                ingest_pack,
+                BytesSource(built.pack()),
+                [built.oid],
+                snap.view,
+                limits=self.host.limits,
+            )
         command = Commit(
             incarnation=snap.state.incarnation,
             ref_updates=(RefUpdate(ref, request.expected_oid, built.oid),),

@@ -222,6 +222,46 @@ def check_run(sources: Sequence[tuple[LayerEntry, LayerReader]]) -> None:
         end = entry.end_id
 
 
+def check_replacement(run: Sequence[LayerEntry], command: ReplaceLayers, *, dropped: int) -> None:
+    """Refuse to propose a replacement whose outputs do not cover ``run`` exactly.
+
+    Seed 004, "Stable object numbering" (Assignment): the outputs of a merge keep the
+    run's ids, so together they span ``[run's first id, run's end)`` with no gap
+    between them, and they hold the run's objects less the ``dropped`` duplicates.
+    The state machine refuses ranges outside the run; this also catches a merge that
+    lost or invented objects before it reaches the ledger. Raises ``InvalidArgument``
+    (``reason="replacement"``).
+    """
+
+    def refuse(why: str) -> InvalidArgument:
+        return InvalidArgument(
+            f"replacement of the run does not cover it: {why}", reason="replacement"
+        )
+
+    if not run:
+        raise refuse("the run is empty")
+    if command.run_first_id != run[0].first_id:
+        raise refuse(f"it starts at id {command.run_first_id}, the run at {run[0].first_id}")
+    if command.run_roots != tuple(e.root for e in run):
+        raise refuse("it names other layers than the run's")
+    low, high = run[0].first_id, run[-1].end_id
+    expected = sum(e.object_count for e in run) - dropped
+    objects = sum(o.layer.object_count for o in command.outputs)
+    if dropped < 0 or objects != expected:
+        raise refuse(f"its outputs hold {objects} objects, the run {expected} after duplicates")
+    if not command.outputs:
+        return
+    end = low
+    for out in command.outputs:
+        if out.first_id != end:
+            raise refuse(f"an output starts at id {out.first_id}, not at {end}")
+        if out.layer.object_count > out.id_count:
+            raise refuse(f"the output at id {out.first_id} holds more objects than ids")
+        end = out.first_id + out.id_count
+    if end != high:
+        raise refuse(f"its outputs end at id {end}, the run at {high}")
+
+
 def merge_layers(
     sources: Sequence[tuple[LayerEntry, LayerReader]],
     sink: Callable[[bytes], object],

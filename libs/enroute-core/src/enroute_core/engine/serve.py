@@ -243,6 +243,46 @@ def plan_fetch(
     return PackPlan(ids, have_closure, bound.shallow, thin, ofs_delta, bound.unshallow)
 
 
+def check_wants(
+    view: View, wants: Iterable[ObjectId], *, tips: Iterable[ObjectId] | None = None
+) -> None:
+    """Refuse a request whose wants the repository lacks, before anything is answered.
+
+    git's upload-pack checks each want when it reads the want list and ends the
+    conversation with ``ERR upload-pack: not our ref <oid>`` (gitprotocol-pack,
+    "Packfile Negotiation"). Checking here, ahead of any ACK, NAK, shallow line or
+    progress, lets the caller answer with that ``ERR`` packet instead of cutting a
+    started response.
+
+    ``tips`` None (protocol v2, gitprotocol-v2 "fetch": wants "are not limited to
+    advertised objects"): any object of the repository may be wanted. With ``tips``
+    (the advertised values and their peeled objects; v0 and v1 over stateless HTTP),
+    a want that is no tip must be reachable from one, as git's ``check_non_tip``
+    decides for a stateless request; the closure is walked only when such a want
+    comes.
+    """
+    wants = list(wants)
+    for oid in wants:
+        if view.id_of_oid(oid) is None:
+            raise _not_ours(oid)
+    if tips is None:
+        return
+    tip_set = set(tips)
+    others = [w for w in wants if w not in tip_set]
+    if not others:
+        return
+    tip_ids = [i for i in (view.id_of_oid(t) for t in tip_set) if i is not None]
+    reach = view.object_closure(tip_ids)
+    for oid in others:
+        if _want_id(view, oid) not in reach:
+            raise _not_ours(oid)
+
+
+def _not_ours(oid: ObjectId) -> MissingObject:
+    hex_oid = oid_to_hex(oid)
+    return MissingObject(f"upload-pack: not our ref {hex_oid}", oid=hex_oid)
+
+
 def _want_id(view: View, oid: ObjectId) -> int:
     found = view.id_of_oid(oid)
     if found is None:

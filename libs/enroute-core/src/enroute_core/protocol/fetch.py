@@ -384,6 +384,12 @@ class UploadPackV2(Conversation[V2Event]):
         self._builder: LsRefsBuilder | FetchBuilder | None = None
         self._closed = False
 
+    def _feed(self, data: bytes | bytearray | memoryview) -> None:
+        # After SessionEnd nothing reads the pkt-line reader again: bytes kept there
+        # would grow without bound and trip its buffer assertion, so they are dropped.
+        if not self._closed:
+            self._reader.feed(data)
+
     def _step(self) -> V2Event | Literal[NeedData.NEED_DATA]:
         while not self._closed:
             event = self._packet()

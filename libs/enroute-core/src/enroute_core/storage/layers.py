@@ -30,7 +30,7 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from enroute_core.base.errors import CorruptData, InvalidArgument, NotLocal
+from enroute_core.base.errors import CorruptData, InvalidArgument, NotLocal, PreconditionFailed
 from enroute_core.storage.budgeted import BudgetedCopy, LoadPins
 from enroute_core.storage.catalog import Catalog
 from enroute_core.storage.diskbudget import (
@@ -46,7 +46,7 @@ from enroute_core.storage.loads import ChunkLoader, LoadGate, coalesce
 from enroute_core.storage.localcopy import LocalCopy
 from enroute_core.storage.localfile import ScratchFile
 from enroute_core.storage.objectstore.base import ObjectStore
-from enroute_core.storage.pool import Intent
+from enroute_core.storage.pool import DEFAULT_PAGE_CACHE_BYTES, BufferPool, Intent
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +106,13 @@ class OpenLayer:
             rec = self.reader.record(local_index)
             chunks = self.reader.data_chunks_for(rec.offset, rec.length)
             self.budget.touch(self.name, chunks, intent)
-        return self.reader.entry_bytes(local_index)
+            # -- pool: a page still in the pool must not hide a chunk that left the disk
+            # ("Never waiting on the object store": reading what was not loaded fails).
+            missing = self.copy.missing(chunks)
+            if missing:
+                raise NotLocal(f"{self.name}: chunks {missing[:8]} are not local")
+            # -- end pool
+        return self.reader.entry_bytes(local_index, intent)  # pool: intent
 
 
 class LayerService:
@@ -120,7 +126,13 @@ class LayerService:
         disk_budget_bytes: int | None = None,
         gate: LoadGate | None = None,
         disk_budget: DiskBudget | None = None,
+        page_cache_bytes: int = DEFAULT_PAGE_CACHE_BYTES,
+        pool: BufferPool | None = None,
     ) -> None:
+        # -- pool: one buffer pool per node (seed 004, "Pages and memory", node.page_cache);
+        # every opened layer reads through it and closing the layer closes its pool file.
+        self.pool = pool if pool is not None else BufferPool(page_cache_bytes)
+        # -- end pool
         self._store = store
         self._dir = os.fspath(data_dir)
         self._copies = os.path.join(self._dir, "copies")
@@ -178,7 +190,7 @@ class LayerService:
         if copy is None and self._linking:
             copy = await self._link(name, key, path, file_size)
         if copy is not None:
-            reader = await self._open_reader(copy, meta_size)
+            reader = await self._open_reader(copy, meta_size, name)
             if reader is None:
                 self._discard(name, copy)
                 copy = None
@@ -195,7 +207,7 @@ class LayerService:
                 raise
             self.catalog.put(name, file_size, copy.bitmap(), False)
             try:
-                reader = await asyncio.to_thread(LayerReader.open, copy, meta_size=meta_size)
+                reader = await asyncio.to_thread(self._reader_of, copy, meta_size, name)
             except BaseException:
                 self._discard(name, copy)
                 raise
@@ -238,7 +250,13 @@ class LayerService:
             path, size, present=present, checked=self.catalog.written_here(rec)
         )
 
-    async def _open_reader(self, copy: LocalCopy, meta_size: int) -> LayerReader | None:
+    # -- pool: readers open on the node's pool
+    def _reader_of(self, copy: LocalCopy, meta_size: int, name: str) -> LayerReader:
+        return LayerReader.open(copy, meta_size=meta_size, pool=self.pool, name=name)
+
+    # -- end pool
+
+    async def _open_reader(self, copy: LocalCopy, meta_size: int, name: str) -> LayerReader | None:
         """Open on local metadata; the reader checks its chunks and crc ("Layers")."""
         meta = range(_meta_base(copy.size, meta_size) // CHUNK_BYTES, copy.chunk_count)
         if any(not (copy.is_present(c) or copy.is_unchecked(c)) for c in meta):
@@ -246,7 +264,7 @@ class LayerService:
         unchecked = [c for c in meta if copy.is_unchecked(c)]
         copy.mark_present(meta)
         try:
-            return await asyncio.to_thread(LayerReader.open, copy, meta_size=meta_size)
+            return await asyncio.to_thread(self._reader_of, copy, meta_size, name)
         except CorruptData:
             if copy.linked:
                 raise  # the store holds the same bytes ("Linked local copies")
@@ -343,7 +361,9 @@ class LayerService:
 
     def _hydrate(self, layer: OpenLayer) -> None:
         self._hydrations += 1
-        task = asyncio.create_task(layer.loader.load(range(layer.copy.chunk_count)))
+        task = asyncio.create_task(
+            layer.loader.load(range(layer.copy.chunk_count)), name=f"hydrate:{layer.name}"
+        )
         self._hydrating.add(task)
 
         def done(t: asyncio.Task[None]) -> None:
@@ -376,12 +396,19 @@ class LayerService:
         name = self.name_of(repo, key)
         path = self.path_of(name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        if isinstance(sealed, bytes):
-            await self._store.put(key, sealed, if_none_match=True)
-            size = len(sealed)
-        else:
-            await self._store.put_file(key, sealed, if_none_match=True)
-            size = os.stat(sealed).st_size
+        size = len(sealed) if isinstance(sealed, bytes) else os.stat(sealed).st_size
+        try:
+            if isinstance(sealed, bytes):
+                await self._store.put(key, sealed, if_none_match=True)
+            else:
+                await self._store.put_file(key, sealed, if_none_match=True)
+        except PreconditionFailed:
+            # The key names the layer's root (layer_key_name): a file already there with
+            # the same size is this very layer, published by a concurrent push of the
+            # same objects against the same snapshot. Anything else is refused.
+            found = await self._store.head(key)
+            if found is None or found.size != size:
+                raise
         if self._linking and await self._link(name, key, path, size) is not None:
             with contextlib.suppress(FileNotFoundError):
                 if not isinstance(sealed, bytes):
@@ -395,6 +422,70 @@ class LayerService:
             os.replace(sealed, path)
         count = chunk_count_of(size)
         self.catalog.put(name, size, bytes([0xFF]) * (count // 8) + _tail_bits(count), False)
+
+    # -- removal ----------------------------------------------------------------------------
+
+    async def remove_copy(self, repo: str, key: str) -> int | None:
+        """Delete this node's local copy of a layer: close it, unlink the file, drop its
+        catalog record ("Files and tiers": a copy is derivable data). Answers the bytes
+        the file held on disk (0 when there was none), or None while the layer is being
+        opened (the caller tries again later). The caller makes sure that no reader uses
+        the layer any more."""
+        name = self.name_of(repo, key)
+        fut = self._opening.get(name)
+        if fut is not None:
+            if not fut.done():
+                return None
+            del self._opening[name]
+            if not fut.cancelled() and fut.exception() is None:
+                layer = fut.result()
+                for task in list(self._hydrating):
+                    if task.get_name() == f"hydrate:{name}":
+                        task.cancel()
+                layer.reader.close()  # pool: its pages go
+                self._discard(name, layer.copy)
+        path = self.path_of(name)
+        freed = 0
+        try:
+            st = os.stat(path)
+            # A linked copy shares its blocks with the store's file: nothing is freed here.
+            freed = 0 if st.st_nlink > 1 else st.st_blocks * 512
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        self.catalog.remove(name)
+        return freed
+
+    def leftover_copies(self, repo: str, keep: Iterable[str]) -> list[str]:
+        """Names of ``repo``'s local copies that a previous run of this node recorded
+        (catalog writer is not this process), that this process has not opened, and
+        that are not among the layer keys ``keep``: copies of layers that left the
+        manifest while the node was down or before it could delete them."""
+        prefix = self.name_of(repo, "-").rsplit("/", 1)[0] + "/"
+        kept = {self.name_of(repo, k) for k in keep}
+        out: list[str] = []
+        for name in self.catalog.names():
+            if not name.startswith(prefix) or name in kept or name in self._opening:
+                continue
+            rec = self.catalog.get(name)
+            if rec is not None and not self.catalog.written_here(rec):
+                out.append(name)
+        return out
+
+    def remove_leftover(self, name: str) -> int:
+        """Delete a copy named by :meth:`leftover_copies` (never opened here)."""
+        if name in self._opening:
+            return 0
+        path = self.path_of(name)
+        freed = 0
+        try:
+            st = os.stat(path)
+            freed = 0 if st.st_nlink > 1 else st.st_blocks * 512
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        self.catalog.remove(name)
+        return freed
 
     # -- status -----------------------------------------------------------------------------
 
@@ -421,6 +512,7 @@ class LayerService:
         for name, fut in self._opening.items():
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 copy = fut.result().copy
+                fut.result().reader.close()  # pool: its pages go
                 if isinstance(copy, BudgetedCopy):
                     self.catalog.update_bitmap(name, copy.bitmap())
                 self._discard(name, copy)
