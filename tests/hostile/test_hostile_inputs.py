@@ -189,6 +189,12 @@ def _tag_of_tree(base: Base) -> bytes:
     return push_body([(ZERO, oid_of(4, tag), b"refs/tags/v1")], pack_of([(2, tree), (4, tag)]))
 
 
+def _branch_to_tree(base: Base) -> bytes:
+    """``refs/heads/main`` moved to a tree of the pack instead of a commit."""
+    tree = b"100644 r\0" + bytes.fromhex(base.blob.decode())
+    return push_body([(base.commit, oid_of(2, tree), MAIN)], pack_of([(2, tree)]))
+
+
 def _parent_is_blob(base: Base) -> bytes:
     blob = b"p\n"
     commit = commit_body(base.tree, [oid_of(3, blob)])
@@ -775,6 +781,13 @@ CASES = [
         _tag_of_tree,
         200,
         b"is a tree, expected a commit",
+    ),
+    _c(
+        "branch-names-tree",
+        "refs/heads/main set to a tree of the pack",
+        _branch_to_tree,
+        200,
+        b"must name a commit",
     ),
     _c(
         "tag-bad-tagger",

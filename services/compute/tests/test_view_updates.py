@@ -45,5 +45,6 @@ def test_pushes_update_the_view_without_rebuilding(
     ops = OpsServer(host, "c1", lambda: True)
     status = ops.status()
     assert (status["view_builds"], status["view_updates"]) == (builds, host.view_updates)
-    assert f"enroute_compute_view_builds_total {builds}\n" in ops.metrics()
-    assert f"enroute_compute_view_updates_total {host.view_updates}\n" in ops.metrics()
+    text = ops.metrics_text().decode()
+    assert f"enroute_compute_view_builds_total {float(builds)}\n" in text
+    assert f"enroute_compute_view_updates_total {float(host.view_updates)}\n" in text

@@ -113,6 +113,7 @@ class Pusher:
         commands = request.commands
         snap = (await self.host.open(name, CreateMode.IMPLICIT)).snapshot()
         tips = [c.new for c in commands if not c.is_delete]
+        branch_targets = [(c.ref, c.new) for c in commands if not c.is_delete]
         result: IngestResult | None = None
 
         def refuse_all(reason: bytes, unpack: bytes | None = None) -> bytes:
@@ -133,6 +134,7 @@ class Pusher:
                                 snap.view,
                                 limits=self.host.limits,
                                 sink=layer_file.append,
+                                refs=branch_targets,
                             )
                         )
                     )
