@@ -522,3 +522,189 @@ def _flip(body: bytes, rule: FaultRule) -> bytes:
     out = bytearray(body)
     out[offset] ^= rule.flip_mask
     return bytes(out)
+
+
+# -- a byte-level TCP proxy (gRPC between processes: HTTP/2 cannot be edited per request)
+
+
+class LinkMode(enum.Enum):
+    """What a :class:`TcpProxy` does with the bytes of its connections."""
+
+    PASS = "pass"
+    DROP = "drop"
+    """Connections stay open and new ones are accepted, but every byte is discarded:
+    a partition where packets vanish and only timeouts tell."""
+    DELAY = "delay"
+    """Each chunk is held ``delay_s`` before it is forwarded (order kept)."""
+    CUT = "cut"
+    """Every connection is reset and new ones are refused: a partition that is seen at once."""
+    DROP_REPLIES = "drop_replies"
+    """Bytes to the server pass, bytes back are discarded: requests take effect, answers vanish."""
+
+
+class TcpProxy:
+    """``with TcpProxy(host, port) as link: ... link.address ... link.set(LinkMode.CUT)``.
+
+    A byte pipe with a switch: :meth:`set` changes the mode of every current
+    and future connection. Like :class:`FaultProxy` it runs its own asyncio
+    loop in a daemon thread; reads are bounded by ``chunk_bytes`` and the
+    number of connections by ``connections_max``.
+    """
+
+    def __init__(
+        self,
+        upstream_host: str,
+        upstream_port: int,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        connections_max: int = 256,
+        chunk_bytes: int = 64 * 1024,
+    ) -> None:
+        self._upstream = (upstream_host, upstream_port)
+        self._host = host
+        self.port = port
+        self._connections_max = connections_max
+        self._chunk_bytes = chunk_bytes
+        self._mode = LinkMode.PASS
+        self._delay_s = 0.0
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._start_error: BaseException | None = None
+        self.connections_seen = 0
+
+    @property
+    def address(self) -> str:
+        return f"{self._host}:{self.port}"
+
+    @property
+    def mode(self) -> LinkMode:
+        with self._lock:
+            return self._mode
+
+    def set(self, mode: LinkMode, delay_s: float = 0.0) -> None:
+        """Switch every connection to ``mode``; CUT also resets the open ones."""
+        assert 0.0 <= delay_s <= DELAY_S_MAX, delay_s
+        with self._lock:
+            self._mode = mode
+            self._delay_s = delay_s
+        loop = self._loop
+        if mode is LinkMode.CUT and loop is not None and not loop.is_closed():
+            with suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._abort_all)
+
+    def heal(self) -> None:
+        self.set(LinkMode.PASS)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tcp-proxy", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10.0):
+            raise TimeoutError("tcp proxy did not start")
+        if self._start_error is not None:
+            raise self._start_error
+
+    def stop(self) -> None:
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            with suppress(RuntimeError):
+                loop.call_soon_threadsafe(stopping.set)
+        if self._thread is not None:
+            self._thread.join(timeout=10.0)
+            assert not self._thread.is_alive(), "tcp proxy thread did not stop"
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _abort_all(self) -> None:
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main())
+        except BaseException as e:
+            self._start_error = e
+            self._ready.set()
+        finally:
+            loop.close()
+
+    async def _main(self) -> None:
+        self._stopping = asyncio.Event()
+        server = await asyncio.start_server(self._accept, self._host, self.port)
+        self.port = int(server.sockets[0].getsockname()[1])
+        self._ready.set()
+        async with server:
+            await self._stopping.wait()
+            server.close()
+            self._abort_all()
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.wait(self._tasks, timeout=5.0)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.connections_seen += 1
+        if self.mode is LinkMode.CUT or len(self._writers) >= 2 * self._connections_max:
+            writer.transport.abort()
+            return
+        self._tasks.add(task)
+        self._writers.add(writer)
+        up_writer: asyncio.StreamWriter | None = None
+        try:
+            up_reader, upstream = await asyncio.wait_for(
+                asyncio.open_connection(*self._upstream), 10.0
+            )
+            up_writer = upstream
+            self._writers.add(upstream)
+            await asyncio.gather(
+                self._pump(reader, upstream, False), self._pump(up_reader, writer, True)
+            )
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._tasks.discard(task)
+            for w in (writer, up_writer):
+                if w is not None:
+                    self._writers.discard(w)
+                    w.transport.abort()
+
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, replies: bool
+    ) -> None:
+        while True:
+            data = await reader.read(self._chunk_bytes)
+            if not data:
+                writer.transport.abort()
+                return
+            with self._lock:
+                mode, delay_s = self._mode, self._delay_s
+            if mode is LinkMode.CUT:
+                writer.transport.abort()
+                return
+            if mode is LinkMode.DROP or (mode is LinkMode.DROP_REPLIES and replies):
+                continue
+            if mode is LinkMode.DELAY and delay_s > 0:
+                await asyncio.sleep(delay_s)
+            writer.write(data)
+            await writer.drain()

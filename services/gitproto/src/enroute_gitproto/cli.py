@@ -12,6 +12,7 @@ SIGTERM/SIGINT to the children, then exits when they have.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 import re
 import secrets
@@ -34,6 +35,20 @@ token_app = typer.Typer(no_args_is_help=True, help="Access tokens")
 app.add_typer(token_app, name="token")
 app.add_typer(repo_app, name="repo")
 app.command("commit")(commit)
+
+
+def _add_plugin_commands() -> None:
+    """Sub-commands other installed packages offer (``enroute cluster`` from the test kit).
+
+    Production code never imports the test kit; the kit registers its commands
+    under the ``enroute.commands`` entry-point group instead, so they exist
+    exactly where it is installed (the development environment).
+    """
+    for entry in importlib.metadata.entry_points(group="enroute.commands"):
+        app.add_typer(entry.load(), name=entry.name)
+
+
+_add_plugin_commands()
 
 READY = re.compile(r"^enroute (\w+) ready: (.*)$")
 ROLES = ("ledger", "compute", "gitproto")
