@@ -207,7 +207,12 @@ class CallGate(grpc.aio.ServerInterceptor):
 async def serve(config: Config) -> None:
     store = open_store(config.store.url, config.store.store_options(), env=os.environ)
     data_dir = os.path.join(config.node.data_dir, "layers")
-    layers = LayerService(store, data_dir, disk_budget_bytes=config.node.disk_cache)
+    layers = LayerService(
+        store,
+        data_dir,
+        disk_budget_bytes=config.node.disk_cache,
+        page_cache_bytes=config.node.page_cache,  # the node's one buffer pool
+    )
     discovery: asyncio.Task[None] | None = None
     source = member_source(tuple(config.ledger.members), config.ledger.discovery)
     if config.ledger.discovery is None:

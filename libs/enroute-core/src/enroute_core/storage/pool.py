@@ -618,6 +618,26 @@ class BufferPool:
             pos += take
         return b"".join(parts)
 
+    def read_page(
+        self, file: PoolFile, page_no: int, start: int, end: int, intent: Intent
+    ) -> bytes:
+        """A copy of bytes ``[start, end)`` of one page: the short path of point reads.
+
+        A hit copies under the one lock, so it needs no pin and no guard
+        object (the copy is at most one page, and nothing can evict or recycle
+        the page while the lock is held); a miss loads through :meth:`pin`.
+        """
+        with self._lock:
+            slot = file.slots[page_no]
+            if isinstance(slot, _Page) and not file.closed and file.failed is None:
+                if intent is Intent.POINT:
+                    slot.ref = True
+                self._hits += 1
+                data = slot.data
+                return data[start:end] if type(data) is bytes else bytes(data[start:end])
+        with self.pin(file, page_no, intent) as page:
+            return page[start:end].tobytes()
+
     def write(self, file: PoolFile, offset: int, data: bytes) -> None:
         """Write into a temp file's pages, growing it as needed."""
         self.grow(file, offset + len(data))

@@ -8,11 +8,18 @@ never wait; only :meth:`LayerReader.entry_bytes` reads the data region, and it
 checks each 1 MiB chunk the first time it touches it ("Chunk hashes verify any
 chunk on its own").
 
-All byte access goes through two page methods, the seam where the buffer pool
-and the local and remote tiers go (seed 004, "Pages and memory"):
-:meth:`LayerReader._meta_page` (4 KiB pages of the object table, oid index,
-external oids and commit sections) and :meth:`LayerReader._data_page` (64 KiB
-pages of the data region).
+All byte access goes through the page methods (``_meta_page``, ``_meta_read``,
+``_data_read``), the seam where the buffer pool and the local and remote tiers
+go (seed 004, "Pages and memory", Design 2). Opened with a
+:class:`~enroute_core.storage.pool.BufferPool`, the reader keeps only the index
+region's facts (Bloom, samples, runs, chunk hashes) after the open-time checks,
+and reads the object table, oid index, external oids and commit sections as
+4 KiB pool pages and the data region as 64 KiB pool pages. Each read carries
+an :class:`~enroute_core.storage.pool.Intent`; without one, a read of
+``SCAN_READ_BYTES`` or more (a serving window, a slab of records, a chunk
+check) is a scan and goes in cold, anything smaller is a point read. Without a
+pool (inline layers, whose bytes are already in memory, and tests) the
+metadata stays in memory and data pages are read from the source.
 
 Every failed check raises :class:`CorruptData` naming the section; a chunk
 hash failure names every section the chunk overlaps and its number.
@@ -76,10 +83,12 @@ from enroute_core.storage.layer.format import (
     Layout,
     sample_count,
 )
+from enroute_core.storage.pool import BufferPool, Intent, PageClass, PoolFile, Region
 
 _PER_PAGE = INDEX_ENTRIES_PER_PAGE
 _ENTRY = INDEX_ENTRY.size
 _KEY_END = 1 << 64
+SCAN_READ_BYTES = 128 * 1024  # a read this long without an explicit intent is a scan
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +135,10 @@ class LayerReader:
         "_layout",
         "_meta",
         "_meta_base",
+        "_meta_first_page",
         "_n",
+        "_pfile",
+        "_pool",
         "_probes",
         "_run_ids",
         "_run_kinds",
@@ -149,6 +161,9 @@ class LayerReader:
         self._meta = meta
         self._meta_base = meta_base
         self._graph: CommitGraph | None = None
+        self._pool: BufferPool | None = None
+        self._pfile: PoolFile | None = None
+        self._meta_first_page = 0
         self._layout = self._check_footer(footer, self._size, limits)
         self._load_index_region()
         self._verified = bytearray(self._layout.chunk_count)
@@ -164,12 +179,17 @@ class LayerReader:
         *,
         meta_size: int | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        pool: BufferPool | None = None,
+        name: str = "layer",
     ) -> LayerReader:
         """Load and check the metadata: one read with ``meta_size``, else footer then the rest.
 
         Checks, in order: footer magic and crc32 ("footer"), offsets against
         counts ("footer"), index region crc32 ("index region"), the SHA-256 of
         every chunk overlapping the metadata (the sections of the chunk).
+        With ``pool``, the checked metadata bytes are then let go and every
+        later read goes through the pool's pages (file ``name``); call
+        :meth:`close` when the layer is closed.
         """
         size = source.size
         if size < FOOTER_BYTES:
@@ -196,7 +216,37 @@ class LayerReader:
             meta_base = footer.data_end - footer.data_end % CHUNK_BYTES
             check_limit("layer_meta_bytes_max", size - meta_base, limits.layer_meta_bytes_max)
             meta = _read_exact(source, meta_base, size - meta_base, S_FOOTER)
-        return cls(source, footer, meta, meta_base, limits)
+        reader = cls(source, footer, meta, meta_base, limits)
+        if pool is not None:
+            reader._attach_pool(pool, name)
+        return reader
+
+    def _attach_pool(self, pool: BufferPool, name: str) -> None:
+        """Register the file with the pool: data pages up to the metadata chunk, then
+        4 KiB pages (seed 004, "Pages and memory", Design 2). The metadata chunk starts
+        on a 1 MiB boundary, so both page grids line up with the file's own offsets."""
+        source, base = self._source, self._meta_base
+
+        def load(offset: int, length: int, intent: Intent) -> bytes:
+            return _read_exact(source, offset, length, S_DATA if offset < base else S_FOOTER)
+
+        regions = [Region(base, self._size, PageClass.META)]
+        if base:
+            regions.insert(0, Region(0, base, PageClass.DATA))
+        self._pfile = pool.open_file(name, self._size, load, regions)
+        self._meta_first_page = base // DATA_PAGE_BYTES
+        self._pool = pool
+        self._meta = b""
+
+    @property
+    def pool_file(self) -> PoolFile | None:
+        """The pool's page table of this layer, when it reads through a pool."""
+        return self._pfile
+
+    def close(self) -> None:
+        """Let the pool drop this layer's pages (lazily, Design 2); reads fail after."""
+        if self._pool is not None and self._pfile is not None:
+            self._pool.close_file(self._pfile)
 
     @staticmethod
     def _check_footer(f: Footer, size: int, limits: Limits) -> Layout:
@@ -321,16 +371,74 @@ class LayerReader:
     # -- pages: every byte goes through these -----------------------------------------------
 
     def _meta_page(self, page_off: int) -> bytes:
-        """The 4 KiB page at ``page_off`` (>= the metadata start): loaded at open, pinned."""
+        """The 4 KiB page at ``page_off`` (>= the metadata start, page-aligned)."""
         start = page_off - self._meta_base
+        if self._pool is not None:
+            return self._pool_page(self._meta_first_page + (start >> 12))
         return self._meta[start : start + PAGE_BYTES]
 
-    def _meta_read(self, offset: int, length: int) -> bytes:
-        """Every metadata page is pinned at open, so a read spanning pages is one slice."""
+    def _pool_page(self, page_no: int) -> bytes:
+        """A copy of one pool page, read as a point read (the lookup path)."""
+        assert self._pool is not None and self._pfile is not None
+        return self._pool.read_page(self._pfile, page_no, 0, PAGE_BYTES, Intent.POINT)
+
+    def _meta_read(self, offset: int, length: int, intent: Intent | None = None) -> bytes:
+        """Bytes of the metadata; without a pool one slice of what ``open`` loaded."""
         start = offset - self._meta_base
+        pool = self._pool
+        if pool is not None:
+            if start < 0 or offset + length > self._size:
+                raise ValueError(f"[{offset}, {offset + length}) is outside the metadata")
+            skip = start % PAGE_BYTES
+            if length > 0 and skip + length <= PAGE_BYTES:  # the common case, inlined
+                assert self._pfile is not None
+                page_no = self._meta_first_page + start // PAGE_BYTES
+                return pool.read_page(
+                    self._pfile, page_no, skip, skip + length, intent or Intent.POINT
+                )
+            return self._pool_read(offset, length, intent)
         if start < 0 or start + length > len(self._meta):
             raise ValueError(f"[{offset}, {offset + length}) is outside the metadata")
         return self._meta[start : start + length]
+
+    def _pool_read(self, offset: int, length: int, intent: Intent | None) -> bytes:
+        """``[offset, offset + length)`` through pool pages.
+
+        A scan borrows whole runs of pages (:meth:`BufferPool.scan`: one loader
+        call per run of missing pages, inserted cold), so a serving window costs
+        a few pins, not one per page.
+        """
+        pool, pfile = self._pool, self._pfile
+        assert pool is not None and pfile is not None
+        if length <= 0:
+            return b""
+        # One page (a record, an entry, an oid): page number by arithmetic, one lock.
+        rel = offset - self._meta_base
+        if rel >= 0:
+            skip = rel % PAGE_BYTES
+            if skip + length <= PAGE_BYTES:
+                page_no = self._meta_first_page + rel // PAGE_BYTES
+                return pool.read_page(pfile, page_no, skip, skip + length, intent or Intent.POINT)
+        else:
+            skip = offset % DATA_PAGE_BYTES
+            if skip + length <= DATA_PAGE_BYTES:
+                page_no = offset // DATA_PAGE_BYTES
+                return pool.read_page(pfile, page_no, skip, skip + length, intent or Intent.POINT)
+        if intent is None:
+            intent = Intent.SCAN if length >= SCAN_READ_BYTES else Intent.POINT
+        end = offset + length
+        first = pfile.page_at(offset)
+        last = pfile.page_at(end - 1)
+        if intent is Intent.POINT or first == last:
+            return pool.read(pfile, offset, length, intent)
+        out = bytearray(length)
+        with pool.scan(pfile, first, last + 1) as pages:
+            for page_no, view in pages:
+                page_off, page_len, _ = pfile.page_span(page_no)
+                lo = max(offset, page_off)
+                hi = min(end, page_off + page_len)
+                out[lo - offset : hi - offset] = view[lo - page_off : hi - page_off]
+        return bytes(out)
 
     def _data_page(self, page_off: int) -> bytes:
         """The 64 KiB page at ``page_off``; pages from the metadata start on are in memory."""
@@ -340,7 +448,9 @@ class LayerReader:
         length = min(DATA_PAGE_BYTES, self._size - page_off)
         return _read_exact(self._source, page_off, length, S_DATA)
 
-    def _data_read(self, offset: int, length: int) -> bytes:
+    def _data_read(self, offset: int, length: int, intent: Intent | None = None) -> bytes:
+        if self._pool is not None:
+            return self._pool_read(offset, length, intent)
         page_off = offset - offset % DATA_PAGE_BYTES
         skip = offset - page_off
         if skip + length <= DATA_PAGE_BYTES:
@@ -357,7 +467,7 @@ class LayerReader:
     def _verify_chunk(self, chunk: int) -> None:
         start = chunk * CHUNK_BYTES
         end = min(start + CHUNK_BYTES, self._layout.index_region_off)
-        digest = hashlib.sha256(self._data_read(start, end - start)).digest()
+        digest = hashlib.sha256(self._data_read(start, end - start, Intent.SCAN)).digest()
         if digest != self._chunk_hashes[chunk]:
             _corrupt(
                 f"chunk {chunk} fails its SHA-256",
@@ -493,9 +603,15 @@ class LayerReader:
             first = base + lo
             last = base + hi
             page = (first if est < first else last - 1 if est >= last else est) // _PER_PAGE
-            # The page is scanned in place in the pinned metadata (no copy of it).
-            pg = self._meta
             top = self._index_pages_off + (page << 12) - self._meta_base
+            if self._pool is None:  # scanned in place in the metadata (no copy of it)
+                pg = self._meta
+            else:  # one pool page, a point read (a whole bytes page is not copied)
+                pfile = self._pfile
+                assert pfile is not None
+                page_no = self._meta_first_page + (top >> 12)
+                pg = self._pool.read_page(pfile, page_no, 0, PAGE_BYTES, Intent.POINT)
+                top = 0
             end = top + min((self._n - page * _PER_PAGE) * _ENTRY, PAGE_BYTES)
             pos = pg.find(oid, top, end)  # no oid fits in the 16 bytes after the entries
             while pos > top and (pos - top) % _ENTRY:
@@ -617,12 +733,12 @@ class LayerReader:
         raw = self._meta_read(self._layout.external_off, self._footer.external_count * OID_BYTES)
         return tuple(ObjectId(raw[p : p + OID_BYTES]) for p in range(0, len(raw), OID_BYTES))
 
-    def entry_bytes(self, local_index: int) -> bytes:
+    def entry_bytes(self, local_index: int, intent: Intent | None = None) -> bytes:
         """The stored pack entry, after checking every chunk it touches (once per chunk)."""
         rec = self.record(local_index)
-        return self.data_bytes(rec.offset, rec.length)
+        return self.data_bytes(rec.offset, rec.length, intent)
 
-    def data_bytes(self, offset: int, length: int) -> bytes:
+    def data_bytes(self, offset: int, length: int, intent: Intent | None = None) -> bytes:
         """Bytes of the data region (a run of entries), chunks checked once each.
 
         Serving copies runs of stored entries verbatim ("Entries are stored as
@@ -634,13 +750,15 @@ class LayerReader:
         for chunk in self.data_chunks_for(offset, length):
             if not verified[chunk]:
                 self._verify_chunk(chunk)
-        return self._data_read(offset, length)
+        return self._data_read(offset, length, intent)
 
     def entry_row(self, local_index: int) -> tuple[int, int, int]:
         """``(offset, length, base ref)`` of one record, checked as :meth:`entry_rows` checks."""
         return self.entry_rows(local_index, local_index + 1)[0]
 
-    def entry_rows(self, start: int, stop: int) -> list[tuple[int, int, int]]:
+    def entry_rows(
+        self, start: int, stop: int, intent: Intent | None = None
+    ) -> list[tuple[int, int, int]]:
         """``(offset, length, base ref)`` of the records ``[start, stop)``, in one table read.
 
         The extent and base ref of each record are checked as :meth:`record` checks
@@ -649,7 +767,7 @@ class LayerReader:
         if not 0 <= start <= stop <= self._n:
             raise IndexError(f"records [{start}, {stop}) are outside 0..{self._n}")
         raw = self._meta_read(
-            self._layout.table_off + start * RECORD.size, (stop - start) * RECORD.size
+            self._layout.table_off + start * RECORD.size, (stop - start) * RECORD.size, intent
         )
         data_end = self._footer.data_end
         externals = self._footer.external_count
