@@ -48,6 +48,7 @@ from enroute_core.storage.layer import (
     LayerWriter,
     SealedLayer,
 )
+from enroute_core.storage.pool import Intent
 
 _SECTION = "merge"
 
@@ -304,7 +305,7 @@ def merge_layers(
             writer.append(
                 rec.oid,
                 kind,
-                reader.entry_bytes(local),
+                reader.entry_bytes(local, Intent.SCAN),  # a merge reads each entry once: cold
                 rec.size,
                 base=base,
                 depth=depth,
