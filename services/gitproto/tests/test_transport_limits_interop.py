@@ -43,6 +43,7 @@ LIMITS = {
     "request_timeout": f"{TOTAL_S}s",
     "body_idle_timeout": f"{IDLE_S}s",
 }
+RESOURCE_LIMITS = {"protocol_push_commands_max": 3}  # the `limits:` section reaches the compute
 HELD_BYTES = 100_000  # promised by held requests: under git_body_max, never all sent
 _names = itertools.count()
 
@@ -62,7 +63,7 @@ def address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """HOST:PORT of an `enroute dev` (anonymous write) with the LIMITS above."""
     root = tmp_path_factory.mktemp("enroute-limits")
     config = root / "config.yaml"
-    config.write_text(yaml.safe_dump({"transport": LIMITS}))
+    config.write_text(yaml.safe_dump({"transport": LIMITS, "limits": RESOURCE_LIMITS}))
     argv = [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(root / "data"),
             "--config", str(config)]  # fmt: skip
     log_path = root / "enroute.log"
@@ -289,6 +290,20 @@ def test_t5_repository_concurrency_is_503(address: str, tmp_path: Path) -> None:
     finally:
         holder.close()
     still_serves(url, tmp_path, before)
+
+
+def test_limits_section_reaches_the_compute(address: str, tmp_path: Path) -> None:
+    """A push of more commands than `limits.protocol_push_commands_max` is refused whole."""
+    _, url, src = seeded(address, tmp_path)
+    before = refs(url, tmp_path)
+    for i in range(4):
+        git(["branch", f"b{i}"], src)
+    done = git(["push", url, "b0", "b1", "b2", "b3"], src, check=False)
+    assert done.returncode != 0
+    assert b"HTTP 413" in done.stderr, done.stderr  # LimitExceeded (default bound: 100,000)
+    git(["push", "-q", url, "b0", "b1", "b2"], src)  # within the limit: taken
+    after = refs(url, tmp_path)
+    assert after != before and b"refs/heads/b3" not in after
 
 
 # --- T6, T7: slow bodies and the total time ------------------------------------------------

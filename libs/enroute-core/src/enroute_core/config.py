@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -33,6 +34,7 @@ from pydantic import (
 
 from enroute_core.base.errors import InvalidArgument
 from enroute_core.base.limits import DEFAULT_LIMITS, GiB, KiB, Limits, MiB
+from enroute_core.git.fsck import RECEIVE_POLICY, FsckMsg, FsckPolicy, Severity
 from enroute_core.storage.objectstore.base import StoreOptions
 
 ENV_PREFIX = "ENROUTE_"
@@ -311,6 +313,52 @@ class TransportConfig(_Section):
 # --- end gitproto transport limits ---
 
 
+# --- receive: checks of pushed objects (enroute_core.git.fsck; docs/security.md) ---
+_FSCK_SEVERITIES = {"error": Severity.ERROR, "warn": Severity.WARN, "ignore": Severity.IGNORE}
+
+
+def _fsck_section(value: object) -> object:
+    """git's ``receive.fsck.<msg-id>``: ids matched without regard to case, as git does;
+    an id not checked here, or a FATAL one set below ``error``, is refused (git dies)."""
+    if not isinstance(value, Mapping):
+        return value
+    ids = {m.value.lower(): m for m in FsckMsg}
+    out: dict[str, str] = {}
+    for key, raw in value.items():
+        msg = ids.get(str(key).lower())
+        if msg is None:
+            raise ValueError(
+                f"{key!r} is not a message id checked here; docs/security.md lists them"
+            )
+        if raw not in _FSCK_SEVERITIES:
+            raise ValueError(f"receive.fsck.{key} must be error, warn or ignore, not {raw!r}")
+        if msg.default_severity is Severity.FATAL and raw != "error":
+            raise ValueError(f"receive.fsck.{key}: {msg.value} is fatal and cannot be lowered")
+        out[msg.value] = str(raw)
+    return out
+
+
+class ReceiveConfig(_Section):
+    """How pushed objects are checked: as git's receive.fsckObjects (docs/security.md)."""
+
+    fsck: Annotated[dict[str, str], BeforeValidator(_fsck_section)] = Field(
+        default_factory=dict,
+        description="git fsck message id -> error, warn or ignore (git's receive.fsck.<msg-id>), "
+        "e.g. {zeroPaddedFilemode: ignore}; warn and ignore let such objects in. Ids git "
+        "marks fatal (nulInHeader, unterminatedHeader) cannot be lowered.",
+    )
+
+    def fsck_policy(self) -> FsckPolicy:
+        """The :class:`FsckPolicy` pushes are checked with (strict, these overrides)."""
+        if not self.fsck:
+            return RECEIVE_POLICY
+        overrides = {key: _FSCK_SEVERITIES[raw] for key, raw in self.fsck.items()}
+        return FsckPolicy(overrides=MappingProxyType(overrides))
+
+
+# --- end receive ---
+
+
 class ListenConfig(_Section):
     """Where this process listens; ``:0`` picks a free port."""
 
@@ -347,6 +395,7 @@ class Config(_Section):
     store: StoreConfig = StoreConfig()
     auth: AuthConfig = AuthConfig()
     transport: TransportConfig = TransportConfig()
+    receive: ReceiveConfig = ReceiveConfig()
     listen: ListenConfig = ListenConfig()
     limits: LimitsSection = Field(
         default_factory=dict, description="Overrides of the resource limits listed below."

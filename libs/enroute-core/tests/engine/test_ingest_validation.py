@@ -11,9 +11,10 @@ import hashlib
 
 import pytest
 
-from enroute_core.base.errors import InvalidObject, LimitExceeded
+from enroute_core.base.errors import InvalidObject, InvalidPack, LimitExceeded
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import Limits
+from enroute_core.config import load_config
 from enroute_core.engine.ingest import ingest_pack
 from enroute_core.engine.snapshot import EMPTY_SNAPSHOT
 from enroute_core.git.object_type import ObjectType
@@ -138,3 +139,30 @@ def test_zlib_bomb_is_refused_while_inflating() -> None:
     ingest(
         objects, oid(1, c), limits=Limits(pack_inflate_free_bytes=200_000, pack_inflate_ratio_max=1)
     )
+
+
+def test_fsck_policy_from_configuration_lets_zero_padded_modes_in() -> None:
+    padded = tree((b"0100644", b"a", oid(3, BLOB)))
+    c = commit(oid(2, padded))
+    objects = [(3, BLOB), (2, padded), (1, c)]
+    with pytest.raises(InvalidObject, match="zeroPaddedFilemode"):
+        ingest(objects, oid(1, c))
+    for severity in ("ignore", "warn"):  # a severity set explicitly stands, strict or not
+        config = load_config(f"receive:\n  fsck:\n    zeroPaddedFilemode: {severity}\n", {})
+        result = ingest(objects, oid(1, c), fsck=config.receive.fsck_policy())
+        assert result.object_count == 3
+    # the other checks keep git's severities
+    config = load_config("receive:\n  fsck:\n    zeroPaddedFilemode: ignore\n", {})
+    dotgit = tree((b"0100644", b".git", oid(3, BLOB)))
+    c2 = commit(oid(2, dotgit))
+    with pytest.raises(InvalidObject, match="hasDotgit"):
+        ingest([(3, BLOB), (2, dotgit), (1, c2)], oid(1, c2), fsck=config.receive.fsck_policy())
+
+
+def test_duplicate_objects_are_refused_when_checking() -> None:
+    c = commit(oid(2, GOOD_TREE))
+    objects = [(3, BLOB), (3, BLOB), (2, GOOD_TREE), (1, c)]
+    with pytest.raises(InvalidPack, match=f"the same object {oid(3, BLOB).hex()} appears twice"):
+        ingest(objects, oid(1, c))
+    # git without --strict takes them; so does ingest without the checks, storing one copy
+    assert ingest(objects, oid(1, c), fsck=None).object_count == 3

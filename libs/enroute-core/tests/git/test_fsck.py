@@ -239,6 +239,11 @@ def test_policy_strict_makes_warnings_errors() -> None:
     assert not ignore.refuses(FsckMsg.ZERO_PADDED_FILEMODE)
     fatal = FsckPolicy(overrides={"nulInHeader": Severity.IGNORE})
     assert fatal.refuses(FsckMsg.NUL_IN_HEADER)  # FATAL cannot be lowered
+    warn = FsckPolicy(overrides={"hasDotgit": Severity.WARN})
+    assert not warn.refuses(FsckMsg.HAS_DOTGIT)  # set explicitly: strict does not raise it
+    assert warn.refuses(FsckMsg.HAS_DOT)  # the others keep strict
+    raised = FsckPolicy(strict=False, overrides={"badFilemode": Severity.ERROR})
+    assert raised.refuses(FsckMsg.BAD_FILEMODE)
 
 
 def test_check_object_message_names_the_msg_id() -> None:

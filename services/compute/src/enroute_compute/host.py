@@ -38,6 +38,7 @@ from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, KiB, Limits
 from enroute_core.engine.ingest import IngestResult
 from enroute_core.engine.view import View
+from enroute_core.git.fsck import RECEIVE_POLICY, FsckPolicy
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.source import BytesSource
 from enroute_core.git.tag import Tag
@@ -106,6 +107,7 @@ class RepositoryHost:
         clock: Clock,
         *,
         limits: Limits = DEFAULT_LIMITS,
+        fsck: FsckPolicy = RECEIVE_POLICY,
         inline_max_bytes: int = INLINE_LAYER_BYTES_MAX,
         wait_s: float = 30.0,
     ) -> None:
@@ -113,6 +115,8 @@ class RepositoryHost:
         self.layers = layers
         self.clock = clock
         self.limits = limits
+        self.fsck = fsck
+        """What pushed objects are checked with (``receive.fsck`` in the configuration)."""
         self.inline_max_bytes = inline_max_bytes
         self.wait_s = wait_s
         self._repos: dict[str, _Repo] = {}

@@ -207,6 +207,7 @@ class CallGate(grpc.aio.ServerInterceptor):
 async def serve(config: Config) -> None:
     store = open_store(config.store.url, config.store.store_options(), env=os.environ)
     data_dir = os.path.join(config.node.data_dir, "layers")
+    limits = config.resource_limits()  # the `limits:` section reaches every parser and cache
     layers = LayerService(
         store,
         data_dir,
@@ -221,7 +222,14 @@ async def serve(config: Config) -> None:
         updates = source.updates()
         ledger = GrpcLedger(await first_members(updates))
         discovery = asyncio.get_running_loop().create_task(follow(updates, ledger.set_members))
-    host = RepositoryHost(ledger, layers, SystemClock(), inline_max_bytes=config.layers.inline_max)
+    host = RepositoryHost(
+        ledger,
+        layers,
+        SystemClock(),
+        fsck=config.receive.fsck_policy(),
+        inline_max_bytes=config.layers.inline_max,
+        limits=limits,
+    )
     metrics = ComputeMetrics()
     gate = CallGate(metrics)
     server = grpc.aio.server(interceptors=[gate])
@@ -232,7 +240,12 @@ async def serve(config: Config) -> None:
     ready = True
     holder = config.node.id or f"compute@{grpc_host}:{bound}"
     maintainer = Maintainer(
-        host, store, holder, SystemClock(), MaintainerConfig.from_layers(config.layers)
+        host,
+        store,
+        holder,
+        SystemClock(),
+        MaintainerConfig.from_layers(config.layers),
+        limits=limits,
     )
     ops = OpsServer(
         host,

@@ -54,6 +54,7 @@ from enroute_core.state import Change, Commit, RefStatus, RefUpdate
 from enroute_core.state.head import branch_ref
 from enroute_core.state.names import check_repo_name
 from enroute_core.storage.localfile import ScratchFile
+from enroute_proto.request_id import derive_request_id, new_request_id
 
 T = TypeVar("T")
 
@@ -73,7 +74,10 @@ class Pusher:
             return layers.scratch_file(prefix)
         return ScratchFile(tempfile.gettempdir(), f"enroute-{prefix}")
 
-    async def receive_pack(self, name: str, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async def receive_pack(
+        self, name: str, body: AsyncIterator[bytes], request_id: bytes = b""
+    ) -> AsyncIterator[bytes]:
+        """``request_id``: the caller's id of this push (docs/rpc.md, "Request ids")."""
         check_repo_name(name)
         conv = ReceivePack(limits=self.host.limits)
         request: PushRequest | None = None
@@ -104,20 +108,39 @@ class Pusher:
             if request is None or not request.commands:
                 return
             self.host.pushes += 1
-            report = await self._push(name, request, spool)
+            report = await self._push(name, request, spool, request_id)
         finally:
             spool.close()
         yield report
 
-    async def _push(self, name: str, request: PushRequest, pack: ScratchFile) -> bytes:
-        commands = request.commands
+    async def _push(
+        self, name: str, request: PushRequest, pack: ScratchFile, request_id: bytes = b""
+    ) -> bytes:
+        """Ingest, commit, report. A command with a ``refusal`` (``funny refname``) is
+        reported ``ng`` and left out; the others go on, or with ``atomic`` all fail
+        (receive-pack.c, ``execute_commands_atomic``: ``atomic push failure``)."""
+        commands = [c for c in request.commands if c.refusal is None]
+        atomic = request.has(b"atomic")
+        if not commands or (atomic and len(commands) < len(request.commands)):
+            # nothing left to do, or an atomic push that cannot land whole: the pack unread
+            reason = b"atomic push failure"
+            return encode_report(
+                PushReport(
+                    None, tuple(ReportStatus(c.ref, c.refusal or reason) for c in request.commands)
+                ),
+                request,
+            )
         snap = (await self.host.open(name, CreateMode.IMPLICIT)).snapshot()
         tips = [c.new for c in commands if not c.is_delete]
         branch_targets = [(c.ref, c.new) for c in commands if not c.is_delete]
         result: IngestResult | None = None
 
         def refuse_all(reason: bytes, unpack: bytes | None = None) -> bytes:
-            statuses = tuple(ReportStatus(c.ref, reason) for c in commands)
+            # an unpack failure reports "unpacker error" for every command (execute_commands)
+            statuses = tuple(
+                ReportStatus(c.ref, reason if unpack is not None else c.refusal or reason)
+                for c in request.commands
+            )
             return encode_report(PushReport(unpack, statuses), request)
 
         layer_file = self._scratch("layer")
@@ -135,6 +158,7 @@ class Pusher:
                                 limits=self.host.limits,
                                 sink=layer_file.append,
                                 refs=branch_targets,
+                                fsck=self.host.fsck,
                             )
                         )
                     )
@@ -163,10 +187,16 @@ class Pusher:
             new_layer=new_layer,
             stamp_us=self.host.clock.now_us(),
             is_push=True,
-            atomic=request.has(b"atomic"),
+            atomic=atomic,
         )
         try:
-            proposed = await self.host.ledger.propose(name, snap.state.incarnation, command)
+            # -- request id (begin): a replay of this push proposes under the same id
+            # and hears the first apply's outcome; the replayed layer has the same
+            # content-addressed key, so storing it again changed nothing
+            proposed = await self.host.ledger.propose(
+                name, snap.state.incarnation, command, _ledger_id(request_id, b"push")
+            )
+            # -- request id (end)
         except IncarnationEnded as exc:
             self.host.drop(name)
             return refuse_all(git_message(exc))
@@ -177,7 +207,7 @@ class Pusher:
 
     # -- API commits ----------------------------------------------------------------------
 
-    async def create_commit(self, request: CommitRequest) -> BuiltCommit:
+    async def create_commit(self, request: CommitRequest, request_id: bytes = b"") -> BuiltCommit:
         """DESIGN "API commits": build on the expected parent, ingest, move the branch by CAS.
 
         The repository must exist (API commits never create one). A stale
@@ -213,7 +243,9 @@ class Pusher:
             atomic=True,
         )
         try:
-            proposed = await self.host.ledger.propose(name, snap.state.incarnation, command)
+            proposed = await self.host.ledger.propose(  # request id: one per API commit
+                name, snap.state.incarnation, command, _ledger_id(request_id, b"commit")
+            )
         except IncarnationEnded:
             self.host.drop(name)
             raise NotFound(f"repository {name} not found", name=name) from None
@@ -222,6 +254,15 @@ class Pusher:
             raise refused
         await self.host.wait_applied(name, proposed.version)
         return built
+
+
+# -- request id (begin) --
+def _ledger_id(request_id: bytes, purpose: bytes) -> bytes:
+    """The ledger id of this write: derived from the caller's, else fresh (docs/rpc.md)."""
+    return derive_request_id(request_id, purpose) if request_id else new_request_id()
+
+
+# -- request id (end) --
 
 
 _gc_lock = threading.Lock()
@@ -286,7 +327,9 @@ def _report(change: Change, request: PushRequest) -> PushReport:
     statuses: list[ReportStatus] = []
     for c in request.commands:
         r = results.get(c.ref)
-        if r is not None and r.status is RefStatus.OK:
+        if c.refusal is not None:
+            statuses.append(ReportStatus(c.ref, c.refusal))
+        elif r is not None and r.status is RefStatus.OK:
             statuses.append(ReportStatus(c.ref))
         elif r is not None:
             statuses.append(ReportStatus(c.ref, (r.reason or fallback.decode()).encode()))

@@ -58,7 +58,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from enroute_core.base.errors import InvalidArgument, InvalidObject, LimitExceeded, MissingObject
+from enroute_core.base.errors import (
+    InvalidArgument,
+    InvalidObject,
+    InvalidPack,
+    LimitExceeded,
+    MissingObject,
+)
 from enroute_core.base.ids import OID_BYTES, ObjectId, oid_to_hex
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
 from enroute_core.engine.bodies import BodyCache, ObjectBodies
@@ -227,6 +233,8 @@ def ingest_pack(
     headers = _Headers(cache, limits, fsck)
     indexed = _index(source, snapshot, headers, limits)
     by_oid = _first_copies(indexed.objects)
+    if fsck is not None and len(by_oid) < len(indexed.objects):
+        _refuse_duplicate(indexed.objects)
     bodies = ObjectBodies(source, indexed.objects, by_oid, snapshot, limits=limits, cache=cache)
     if fsck is not None:
         _check_gitmodules(
@@ -322,8 +330,22 @@ def _check_gitmodules(
         check_gitmodules(oid, info.type_num, read, info.object_size, policy=policy, limits=limits)
 
 
+def _refuse_duplicate(objects: Sequence[PackObjectInfo]) -> None:
+    """``index-pack --strict`` (what ``receive.fsckObjects`` runs) refuses an object
+    the pack holds twice (pack-write.c, ``WRITE_IDX_STRICT``), with git's words."""
+    seen: set[ObjectId] = set()
+    for info in objects:
+        if info.oid in seen:
+            raise InvalidPack(
+                f"the same object {oid_to_hex(info.oid)} appears twice in the pack",
+                oid=oid_to_hex(info.oid),
+            )
+        seen.add(info.oid)
+
+
 def _first_copies(objects: Sequence[PackObjectInfo]) -> dict[ObjectId, int]:
-    """Pack index of each oid's first copy (git allows an object twice in a pack)."""
+    """Pack index of each oid's first copy (git without ``--strict`` allows an object
+    twice in a pack; ``:func:`ingest_pack` refuses it unless ``fsck`` is None)."""
     by_oid: dict[ObjectId, int] = {}
     for i, info in enumerate(objects):
         by_oid.setdefault(info.oid, i)

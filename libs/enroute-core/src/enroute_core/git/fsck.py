@@ -152,8 +152,10 @@ class FsckPolicy:
     """Which problems refuse an object: ``fsck.<msg-id>`` settings plus ``strict``.
 
     ``strict`` is ``index-pack --strict`` (what ``receive.fsckObjects`` runs):
-    WARN counts as ERROR. ``overrides`` maps a message id to its severity as
-    ``fsck.<msg-id> = error|warn|info|ignore`` would; FATAL ids cannot be lowered.
+    a default WARN counts as ERROR. ``overrides`` maps a message id to its
+    severity as ``receive.fsck.<msg-id> = error|warn|ignore`` would; as in git
+    (``fsck_set_msg_type``), a severity set there stands, ``strict`` or not, so
+    ``warn`` lets the object in. FATAL ids cannot be lowered.
     """
 
     strict: bool = True
@@ -163,10 +165,12 @@ class FsckPolicy:
         default = msg.default_severity
         if default is Severity.FATAL:
             return default
-        found = self.overrides.get(msg.value, default)
-        if found is Severity.WARN and self.strict:
+        found = self.overrides.get(msg.value)
+        if found is not None:
+            return found
+        if default is Severity.WARN and self.strict:
             return Severity.ERROR
-        return found
+        return default
 
     def refuses(self, msg: FsckMsg) -> bool:
         return self.severity(msg) <= Severity.ERROR

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from enroute_core.base.errors import EnrouteError, InvalidRefName, ProtocolError
+from enroute_core.base.errors import EnrouteError, ProtocolError
 from enroute_core.base.ids import OID_HEX_CHARS, ZERO_OID, ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
 from enroute_core.git.pktline import (
@@ -41,7 +41,7 @@ from enroute_core.git.pktline import (
     pkt_line,
     pkt_text,
 )
-from enroute_core.git.refname import check_ref_format
+from enroute_core.git.refname import ref_name_problem
 from enroute_core.git.sideband import BAND_PACK, SIDEBAND_64K_DATA_BYTES_MAX, sideband_mux
 from enroute_core.protocol._common import (
     Conversation,
@@ -54,6 +54,7 @@ from enroute_core.protocol._common import (
 from enroute_core.protocol.errors import ref_reason
 
 __all__ = [
+    "FUNNY_REFNAME",
     "PackChunk",
     "PushCommand",
     "PushEnd",
@@ -64,8 +65,13 @@ __all__ = [
     "RefStatus",
     "encode_push_request",
     "encode_report",
+    "ref_is_pushable",
     "refused",
 ]
+
+
+FUNNY_REFNAME = b"funny refname"
+"""git's receive-pack reason for a ref name it will not touch (``update`` in receive-pack.c)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +79,9 @@ class PushCommand:
     old: ObjectId
     new: ObjectId
     ref: bytes
+    refusal: bytes | None = None
+    """Set when the command is refused before anything else (``funny refname``): the push
+    reports ``ng <ref> <refusal>`` for it, and its other commands go on unless atomic."""
 
     @property
     def is_delete(self) -> bool:
@@ -123,7 +132,9 @@ class ReceivePack(Conversation[PushEvent]):
     -(eof)-> END. Events: one :class:`PushRequest`, then :class:`PackChunk` for
     every piece of pack fed, then :class:`PushEnd`. Pack bytes are not buffered:
     each ``feed`` in the PACK state gives one chunk. A request whose commands
-    need a pack but that brings none fails at the end of input.
+    need a pack but that brings none fails at the end of input. A malformed
+    command line fails the request (receive-pack dies on it); a ref name
+    receive-pack would not touch only marks its command (``refusal``).
     """
 
     def __init__(self, *, limits: Limits = DEFAULT_LIMITS) -> None:
@@ -208,17 +219,11 @@ class ReceivePack(Conversation[PushEvent]):
         ):
             raise ProtocolError(f"malformed push command {line[:120]!r}")
         ref = line[2 * OID_HEX_CHARS + 2 :]
-        check_ref_format(ref, limits=self._limits)
-        if not ref.startswith(b"refs/"):
-            # receive-pack: "funny refname" for anything outside refs/ (HEAD included)
-            raise InvalidRefName(
-                f"invalid ref name {ref[:200].decode('utf-8', 'replace')!r}: not under refs/",
-                name=ref[:200].decode("utf-8", "replace"),
-                reason="not under refs/",
-            )
         bounded_append(
             self._commands,
-            PushCommand(old, new, ref),
+            PushCommand(
+                old, new, ref, None if ref_is_pushable(ref, new, self._limits) else FUNNY_REFNAME
+            ),
             "protocol_push_commands_max",
             self._limits.protocol_push_commands_max,
         )
@@ -246,6 +251,20 @@ class ReceivePack(Conversation[PushEvent]):
             raise ProtocolError("push request has commands that need a pack, and no pack")
         self._state = "END"
         return PushEnd(self._pack_bytes)
+
+
+def ref_is_pushable(ref: bytes, new: ObjectId, limits: Limits = DEFAULT_LIMITS) -> bool:
+    """Whether receive-pack would touch ``ref`` (receive-pack.c ``update``).
+
+    Git takes only names under ``refs/`` whose rest passes ``check_refname_format``,
+    one level (``refs/foo``) allowed for deletes only; any other name is refused as
+    ``funny refname`` for that command alone. A name over ``ref_name_bytes_max`` is
+    refused the same way (git has no such bound; a name that long fails as one ref).
+    """
+    if len(ref) > limits.ref_name_bytes_max or not ref.startswith(b"refs/"):
+        return False
+    problem = ref_name_problem(ref[5:], allow_onelevel=new == ZERO_OID, limits=limits)
+    return problem is None
 
 
 def encode_push_request(request: PushRequest) -> bytes:
