@@ -9,6 +9,8 @@ segment, which no name can contain. Every error body is
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -23,6 +25,7 @@ from enroute_gitproto.routing import LIST_KEY, ComputePool
 from enroute_gitproto.rpc import convert
 from enroute_gitproto.rpc.errors import from_rpc_error
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2
+from enroute_proto.request_id import new_request_id, request_id_metadata
 
 if TYPE_CHECKING:
     from enroute_proto.gen.enroute.compute.v1.compute_pb2_grpc import ComputeAsyncStub
@@ -52,15 +55,31 @@ async def read_json(receive: Receive) -> Any:
         if not message.get("more_body", False):
             break
     try:
-        return json.loads(b"".join(chunks))
+        value = json.loads(b"".join(chunks))
     except (ValueError, UnicodeDecodeError):
         raise InvalidArgument("the request body is not JSON") from None
+    except RecursionError:
+        raise InvalidArgument("the request body is nested too deeply") from None
+    try:
+        # A lone surrogate escape (``"\ud800"``) decodes to a str no UTF-8 encoder takes.
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument("the request body holds a lone surrogate escape") from None
+    except RecursionError:
+        raise InvalidArgument("the request body is nested too deeply") from None
+    return value
 
 
 class ApiHandler:
-    def __init__(self, pool: ComputePool, authorizer: Authorizer) -> None:
+    def __init__(
+        self,
+        pool: ComputePool,
+        authorizer: Authorizer,
+        clock_us: Callable[[], int] = lambda: time.time_ns() // 1000,
+    ) -> None:
         self.pool = pool
         self.authorizer = authorizer
+        self.clock_us = clock_us  # API commit times: fixed here, the same on every replay
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> int:
         try:
@@ -165,11 +184,12 @@ class ApiHandler:
         principal = self._auth(scope, "read", None)
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         limit_text = (query.get("limit") or ["0"])[0]
-        if not limit_text.isdigit():
+        # str.isdigit() also takes digits int() refuses ("²"); only ASCII digits count.
+        if not (limit_text.isascii() and limit_text.isdigit()):
             raise InvalidArgument("'limit' must be a non-negative integer", field="limit")
-        request = convert.list_repositories_request(
-            min(int(limit_text), LIST_LIMIT_MAX), (query.get("page_token") or [""])[0]
-        )
+        # Any number over the maximum means the maximum (and int() refuses 4300+ digits).
+        limit = LIST_LIMIT_MAX if len(limit_text) > 9 else min(int(limit_text), LIST_LIMIT_MAX)
+        request = convert.list_repositories_request(limit, (query.get("page_token") or [""])[0])
 
         async def attempt(stub: ComputeAsyncStub) -> compute_pb2.ListRepositoriesResponse:
             return await stub.ListRepositories(request, timeout=UNARY_TIMEOUT_S)
@@ -194,9 +214,17 @@ class ApiHandler:
     async def _commit(self, scope: Scope, receive: Receive, send: Send, repo: str) -> int:
         self._auth(scope, "write", repo)
         request = convert.create_commit_request(repo, await read_json(receive))
+        # one id and one commit time for this commit on every compute tried, so a replay
+        # builds the same commit and the ledger applies it once (docs/rpc.md, "Request ids")
+        named = request_id_metadata(new_request_id())
+        now_us = self.clock_us()
+        if not request.author.HasField("time_us"):
+            request.author.time_us = now_us
+        if request.HasField("committer") and not request.committer.HasField("time_us"):
+            request.committer.time_us = now_us
 
         async def attempt(stub: ComputeAsyncStub) -> compute_pb2.CreateCommitResponse:
-            return await stub.CreateCommit(request, timeout=UNARY_TIMEOUT_S)
+            return await stub.CreateCommit(request, timeout=UNARY_TIMEOUT_S, metadata=named)
 
         response = await self.pool.call(repo, attempt)
         await send_json(send, 201, convert.create_commit_json(response))
