@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 PREFIX = "/api/v1"
 UNARY_TIMEOUT_S = 60.0
-REQUEST_BODY_BYTES_MAX = 64 * 1024 * 1024
 LIST_LIMIT_MAX = 1000
 
 
@@ -41,16 +40,13 @@ class MethodNotAllowed(Exception):
 
 
 async def read_json(receive: Receive) -> Any:
+    """The JSON body; its size is bounded by the transport (``transport.api_body_max``)."""
     chunks: list[bytes] = []
-    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             raise InvalidArgument("the client went away before the request body ended")
         chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > REQUEST_BODY_BYTES_MAX:
-            raise InvalidArgument(f"the request body is over {REQUEST_BODY_BYTES_MAX} bytes")
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
