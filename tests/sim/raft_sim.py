@@ -4,7 +4,8 @@ One seed fixes everything: the schedule of message deliveries, ticks, client
 operations and faults, and every node's election-timeout randomness. A run is
 a fault phase (loss, duplication, reordering, partitions, crashes with and
 without losing unsynced writes, restarts, leadership transfers, compaction,
-membership changes, quiescence) followed by a calm phase in which the
+membership changes, quiescence, and in every third schedule restarts with a wiped
+disk that come back blank) followed by a calm phase in which the
 network heals and every member restarts; the calm phase must elect a leader
 and commit a fresh proposal within a bounded number of steps.
 
@@ -84,6 +85,9 @@ class SimParams:
     membership_changes: bool = True
     check_quorum: bool = True
     pre_vote: bool = True
+    wipes: bool = False
+    """Some restarts come back with a wiped disk (blank, docs/raft.md)."""
+    wipe_chance: float = 0.3
 
 
 @dataclass(slots=True)
@@ -187,6 +191,7 @@ class Disk:
         self.snap: Snapshot = EMPTY_SNAPSHOT
         self.entries: list[Entry] = []  # entries[i].index == snap.index + 1 + i
         self.pending: list[tuple[str, object]] = []
+        self.blank = 0  # the blank id this disk was started with after a wipe; 0 once readmitted
 
     def write(self, kind: str, value: object) -> None:
         self.pending.append((kind, value))
@@ -389,13 +394,12 @@ class Sim:
         self.acked: set[int] = set()
         self.nodes: dict[NodeId, SimNode] = {}
         self.stats: dict[str, int] = {}
+        # wipes draw from their own stream: the other faults of a seed stay as they were
+        self.wipe_rng = random.Random(seed ^ 0x5EED_0F_D15C)
+        self.next_blank = 1
         voters = frozenset(NodeId(i) for i in range(1, self.p.nodes + 1))
-        boot = Snapshot(SnapshotMetadata(LogIndex(1), Term(1), ConfState(voters)), b"")
         for nid in sorted(voters):
-            disk = Disk()
-            disk.snap = boot
-            disk.hs = HardState(Term(1), None, LogIndex(1))
-            self.nodes[nid] = SimNode(nid, disk)
+            self.nodes[nid] = SimNode(nid, self._founder_disk())
             self._start(self.nodes[nid])
         self.members = set(voters)
         self.next_node = self.p.nodes + 1
@@ -424,6 +428,36 @@ class Sim:
 
     # -- node lifecycle --------------------------------------------------------------------------
 
+    def _founder_disk(self) -> Disk:
+        """Duty 2: every founder starts from the same snapshot at index 1."""
+        voters = frozenset(NodeId(i) for i in range(1, self.p.nodes + 1))
+        disk = Disk()
+        disk.snap = Snapshot(SnapshotMetadata(LogIndex(1), Term(1), ConfState(voters)), b"")
+        disk.hs = HardState(Term(1), None, LogIndex(1))
+        return disk
+
+    def _may_wipe(self, node: SimNode) -> bool:
+        """One lost disk at a time: another one before the first is readmitted loses
+        entries only the two of them held, which no Raft survives. And only with three
+        members or more: two cannot readmit one (the READMIT needs a quorum without it)."""
+        return (
+            self.p.wipes
+            and self.wipe_rng.random() < self.p.wipe_chance
+            and len(self.members) >= 3
+            and not self.conf_in_flight
+            and all(not n.disk.blank for n in self.nodes.values())
+        )
+
+    def _wipe(self, node: SimNode) -> None:
+        """The disk is gone: the node comes back as its bootstrap, blank under a new id."""
+        founder = node.id <= self.p.nodes
+        node.disk = self._founder_disk() if founder else Disk()
+        node.disk.blank = self.next_blank
+        self.next_blank += 1
+        node.applied = 0
+        self._log(f"wipe n{node.id} (blank {node.disk.blank})")
+        self._count("wipe")
+
     def _start(self, node: SimNode) -> None:
         st = node.disk.load()
         node.storage = st
@@ -442,6 +476,7 @@ class Sim:
             inflight_bytes_max=1024,
             check_quorum=self.p.check_quorum,
             pre_vote=self.p.pre_vote,
+            blank=node.disk.blank,
         )
         rand = SplitMix64(self.seed * 1_000_003 + node.id * 7919 + node.incarnation)
         node.raw = RawNode(cfg, st, rand)
@@ -515,7 +550,12 @@ class Sim:
         if e.type is EntryType.CONF_CHANGE:
             cc = ConfChange.decode(e.data)
             node.conf = node.raw.apply_conf_change(cc)
-            self._conf_applied(e.index, cc)
+            if node.disk.blank and not node.raw.raft.blank:
+                node.disk.blank = 0  # written once the READMIT naming it applied
+                self._log(f"n{node.id} readmitted at {e.index}")
+                self._count("readmit")
+            if cc.type is not ConfChangeType.READMIT:
+                self._conf_applied(e.index, cc)
             return
         if not e.data:
             return
@@ -656,8 +696,12 @@ class Sim:
         elif r < 0.44:
             if down:
                 n = self.rng.choice(down)
+                if self._may_wipe(n):
+                    self._wipe(n)
                 self._log(f"restart n{n.id}")
                 self._start(n)
+                if n.disk.blank:
+                    self._wake_all()  # the runtime wakes quiet groups for a peer back up
         elif r < 0.56:
             ids = sorted(self.members)
             side = frozenset(i for i in ids if self.rng.random() < 0.5)
@@ -706,6 +750,8 @@ class Sim:
     def _membership(self) -> None:
         if self.conf_changes >= 4:
             return
+        if any(n.disk.blank for n in self.nodes.values()):
+            return  # a removal could leave too few counting voters to readmit it
         if self.conf_in_flight and self.step_no - self.conf_proposed_at < 100:
             return  # wait for it to apply, or give it up as lost with its leader
         lead = self.leader()
@@ -955,11 +1001,13 @@ def _describe(result: CheckResult) -> str:
 
 
 def params_for(seed: int) -> SimParams:
-    """Every fourth schedule runs five nodes; some run without CheckQuorum or PreVote."""
+    """Every fourth schedule runs five nodes; some run without CheckQuorum or PreVote; every
+    third wipes disks."""
     return SimParams(
         nodes=5 if seed % 4 == 3 else 3,
         check_quorum=seed % 7 != 5,
         pre_vote=seed % 5 != 4,
+        wipes=seed % 3 == 1,
     )
 
 

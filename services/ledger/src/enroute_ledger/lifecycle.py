@@ -380,8 +380,18 @@ class Lifecycle:
 
     # -- propose / subscribe ----------------------------------------------------------------
 
-    async def propose(self, repo: str, incarnation: int, command: bytes) -> Applied:
-        """Refuse a command of an ended incarnation before the log (seed 001)."""
+    async def propose(
+        self, repo: str, incarnation: int, command: bytes, request_id: bytes = b""
+    ) -> Applied:
+        """Refuse a command of an ended incarnation before the log (seed 001).
+
+        ``request_id`` (docs/rpc.md, Propose) is the caller's id of this write,
+        kept across its retries: a copy within the window gets the first answer.
+        """
+        # -- caller request id: validate (begin) --
+        if request_id and len(request_id) != 16:  # runtime's id width
+            raise InvalidArgument("request_id must be 16 bytes", length=len(request_id))
+        # -- caller request id (end) --
         cmd = decode_command(command)
         if not isinstance(cmd, Commit | ReplaceLayers | Delete):
             raise InvalidArgument("activate goes through Activate, not Propose")
@@ -397,7 +407,7 @@ class Lifecycle:
         if ended is not None:
             raise ended
         assert isinstance(got, Group)
-        rid = self.rt.request_id()
+        rid = request_id or self.rt.request_id()  # caller request id, else a fresh one
         applied = await self.rt.propose(got, command_entry(rid, command), rid, self.timeout_s)
         if applied.outcome.code in (OutcomeCode.NOT_FOUND, OutcomeCode.INCARNATION_ENDED):
             err = applied.outcome.error()

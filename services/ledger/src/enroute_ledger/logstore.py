@@ -6,11 +6,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from .storage import LogStore, SqliteStore
 
 
-def open_log_store(path: Path) -> LogStore:
-    """Open (or create) the node's store under ``path``; refuses a directory in use."""
-    return SqliteStore.open(path)
+def open_log_store(path: Path, *, clock: Callable[[], float] | None = None) -> LogStore:
+    """Open (or create) the node's store under ``path``; refuses a directory in use.
+
+    ``clock`` (seconds, monotonic) times the store's write rounds for /metrics.
+    """
+    return SqliteStore.open(path, clock=clock)

@@ -27,6 +27,7 @@ from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
 
 from .checkpoints import Checkpointer
 from .http import StatusApp
+from .identity import establish
 from .lifecycle import Lifecycle
 from .logstore import open_log_store
 from .rpc.servicer import LedgerServicer, RaftTransportServicer
@@ -72,13 +73,16 @@ async def serve(config: Config) -> int:
     node_id, peers = membership(config, config.listen.grpc)
     data = Path(config.node.data_dir)
     data.mkdir(parents=True, exist_ok=True)
-    logstore = open_log_store(data / "log")
-    known = logstore.node_identity()
-    if known is None:
-        logstore.set_node_identity(node_id)
-    elif known != node_id:
-        raise InvalidArgument("data dir belongs to another node id", stored=known, node=node_id)
+    logstore = open_log_store(data / "log", clock=time.monotonic)
     objstore = open_store(config.store.url, config.store.store_options(), env=os.environ)
+    life = await establish(
+        data,
+        logstore,
+        objstore,
+        node_id,
+        voters=len(peers) + 1,
+        new_id=int.from_bytes(os.urandom(8), "big") or 1,
+    )
     rt = Runtime(
         RuntimeConfig(
             node_id=node_id,
@@ -91,8 +95,10 @@ async def serve(config: Config) -> int:
         clock=time.monotonic,
         nonce=os.urandom(8),
         seed=int.from_bytes(os.urandom(8), "big"),
+        blank_id=life.blank_id,
+        blank_repos=life.blank_repos,
     )
-    transport = GrpcTransport(rt.mr, peers)
+    transport = GrpcTransport(rt.mr, peers, wake=rt.wake)
     rt.transport = transport
     lc = Lifecycle(
         rt,

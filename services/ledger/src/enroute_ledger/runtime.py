@@ -29,13 +29,13 @@ once"), so it survives compaction, snapshot transfer and restarts.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import itertools
 import logging
 import struct
 import zlib
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -92,6 +92,8 @@ _GENESIS = b"G"
 _COMMAND = b"C"
 _ID_BYTES = 16
 _SNAPSHOT_ROW = b"snapshot"
+_BLANK_ROW = b"blank"
+"""Present while the group was joined blank and no READMIT naming this node applied."""
 HISTORY_MAX = 4096
 """Applied changes kept per group for subscribers; older followers get a snapshot."""
 _ENTRIES_CHUNK_BYTES = 8 << 20
@@ -221,7 +223,7 @@ def decode_snapshot(data: bytes) -> tuple[RepoState | None, tuple[Done, ...]]:
     return state, tuple(out)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Group:
     """One hosted incarnation: its Raft view, applied state and waiters."""
 
@@ -235,8 +237,9 @@ class Group:
     group keeps one or two, and an empty deque alone costs some 700 bytes)."""
     done: dict[bytes, Done] = field(default_factory=dict)
     """Request id -> its apply, for ids in the dedup window (and a few older ones)."""
-    done_order: deque[Done] = field(default_factory=deque)
-    """The same records in log order: from the snapshot's window to the applied index."""
+    done_order: list[Done] = field(default_factory=list)
+    """The same records in log order: from the snapshot's window to the applied index (a
+    list: trimmed in slices past the window, and an empty deque costs ~600 bytes)."""
     proposals: dict[bytes, asyncio.Future[Applied]] = field(default_factory=dict)
     reads: dict[bytes, asyncio.Future[int]] = field(default_factory=dict)
     waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
@@ -266,6 +269,11 @@ class Group:
 
 
 def _log_failure(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.error("ledger store write failed: %r", fut.exception())
+
+
+def _log_store_failure(fut: concurrent.futures.Future[None]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         log.error("ledger store write failed: %r", fut.exception())
 
@@ -335,8 +343,17 @@ class Runtime:
         clock: Callable[[], float],
         nonce: bytes,
         seed: int,
+        blank_id: int = 0,
+        blank_repos: Iterable[str] = (),
     ) -> None:
+        """``blank_id`` non-zero: this node's disk was wiped (docs/raft.md, "A voter that
+        lost its disk"); every group of a repository in ``blank_repos`` (those that
+        existed when it came back) is joined blank under that id."""
         self.config = config
+        self.voters = config.voters
+        """One frozenset of the members, shared by every group's ConfState and tracker."""
+        self.blank_id = blank_id
+        self.blank_repos = frozenset(blank_repos) if blank_id else frozenset()
         self.store = store
         self.clock = clock
         self.transport: Transport | None = None
@@ -384,7 +401,18 @@ class Runtime:
         self.compactions = 0
         self.snapshots_applied = 0
         self.reproposals = 0
+        """Proposals sent again under the same request id (docs/raft.md, Re-proposal)."""
         self.duplicates_skipped = 0
+        """Applied entries whose request id the window already held: not applied twice."""
+        self.leader_changes = 0
+        """Times a hosted group learned a leader here (after an election or a restart)."""
+        self.snapshots_received = 0
+        """Snapshots received in chunks from a leader and stepped."""
+        self.blank_joined = 0
+        """Groups this node joined blank (or recovered still blank)."""
+        self.blank_readmitted = 0
+        """READMITs naming this node applied: groups where it counts again."""
+        self._blank_groups: set[GroupId] = set()
 
     # -- ids ---------------------------------------------------------------------------------
 
@@ -396,15 +424,19 @@ class Runtime:
     def _storage_for(self, gid: GroupId, voters: frozenset[NodeId]) -> Storage:
         return self._pending_storage.pop(gid)
 
-    def _install(self, gid: GroupId, mem: MemoryStorage, applied: int) -> Group:
+    def _install(self, gid: GroupId, mem: MemoryStorage, applied: int, blank: int = 0) -> Group:
         self._pending_storage[gid] = mem
-        self.mr.create_group(gid, self.config.voters, applied=LogIndex(applied))
+        self.mr.create_group(gid, self.voters, applied=LogIndex(applied), blank=blank)
+        if blank:
+            self._blank_groups.add(gid)
+            self.blank_joined += 1
         g = Group(gid, mem, applied=applied)
         self.groups[gid] = g
-        self._of_repo.setdefault(g.repo, []).append(g)
-        cur = self.by_repo.get(g.repo)
+        repo = g.repo  # one str for both indexes
+        self._of_repo.setdefault(repo, []).append(g)
+        cur = self.by_repo.get(repo)
         if cur is None or cur.incarnation < g.incarnation:
-            self.by_repo[g.repo] = g
+            self.by_repo[repo] = g
         stashed = self._orphans.pop(gid, None)
         if stashed:
             for b in stashed:
@@ -437,7 +469,9 @@ class Runtime:
                 mem.append(ents)
                 lo = LogIndex(ents[-1].index + 1)
             mem.set_hard_state(self.store.hard_state(sg))
-            g = self._install(gid, mem, int(meta.index))
+            row = self.store.state_get(sg, _BLANK_ROW)
+            blank = int.from_bytes(row, "big") if row else 0
+            g = self._install(gid, mem, int(meta.index), blank)
             self._load_snapshot(g, data or b"")
             out.append(g)
         return out
@@ -448,11 +482,16 @@ class Runtime:
         g = self.groups.get(gid)
         if g is not None:
             return g
-        meta = SnapshotMetadata(LogIndex(1), Term(1), ConfState(voters=self.config.voters))
+        meta = SnapshotMetadata(LogIndex(1), Term(1), ConfState(voters=self.voters))
         hs = HardState(Term(1), None, LogIndex(1))
+        # a group of a repository that existed when this node came back with a wiped
+        # disk may remember it as a voter: join it blank (docs/raft.md)
+        blank = self.blank_id if not campaign and repo in self.blank_repos else 0
         batch = WriteBatch()
         batch.install_snapshot(store_gid(gid), meta)
         batch.set_hard_state(store_gid(gid), hs)
+        if blank:
+            batch.put_state(store_gid(gid), _BLANK_ROW, blank.to_bytes(8, "big"))
         await asyncio.wrap_future(self.store.submit(batch))
         g = self.groups.get(gid)  # another caller may have won meanwhile
         if g is not None:
@@ -460,7 +499,7 @@ class Runtime:
         mem = MemoryStorage()
         mem.apply_snapshot(Snapshot(meta))
         mem.set_hard_state(hs)
-        g = self._install(gid, mem, 1)
+        g = self._install(gid, mem, 1, blank)
         if campaign or not self.config.peers:
             self.mr.campaign(gid)
         self.wake()
@@ -472,6 +511,7 @@ class Runtime:
             return
         g.dropped = True
         self.groups.pop(g.gid, None)
+        self._blank_groups.discard(g.gid)
         same = self._of_repo.get(g.repo, [])
         if g in same:
             same.remove(g)
@@ -563,10 +603,13 @@ class Runtime:
         retry_s = max(self.config.propose_retry_s, self.config.tick_interval_s)
         try:
             for attempt in range(PROPOSE_ATTEMPTS_MAX):
+                # -- caller request id: a copy of an applied id is answered at once,
+                # also on the first attempt (a caller's retry) (begin) --
+                first = self._duplicate(g, rid, g.applied + 1)
+                if first is not None:  # applied meanwhile (e.g. inside a snapshot)
+                    return self._answer(g, first)
+                # -- caller request id (end) --
                 if attempt:
-                    first = self._duplicate(g, rid, g.applied + 1)
-                    if first is not None:  # applied meanwhile (e.g. inside a snapshot)
-                        return self._answer(g, first)
                     self.reproposals += 1
                 try:
                     await self._retry_dropped(lambda: self.mr.propose(g.gid, entry), g, deadline)
@@ -581,7 +624,9 @@ class Runtime:
                 retry_s = min(retry_s * 2, PROPOSE_RETRY_MAX_S)
             raise Timeout("proposal not applied in time; outcome unknown")
         finally:
-            g.proposals.pop(rid, None)
+            # caller request id: a newer call with the same id may wait under it now
+            if g.proposals.get(rid) is fut:
+                del g.proposals[rid]
 
     async def _await_apply(
         self,
@@ -768,6 +813,9 @@ class Runtime:
                 batch.install_snapshot(sg, rd.snapshot.metadata)
                 batch.clear_state(sg)
                 batch.put_state(sg, _SNAPSHOT_ROW, rd.snapshot.data)
+                blank = self.blank_of(g)
+                if blank:  # still blank: the mark survives the snapshot
+                    batch.put_state(sg, _BLANK_ROW, blank.to_bytes(8, "big"))
             if rd.entries:
                 batch.append(sg, rd.entries)
             if rd.hard_state is not None:
@@ -813,6 +861,7 @@ class Runtime:
             if changed is not None and (g.applied != applied_before or led):
                 changed(g)
             if rd.soft_state is not None and rd.soft_state.lead is not None:
+                self.leader_changes += 1
                 g.notify()  # proposals waiting for a leader try again now
         # 5. advance
         self.mr.advance(nr)
@@ -892,6 +941,8 @@ class Runtime:
         self.applied_entries += 1
         if e.type is EntryType.CONF_CHANGE:
             self.mr.apply_conf_change(g.gid, ConfChange.decode(e.data))
+            if g.gid in self._blank_groups and not self.blank_of(g):
+                self._readmitted(g)
             return
         data = e.data
         if not data:
@@ -928,6 +979,38 @@ class Runtime:
         if self.on_applied is not None:
             self.on_applied(g, result)
 
+    # -- blank groups (docs/raft.md, "A voter that lost its disk") -------------------------
+
+    def blank_of(self, g: Group) -> int:
+        """The blank id this node still has in ``g`` (0: it votes and counts)."""
+        if g.gid not in self._blank_groups:
+            return 0
+        try:
+            return int(self.mr.raw_node(g.gid).raft.blank)
+        except NotFound:
+            return 0
+
+    @property
+    def blank_groups(self) -> int:
+        """Hosted groups where this node is still blank."""
+        return len(self._blank_groups)
+
+    def _readmitted(self, g: Group) -> None:
+        """A READMIT naming this node applied: drop the mark (written after the entry
+        committed, so a crash before it lands only makes the node blank once more)."""
+        self._blank_groups.discard(g.gid)
+        self.blank_readmitted += 1
+        log.warning(
+            "readmitted to %s/%s: node %s votes and counts there again (%d groups still blank)",
+            g.repo,
+            g.incarnation,
+            self.config.node_id,
+            len(self._blank_groups),
+        )
+        batch = WriteBatch()
+        batch.delete_state(store_gid(g.gid), _BLANK_ROW)
+        self.store.submit(batch).add_done_callback(_log_store_failure)
+
     # -- the request id window (docs/raft.md, "Applying each id once") -------------------
 
     def _duplicate(self, g: Group, rid: bytes, index: int) -> Done | None:
@@ -949,15 +1032,19 @@ class Runtime:
         snapshot's index minus the window: at most the in-memory log plus one window.
         """
         g.done[d.rid] = d
-        g.done_order.append(d)
+        order = g.done_order
+        order.append(d)
         window = self.config.dedup_window_entries
-        if len(g.done_order) <= window:
+        if len(order) <= window:
             return
         floor = min(int(g.mem.snapshot().metadata.index), g.applied) - window
-        while g.done_order and g.done_order[0].index <= floor:
-            old = g.done_order.popleft()
+        cut = 0
+        while cut < len(order) and order[cut].index <= floor:
+            old = order[cut]
             if g.done.get(old.rid) is old:
                 del g.done[old.rid]
+            cut += 1
+        del order[:cut]
 
     def _window_at(self, g: Group, index: int) -> list[Done]:
         """The records a snapshot at ``index`` carries: applies in (index - window, index]."""
@@ -971,7 +1058,7 @@ class Runtime:
         g.state = state
         g.born = True
         g.done = {d.rid: d for d in done}
-        g.done_order = deque(done)
+        g.done_order = list(done)
 
     def _answer(self, g: Group, d: Done) -> Applied:
         """What the proposer of a copy of an applied entry hears: the first apply's result.
@@ -1059,6 +1146,32 @@ class Runtime:
         return out
 
     # -- views for status ------------------------------------------------------------------
+
+    @property
+    def snapshots_sent(self) -> int:
+        """Snapshots the transport delivered to peers in chunks (SendSnapshot)."""
+        return int(getattr(self.transport, "snapshots_sent", 0))
+
+    @property
+    def snapshots_send_failed(self) -> int:
+        """Snapshot transfers that failed (the leader retries them later)."""
+        return int(getattr(self.transport, "snapshots_failed", 0))
+
+    @property
+    def store_round_s(self) -> float:
+        """Seconds the store spent in write rounds (each ends in one fsync); 0 if untimed."""
+        return float(getattr(self.store, "round_seconds", 0.0))
+
+    def apply_lag_entries(self) -> int:
+        """The most committed-but-unapplied entries of any hosted group (O(groups))."""
+        lag = 0
+        for g in self.groups.values():
+            try:
+                committed = int(self.mr.raw_node(g.gid).raft.log.committed)
+            except NotFound:
+                continue
+            lag = max(lag, committed - g.applied)
+        return lag
 
     def leader_of(self, g: Group) -> int | None:
         try:

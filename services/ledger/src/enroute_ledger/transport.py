@@ -4,6 +4,13 @@ Each peer gets a bounded queue and a task that keeps one ``Send`` stream open,
 writing every batch for it. A failed or ended stream reports the peer
 unreachable to the multi-Raft layer and reconnects with backoff; batches
 queued meanwhile may be dropped, which Raft tolerates.
+
+Snapshots do not ride in batches: a repository's state can be far larger than
+one gRPC message (4 MiB). Each SNAP message is taken out of its batch and sent
+on its own ``SendSnapshot`` call in chunks (header, 1 MiB data chunks, SHA-256
+trailer), one at a time per peer; the outcome is reported to the group
+(``report_snapshot``), so a failed transfer is retried by the leader later.
+Raft tolerates the reordering against the peer's ``Send`` stream.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 import grpc
 
@@ -18,35 +26,84 @@ from enroute_core.base.errors import EnrouteError
 from enroute_core.base.ids import NodeId
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
 
-from .multiraft import Batch, MultiRaft
-from .rpc.convert import batch_to_proto
+from .multiraft import Batch, GroupMessage, MultiRaft
+from .rpc.convert import batch_to_proto, snapshot_chunks
 
 log = logging.getLogger("enroute.ledger.transport")
 QUEUE_MAX = 1024
+SNAPSHOTS_QUEUED_MAX = 64
+"""Snapshots waiting per peer; more are reported failed at once (the leader retries)."""
+SNAPSHOT_TIMEOUT_S = 120.0
+"""One snapshot transfer at most (64 MiB at about 0.5 MiB/s)."""
 
 
 class GrpcTransport:
-    def __init__(self, mr: MultiRaft, addresses: dict[NodeId, str]) -> None:
+    def __init__(
+        self,
+        mr: MultiRaft,
+        addresses: dict[NodeId, str],
+        *,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
         self.mr = mr
         self.addresses = addresses
+        self._wake = wake
         self._queues: dict[NodeId, asyncio.Queue[Batch]] = {
             n: asyncio.Queue(QUEUE_MAX) for n in addresses
         }
+        self._snaps: dict[NodeId, asyncio.Queue[GroupMessage]] = {
+            n: asyncio.Queue(SNAPSHOTS_QUEUED_MAX) for n in addresses
+        }
         self._tasks: list[asyncio.Task[None]] = []
         self.dropped = 0
+        self.snapshots_sent = 0
+        self.snapshots_failed = 0
 
     def start(self) -> None:
+        loop = asyncio.get_running_loop()
         for node in self.addresses:
-            self._tasks.append(asyncio.get_running_loop().create_task(self._run(node)))
+            self._tasks.append(loop.create_task(self._run(node)))
+            self._tasks.append(loop.create_task(self._run_snapshots(node)))
 
     def send(self, batch: Batch) -> None:
         q = self._queues.get(batch.to_node)
         if q is None:
             return
+        if any(gm.message.snapshot is not None for gm in batch.messages):
+            batch = self._take_snapshots(batch)
         try:
             q.put_nowait(batch)
         except asyncio.QueueFull:
             self.dropped += 1
+
+    def _take_snapshots(self, batch: Batch) -> Batch:
+        sq = self._snaps[batch.to_node]
+        rest: list[GroupMessage] = []
+        for gm in batch.messages:
+            if gm.message.snapshot is None:
+                rest.append(gm)
+                continue
+            try:
+                sq.put_nowait(gm)
+            except asyncio.QueueFull:
+                self._report(gm, batch.to_node, ok=False)
+        return Batch(
+            batch.from_node,
+            batch.to_node,
+            tuple(rest),
+            batch.heartbeats,
+            batch.heartbeat_responses,
+        )
+
+    def _report(self, gm: GroupMessage, node: NodeId, *, ok: bool) -> None:
+        if ok:
+            self.snapshots_sent += 1
+        else:
+            self.snapshots_failed += 1
+        with contextlib.suppress(EnrouteError):  # the group may be gone meanwhile
+            self.mr.report_snapshot(gm.group, node, ok=ok)
+        if self._wake is not None:
+            self._wake()
 
     async def _run(self, node: NodeId) -> None:
         q = self._queues[node]
@@ -58,10 +115,6 @@ class GrpcTransport:
                 while True:
                     batch = await q.get()
                     await call.write(batch_to_proto(batch))
-                    for gm in batch.messages:  # snapshots travel inline; report them
-                        if gm.message.snapshot is not None:
-                            with contextlib.suppress(EnrouteError):
-                                self.mr.report_snapshot(gm.group, node, ok=True)
                     backoff = 0.05
             except asyncio.CancelledError:
                 raise
@@ -75,6 +128,27 @@ class GrpcTransport:
                 q.get_nowait()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
+
+    async def _run_snapshots(self, node: NodeId) -> None:
+        """One chunked SendSnapshot call at a time to ``node``; each outcome reported."""
+        sq = self._snaps[node]
+        channel = grpc.aio.insecure_channel(self.addresses[node])
+        try:
+            stub = ledger_pb2_grpc.RaftTransportStub(channel)
+            while True:
+                gm = await sq.get()
+                ok = False
+                try:
+                    chunks = snapshot_chunks(self.mr.id, gm)
+                    await stub.SendSnapshot(chunks, timeout=SNAPSHOT_TIMEOUT_S)
+                    ok = True
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # refused, timed out, link lost: the leader retries
+                    log.warning("snapshot of %r to node %s failed: %r", gm.group, node, e)
+                self._report(gm, node, ok=ok)
+        finally:
+            await channel.close()
 
     async def close(self) -> None:
         for t in self._tasks:

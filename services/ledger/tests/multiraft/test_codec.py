@@ -61,6 +61,7 @@ messages = st.builds(
     U64.map(LogIndex),
     st.binary(max_size=20),
     st.booleans(),
+    U64,
 )
 
 
@@ -104,7 +105,14 @@ def _vectors() -> list[Message]:
             log_term=Term(2),
         ),
         Message(MessageType.HEARTBEAT, NodeId(2), NodeId(1), Term(1), quiesce=True),
+        Message(MessageType.HEARTBEAT_RESP, NodeId(1), NodeId(2), Term(4), blank=0xB1A7),
     ]
+
+
+def test_blank_id_vector_bytes() -> None:
+    """Flag bit 3 and the blank id last (docs/raft.md, "A voter that lost its disk")."""
+    m = Message(MessageType.VOTE_RESP, NodeId(1), NodeId(2), Term(2), reject=True, blank=300)
+    assert encode_message(m).hex() == "524d010809" + "010202000000000000" + "ac02"
 
 
 def test_fixed_vector_bytes() -> None:

@@ -209,11 +209,11 @@ def test_progress_snapshot_then_probe_resumes_after_it() -> None:
 def test_tracker_commit_index_is_the_quorum_match() -> None:
     tr = ProgressTracker(4, 1000)
     for n, match in ((1, 5), (2, 3), (3, 9), (4, 1), (5, 7)):
-        tr.voters.add(NodeId(n))
+        tr.voters |= {NodeId(n)}
         tr.progress[NodeId(n)] = tr.new_progress(LogIndex(1), is_learner=False)
         tr.progress[NodeId(n)].match = LogIndex(match)
     assert tr.committed() == 5
-    tr.learners.add(NodeId(6))
+    tr.learners |= {NodeId(6)}
     tr.progress[NodeId(6)] = tr.new_progress(LogIndex(1), is_learner=True)
     tr.progress[NodeId(6)].match = LogIndex(100)
     assert tr.committed() == 5

@@ -199,6 +199,15 @@ async def until(cond: Callable[[], bool]) -> None:
     raise AssertionError("condition not reached in time")
 
 
+async def copy_through_log(rt: Runtime, g: Group, entry: bytes) -> None:
+    """Append a copy of an applied entry to the log itself (``Runtime.propose`` answers a
+    caller's retry of an applied id from the window without the log): applied once."""
+    before = rt.duplicates_skipped
+    rt.mr.propose(g.gid, entry)
+    rt.wake()
+    await until(lambda: rt.duplicates_skipped == before + 1)
+
+
 async def run_commits(rt: Runtime, g: Group, first: int, count: int) -> list[Applied]:
     out = []
     for n in range(first, first + count):
@@ -221,6 +230,7 @@ def test_a_copy_of_an_applied_entry_is_skipped_and_answered_with_the_first_resul
             assert first.outcome.code is OutcomeCode.OK
             version = g.state.version
             again = await rt.propose(g, entry, rid, WAIT_S)
+            await copy_through_log(rt, g, entry)
             assert rt.duplicates_skipped == 1
             assert g.state.version == version  # not applied: no version taken
             assert (again.version, again.change, again.outcome) == (
@@ -254,6 +264,7 @@ def test_the_window_survives_compaction_and_restart(tmp_path: Path) -> None:
             g = rt.by_repo["r"]
             assert g.born and g.state.version == version
             again = await rt.propose(g, entry, rid, WAIT_S)
+            await copy_through_log(rt, g, entry)
             assert rt.duplicates_skipped == 1
             assert g.state.version == version and g.state.refs == refs
             assert (again.version, again.outcome.code) == (first.version, OutcomeCode.OK)
@@ -279,6 +290,7 @@ def test_the_window_survives_a_restart_without_compaction(tmp_path: Path) -> Non
             g = rt.by_repo["r"]
             await until(lambda: g.state.version == version)
             again = await rt.propose(g, entry, rid, WAIT_S)
+            await copy_through_log(rt, g, entry)
             assert rt.duplicates_skipped == 1 and g.state.version == version
             assert again.version == first.version
             # replayed entries are in the history again: the original bytes answer

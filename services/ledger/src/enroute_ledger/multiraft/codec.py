@@ -5,13 +5,15 @@ non-heartbeat messages as opaque bytes; this is their form. Layout, all
 integers unsigned LEB128 varints (at most 10 bytes, below 2**64):
 
 - magic ``RM`` (2 bytes), version u8 (= 1), type code u8, flags u8
-  (bit 0 reject, bit 1 quiesce, bit 2 a snapshot follows; others zero);
+  (bit 0 reject, bit 1 quiesce, bit 2 a snapshot follows, bit 3 a blank id
+  follows; others zero);
 - to, from (both positive), term, log term, index, commit, reject hint;
 - context: length, bytes;
 - entries: count, then per entry term, index, type u8 (0 normal,
   1 conf change), length, data;
 - snapshot (when flagged): index, term, voter count, voter ids (strictly
-  ascending, positive), learner count, learner ids (same), length, data.
+  ascending, positive), learner count, learner ids (same), length, data;
+- blank id (when flagged, non-zero): the sender is a blank voter (docs/raft.md).
 
 Local message types (HUP, BEAT, ...) never travel and are refused both ways.
 ``decode`` takes exactly one message: short input, trailing bytes and any
@@ -42,6 +44,7 @@ _U64_MAX = (1 << 64) - 1
 _F_REJECT = 1
 _F_QUIESCE = 2
 _F_SNAPSHOT = 4
+_F_BLANK = 8
 
 # Wire codes are fixed forever: append new types, never renumber.
 _CODES: dict[MessageType, int] = {
@@ -94,6 +97,7 @@ def encode_message(m: Message) -> bytes:
         (_F_REJECT if m.reject else 0)
         | (_F_QUIESCE if m.quiesce else 0)
         | (_F_SNAPSHOT if m.snapshot is not None else 0)
+        | (_F_BLANK if m.blank else 0)
     )
     out = bytearray(_MAGIC)
     out += bytes((_VERSION, code, flags))
@@ -113,6 +117,8 @@ def encode_message(m: Message) -> bytes:
         _ids(out, meta.conf_state.voters)
         _ids(out, meta.conf_state.learners)
         _blob(out, m.snapshot.data)
+    if m.blank:
+        _uvarint(out, m.blank)
     return bytes(out)
 
 
@@ -180,7 +186,7 @@ def decode_message(data: bytes) -> Message:
     if mtype is None:
         raise CorruptData("unknown message type", section=SECTION)
     flags = r.byte()
-    if flags & ~(_F_REJECT | _F_QUIESCE | _F_SNAPSHOT):
+    if flags & ~(_F_REJECT | _F_QUIESCE | _F_SNAPSHOT | _F_BLANK):
         raise CorruptData("unknown flags", section=SECTION, flags=flags)
     to, from_, term, log_term, index, commit, hint = (r.uvarint() for _ in range(7))
     if to == 0 or from_ == 0:
@@ -196,6 +202,9 @@ def decode_message(data: bytes) -> Message:
             raise CorruptData("unknown entry type", section=SECTION, type=e_type)
         entries.append(Entry(Term(e_term), LogIndex(e_index), EntryType(e_type), r.blob()))
     snapshot = _snapshot(r) if flags & _F_SNAPSHOT else None
+    blank = r.uvarint() if flags & _F_BLANK else 0
+    if flags & _F_BLANK and blank == 0:
+        raise CorruptData("blank id 0", section=SECTION)
     if r.at != len(r.buf):
         raise CorruptData("trailing bytes", section=SECTION, extra=len(r.buf) - r.at)
     return Message(
@@ -212,6 +221,7 @@ def decode_message(data: bytes) -> Message:
         LogIndex(hint),
         context,
         bool(flags & _F_QUIESCE),
+        blank,
     )
 
 

@@ -21,6 +21,8 @@ Scenarios the code keeps (docs/raft.md, duty 12):
 4. A node leading more than ``ceil(groups / live nodes) + slack`` groups
    hands some to the least-loaded live peer that holds the whole log,
    at most ``transfers_per_tick_max`` per tick.
+5. A peer heard from again after it was down may have lost its disk: every
+   quiet group led here wakes and heartbeats it (one pass per recovery).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ class MultiRaftStats:
     batches_dropped: int = 0
     messages_dropped: int = 0
     nodes_down: int = 0
+    nodes_up: int = 0
     transfers: int = 0
 
 
@@ -122,17 +125,32 @@ class MultiRaft:
     # -- groups ----------------------------------------------------------------------------
 
     def create_group(
-        self, group: GroupId, voters: Iterable[NodeId], *, applied: LogIndex = _ZERO_INDEX
+        self,
+        group: GroupId,
+        voters: Iterable[NodeId],
+        *,
+        applied: LogIndex = _ZERO_INDEX,
+        blank: int = 0,
     ) -> None:
-        """Host ``group``; its storage comes from the factory (bootstrap: docs/raft.md duty 2)."""
+        """Host ``group``; its storage comes from the factory (bootstrap: docs/raft.md duty 2).
+
+        ``blank`` non-zero: this node may have been a voter of the group before it lost
+        its disk; it neither votes nor counts until a READMIT naming ``blank`` applies.
+        """
         if group in self._nodes:
             raise AlreadyExists("group exists", repo=group.repo, incarnation=group.incarnation)
         if len(self._nodes) >= self.config.groups_max:
             raise LimitExceeded("groups_max", len(self._nodes) + 1, self.config.groups_max)
         members = frozenset(voters)
         storage = self._factory(group, members)
-        cfg = dataclasses.replace(self.config.raft, applied=applied)
-        self._nodes[group] = RawNode(cfg, storage, self._rand)
+        base = self.config.raft
+        cfg = base if applied == base.applied and blank == base.blank else None
+        if cfg is None:
+            cfg = dataclasses.replace(base, applied=applied, blank=blank)
+        node = RawNode(cfg, storage, self._rand)
+        # applied and blank are read at construction only: keep the one shared config
+        node.raft.config = base
+        self._nodes[group] = node
         self._storages[group] = storage
         self._active[group] = None
         self._dirty[group] = None
@@ -199,7 +217,8 @@ class MultiRaft:
             self.stats.batches_dropped += 1
             return
         self._last_heard[src] = self._ticks
-        self._alive[src] = True
+        if not self._alive[src]:
+            self._node_up(src)
         for gm in batch.messages:
             m = gm.message
             if m.to != self.id or m.from_ != src:
@@ -374,6 +393,19 @@ class MultiRaft:
                 node.unquiesce()
                 self._active[g] = None
 
+    def _node_up(self, peer: NodeId) -> None:
+        """Scenario 5: a peer back from down may have lost its disk, and a quiet group
+        sends it nothing: wake the quiet groups led here so they heartbeat it once (a
+        blank peer answers blank and is caught up; the others let the group quiesce)."""
+        self._alive[peer] = True
+        self.stats.nodes_up += 1
+        for g in self._led:
+            node = self._nodes[g]
+            if node.quiesced:
+                node.unquiesce()
+                self._active[g] = None
+                self._dirty[g] = None
+
     def _expire_transfers(self) -> None:
         if not self._transfers:
             return
@@ -422,7 +454,7 @@ class MultiRaft:
         best: tuple[int, NodeId] | None = None
         for p in live:
             pr = r.tracker.progress.get(p)
-            if pr is None or pr.is_learner or pr.match != last:
+            if pr is None or pr.is_learner or pr.blank or pr.match != last:
                 continue
             load = self._lead_counts[p] + pending.get(p, 0)
             if load < fair and (best is None or (load, p) < best):
@@ -442,7 +474,8 @@ class _Outbox:
 
     def add(self, group: GroupId, m: Message) -> None:
         plain = (
-            not m.entries
+            not m.blank
+            and not m.entries
             and m.snapshot is None
             and not m.reject
             and m.log_term == 0

@@ -60,6 +60,7 @@ class RaftConfig:
     pending_reads_max: int = 4096  # bound on ReadIndex requests awaiting a quorum
     check_quorum: bool = True  # CheckQuorum, with the leader lease on votes
     pre_vote: bool = True  # PreVote (thesis §9.6)
+    blank: int = 0  # non-zero: joined with no memory of an earlier life (docs/raft.md)
 
     def __post_init__(self) -> None:
         if self.id <= 0:
@@ -78,3 +79,5 @@ class RaftConfig:
         ):
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"{name} must be positive")
+        if not 0 <= self.blank < 1 << 64:
+            raise InvalidArgument("blank id must be a u64")

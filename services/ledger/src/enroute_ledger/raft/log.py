@@ -79,6 +79,8 @@ class Unstable:
 
 
 class RaftLog:
+    __slots__ = ("applied", "applying_bytes_max", "committed", "storage", "unstable")
+
     def __init__(self, storage: Storage, applying_bytes_max: int) -> None:
         self.storage = storage
         self.unstable = Unstable(LogIndex(storage.last_index() + 1))

@@ -37,14 +37,27 @@ class Inflights:
     a node hosts three windows for each of its many mostly idle groups.
     """
 
-    __slots__ = ("_bytes", "_q", "bytes_max", "count_max")
+    __slots__ = ("_bytes", "_q", "bytes_max", "count_max", "shared")
 
-    def __init__(self, count_max: int, bytes_max: int) -> None:
+    _IDLE: dict[tuple[int, int], Inflights] = {}
+
+    def __init__(self, count_max: int, bytes_max: int, *, shared: bool = False) -> None:
         assert count_max > 0 and bytes_max > 0, (count_max, bytes_max)
         self.count_max = count_max
         self.bytes_max = bytes_max
         self._q = _NONE_IN_FLIGHT  # shared and empty; replaced before any append
         self._bytes = 0
+        self.shared = shared
+
+    @classmethod
+    def idle(cls, count_max: int, bytes_max: int) -> Inflights:
+        """The one empty window of these bounds that idle followers share (never added to:
+        ``Progress`` swaps in its own window before the first message and back after)."""
+        key = (count_max, bytes_max)
+        got = cls._IDLE.get(key)
+        if got is None:
+            got = cls._IDLE[key] = cls(count_max, bytes_max, shared=True)
+        return got
 
     def __len__(self) -> int:
         return len(self._q)
@@ -57,6 +70,7 @@ class Inflights:
         return len(self._q) >= self.count_max or self._bytes >= self.bytes_max
 
     def add(self, index: LogIndex, size_bytes: int) -> None:
+        assert not self.shared, "add to the shared idle window"
         assert not self.full(), "add to a full inflight window"
         assert not self._q or self._q[-1][0] < index, (index, self._q[-1])
         if self._q is _NONE_IN_FLIGHT:
@@ -82,12 +96,14 @@ class Inflights:
 
 class Progress:
     __slots__ = (
+        "blank",
         "inflights",
         "is_learner",
         "match",
         "next",
         "pending_snapshot",
         "probe_sent",
+        "readmit_index",
         "recent_active",
         "state",
     )
@@ -103,6 +119,8 @@ class Progress:
         self.probe_sent = False
         self.inflights = inflights
         self.is_learner = is_learner
+        self.blank = 0  # its last message's blank id: replicate to it, never count it
+        self.readmit_index = LogIndex(0)  # where this leader appended its READMIT
 
     def __repr__(self) -> str:
         return (
@@ -114,7 +132,19 @@ class Progress:
         self.probe_sent = False
         self.pending_snapshot = LogIndex(0)
         self.state = state
-        self.inflights.reset()
+        self._idle_window()
+
+    def _idle_window(self) -> None:
+        """Back to the shared empty window (an idle group holds none of its own)."""
+        w = self.inflights
+        if not w.shared:
+            self.inflights = Inflights.idle(w.count_max, w.bytes_max)
+
+    def free_le(self, index: LogIndex) -> None:
+        """Acknowledged up to ``index``: free those messages of the window."""
+        self.inflights.free_le(index)
+        if not self.inflights:
+            self._idle_window()
 
     def become_probe(self) -> None:
         if self.state is ProgressState.SNAPSHOT:
@@ -170,7 +200,10 @@ class Progress:
         if self.state is ProgressState.REPLICATE:
             if count:
                 self.next = LogIndex(last_index + 1)
-                self.inflights.add(last_index, size_bytes)
+                w = self.inflights
+                if w.shared:
+                    w = self.inflights = Inflights(w.count_max, w.bytes_max)
+                w.add(last_index, size_bytes)
         elif self.state is ProgressState.PROBE:
             if count:
                 self.probe_sent = True
@@ -184,24 +217,41 @@ class VoteResult(enum.Enum):
     LOST = "lost"
 
 
+_NO_VOTES: dict[NodeId, bool] = {}  # shared, never written: see record_vote
+
+
 def quorum_size(voters: int) -> int:
     return voters // 2 + 1
 
 
 class ProgressTracker:
-    """The configuration (voters, learners), each member's Progress, and election tallies."""
+    """The configuration (voters, learners), each member's Progress, and election tallies.
+
+    ``voters`` and ``learners`` are frozensets, replaced on a change: one set of the
+    same members is shared by every group's tracker and ConfState.
+    """
+
+    __slots__ = (
+        "idle_inflights",
+        "inflight_bytes_max",
+        "inflight_msgs_max",
+        "learners",
+        "progress",
+        "voters",
+        "votes",
+    )
 
     def __init__(self, inflight_msgs_max: int, inflight_bytes_max: int) -> None:
         self.inflight_msgs_max = inflight_msgs_max
         self.inflight_bytes_max = inflight_bytes_max
-        self.voters: set[NodeId] = set()
-        self.learners: set[NodeId] = set()
+        self.idle_inflights = Inflights.idle(inflight_msgs_max, inflight_bytes_max)
+        self.voters: frozenset[NodeId] = frozenset()
+        self.learners: frozenset[NodeId] = frozenset()
         self.progress: dict[NodeId, Progress] = {}
-        self.votes: dict[NodeId, bool] = {}
+        self.votes: dict[NodeId, bool] = _NO_VOTES
 
     def new_progress(self, next_index: LogIndex, *, is_learner: bool) -> Progress:
-        inflights = Inflights(self.inflight_msgs_max, self.inflight_bytes_max)
-        return Progress(next_index, inflights, is_learner=is_learner)
+        return Progress(next_index, self.idle_inflights, is_learner=is_learner)
 
     def is_singleton(self) -> bool:
         return len(self.voters) == 1
@@ -210,18 +260,28 @@ class ProgressTracker:
         """The largest index a quorum of voters has matched (§5.3, §5.4.2)."""
         if not self.voters:
             return LogIndex(0)
-        matched = sorted((self.progress[v].match for v in self.voters), reverse=True)
+        # a blank voter's acknowledgements promise nothing (docs/raft.md, lost disks)
+        matched = sorted(
+            (LogIndex(0) if (p := self.progress[v]).blank else p.match for v in self.voters),
+            reverse=True,
+        )
         return matched[quorum_size(len(matched)) - 1]
 
     def quorum_active(self, self_id: NodeId) -> bool:
         """CheckQuorum (thesis §6.2): did a quorum hear from us within the last election timeout?"""
-        active = sum(1 for v in self.voters if v == self_id or self.progress[v].recent_active)
+        active = sum(
+            1
+            for v in self.voters
+            if v == self_id or (self.progress[v].recent_active and not self.progress[v].blank)
+        )
         return active >= quorum_size(len(self.voters))
 
     def reset_votes(self) -> None:
-        self.votes = {}
+        self.votes = _NO_VOTES  # a tally is made at the first vote: most groups never elect
 
     def record_vote(self, node: NodeId, granted: bool) -> None:
+        if self.votes is _NO_VOTES:
+            self.votes = {}
         self.votes.setdefault(node, granted)
 
     def tally(self) -> tuple[int, int, VoteResult]:

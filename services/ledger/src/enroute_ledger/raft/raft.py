@@ -62,6 +62,7 @@ TRANSFER_CONTEXT = b"enroute.raft.transfer"
 """Context of a vote request that a leadership transfer forces through leases (§3.10)."""
 
 _NO_ENTRIES: tuple[Entry, ...] = ()
+_NO_PROGRESS: dict[NodeId, Progress] = {}  # a non-leader's: shared, never written
 _ZERO_INDEX = LogIndex(0)
 _ZERO_TERM = Term(0)
 
@@ -73,6 +74,31 @@ class CampaignType(enum.Enum):
 
 
 class Raft:
+    # slots: a node hosts one Raft per repository, mostly idle (a __dict__ is ~1 KiB)
+    __slots__ = (
+        "_rand",
+        "blank",
+        "config",
+        "election_elapsed",
+        "heartbeat_elapsed",
+        "id",
+        "lead",
+        "lead_transferee",
+        "log",
+        "msgs",
+        "pending_conf_index",
+        "pending_read_msgs",
+        "quiesced",
+        "randomized_election_timeout",
+        "read_only",
+        "read_states",
+        "role",
+        "term",
+        "tracker",
+        "uncommitted_bytes",
+        "vote",
+    )
+
     def __init__(self, config: RaftConfig, storage: Storage, rand: RandomSource) -> None:
         self.id = config.id
         self.config = config
@@ -97,6 +123,8 @@ class Raft:
         self.read_only = ReadOnly()
         self.pending_read_msgs: list[Message] = []
         self.quiesced = False
+        # non-zero until a READMIT naming it applies: no vote, no campaign (lost disks)
+        self.blank = config.blank
 
         if hs != EMPTY_HARD_STATE:
             self._load_state(hs)
@@ -119,11 +147,15 @@ class Raft:
         return SoftState(self.lead, self.role)
 
     def conf_state(self) -> ConfState:
-        return ConfState(frozenset(self.tracker.voters), frozenset(self.tracker.learners))
+        return ConfState(self.tracker.voters, self.tracker.learners)
 
     def promotable(self) -> bool:
         """May this node campaign: a voter, not in the middle of installing a snapshot."""
-        return self.id in self.tracker.voters and not self.log.has_pending_snapshot()
+        return (
+            self.id in self.tracker.voters
+            and not self.blank
+            and not self.log.has_pending_snapshot()
+        )
 
     def _load_state(self, hs: HardState) -> None:
         if hs.commit > self.log.last_index():
@@ -153,13 +185,9 @@ class Raft:
         )
         self.lead_transferee = None
         self.tracker.reset_votes()
-        last = self.log.last_index()
-        tr = self.tracker
-        for node, old in tr.progress.items():
-            pr = tr.new_progress(LogIndex(last + 1), is_learner=old.is_learner)
-            if node == self.id:
-                pr.match = last
-            tr.progress[node] = pr
+        # only a leader tracks its followers: the others hold no Progress at all (an
+        # idle node hosts thousands of groups and leads a third of them)
+        self.tracker.progress = _NO_PROGRESS
         self.pending_conf_index = _ZERO_INDEX
         self.uncommitted_bytes = 0
         self.read_only = ReadOnly()
@@ -190,7 +218,14 @@ class Raft:
         self._reset(self.term)
         self.lead = self.id
         self.role = Role.LEADER
-        me = self.tracker.progress[self.id]
+        tr = self.tracker
+        last = self.log.last_index()
+        tr.progress = {
+            n: tr.new_progress(LogIndex(last + 1), is_learner=n in tr.learners)
+            for n in sorted(tr.voters | tr.learners)
+        }
+        me = tr.progress[self.id]
+        me.match = last
         me.become_replicate()
         me.recent_active = True
         # Any conf change in the log may still be unapplied: wait for it (etcd's rule).
@@ -211,6 +246,11 @@ class Raft:
 
     def _tick_election(self) -> None:
         self.election_elapsed += 1
+        if self.blank:
+            if self.election_elapsed >= self.randomized_election_timeout:
+                self.election_elapsed = 0
+                self._poke_voters()
+            return
         if self.promotable() and self.election_elapsed >= self.randomized_election_timeout:
             self.election_elapsed = 0
             self.step(Message(MT.HUP, self.id, self.id))
@@ -264,6 +304,8 @@ class Raft:
             self._step_stale(m)
             return
 
+        if m.from_ != self.id:
+            self._note_blank(m)
         t = m.type
         if t is MT.HUP:
             kind = CampaignType.PRE_ELECTION if self.config.pre_vote else CampaignType.ELECTION
@@ -276,6 +318,59 @@ class Raft:
             self._step_follower(m)
         else:
             self._step_candidate(m)
+
+    def _note_blank(self, m: Message) -> None:
+        """Track whether a peer is blank (docs/raft.md, "A voter that lost its disk").
+
+        A peer that turns blank lost the log its progress describes: forget its match
+        and find where the logs meet again, as for a new follower.
+        """
+        pr = self.tracker.progress.get(m.from_)
+        if pr is None or pr.blank == m.blank:
+            return
+        pr.blank = m.blank
+        if not m.blank:
+            return
+        pr.match = _ZERO_INDEX
+        pr.readmit_index = _ZERO_INDEX
+        pr.become_probe()
+        pr.next = LogIndex(self.log.last_index() + 1)
+        if self.role is Role.LEADER:
+            self._maybe_send_append(m.from_, pr, send_if_empty=True)
+
+    def _poke_voters(self) -> None:
+        """A blank node that hears no leader never campaigns: it tells every voter it is
+        blank instead, so a quiet leader wakes and catches it up. Term 0 (like a forwarded
+        proposal) lets the note pass every term check and moves no one's term."""
+        for v in sorted(self.tracker.voters):
+            if v != self.id:
+                self.msgs.append(
+                    Message(MT.HEARTBEAT_RESP, v, self.id, _ZERO_TERM, blank=self.blank)
+                )
+
+    def _maybe_readmit(self, node: NodeId, pr: Progress) -> None:
+        """Append a READMIT for a blank voter that holds the committed log.
+
+        Its acknowledgements count again once it applied the READMIT: by then every
+        entry committed before it is in its log, and its term is at least the term of
+        the leader that committed the READMIT without it (docs/raft.md).
+        """
+        if (
+            not pr.blank
+            or pr.readmit_index
+            or node not in self.tracker.voters
+            or pr.match < self.log.committed
+            or self.pending_conf_index > self.log.applied
+            or self.lead_transferee is not None
+        ):
+            return
+        cc = ConfChange(ConfChangeType.READMIT, node, pr.blank.to_bytes(8, "big"))
+        ent = Entry(self.term, _ZERO_INDEX, EntryType.CONF_CHANGE, cc.encode())
+        if not self._append_entries((ent,)):
+            return
+        self.pending_conf_index = self.log.last_index()
+        pr.readmit_index = self.log.last_index()
+        self._bcast_append()
 
     def _step_stale(self, m: Message) -> None:
         if (self.config.check_quorum or self.config.pre_vote) and (
@@ -295,7 +390,8 @@ class Raft:
             or (m.type is MT.PRE_VOTE and m.term > self.term)
         )
         resp = MT.VOTE_RESP if m.type is MT.VOTE else MT.PRE_VOTE_RESP
-        if can_vote and self.log.is_up_to_date(m.index, m.log_term):
+        # a blank node may have voted in this term before it lost its disk
+        if can_vote and not self.blank and self.log.is_up_to_date(m.index, m.log_term):
             # Answer in the term of the request: a pre-vote grant must reach the pre-candidate.
             self._send(resp, m.from_, term=m.term)
             if m.type is MT.VOTE:
@@ -415,6 +511,10 @@ class Raft:
         except InvalidArgument as e:
             raise dropped(DropReason.INVALID_CONF_CHANGE, error=e.message) from None
         voters = set(self.tracker.voters)
+        if cc.type is ConfChangeType.READMIT:
+            if cc.node_id not in voters or len(cc.context) != 8:
+                raise dropped(DropReason.INVALID_CONF_CHANGE, error="readmit of a non-voter")
+            return
         if cc.type is ConfChangeType.ADD_NODE:
             voters.add(cc.node_id)
         else:
@@ -474,8 +574,10 @@ class Raft:
             pr.become_probe()
             pr.become_replicate()
         elif pr.state is ProgressState.REPLICATE:
-            pr.inflights.free_le(m.index)
+            pr.free_le(m.index)
 
+        if pr.blank:
+            self._maybe_readmit(m.from_, pr)
         if self._maybe_commit():
             self._bcast_append()
         elif was_paused:
@@ -494,6 +596,9 @@ class Raft:
             pr.inflights.free_first_one()
         if pr.match < self.log.last_index() or pr.state is ProgressState.PROBE:
             self._maybe_send_append(m.from_, pr, send_if_empty=True)
+        if pr.blank:
+            self._maybe_readmit(m.from_, pr)  # an idle group readmits on heartbeats
+            return
         if not m.context:
             return
         acks = self.read_only.recv_ack(m.from_, m.context)
@@ -507,7 +612,7 @@ class Raft:
 
     def _handle_transfer_leader(self, m: Message, pr: Progress) -> None:
         """§3.10: bring the target up to date, then tell it to start an election at once."""
-        if pr.is_learner:
+        if pr.is_learner or pr.blank:
             return
         target = m.from_
         if self.lead_transferee is not None:
@@ -596,6 +701,7 @@ class Raft:
             return False
         assert not snap.is_empty, "log compacted without a snapshot"
         pr.become_snapshot(snap.index)
+        pr.readmit_index = _ZERO_INDEX  # the snapshot may cover a READMIT it never applies
         self._send(MT.SNAP, to, snapshot=snap)
         return True
 
@@ -624,7 +730,7 @@ class Raft:
             self.become_follower(m.term, m.from_)
             self._handle_snapshot(m)
         elif t is my_resp:
-            result = self._poll(m.from_, not m.reject)
+            result = self._poll(m.from_, not m.reject and not m.blank)
             if result is VoteResult.WON:
                 if self.role is Role.PRE_CANDIDATE:
                     self._campaign(CampaignType.ELECTION)
@@ -675,7 +781,11 @@ class Raft:
         )
 
     def _handle_heartbeat(self, m: Message) -> None:
-        self.log.commit_to(m.commit)
+        if self.blank:
+            # the leader's idea of our log predates the loss until it hears we are blank
+            self.log.commit_to(LogIndex(min(m.commit, self.log.last_index())))
+        else:
+            self.log.commit_to(m.commit)
         if m.quiesce and self.log.committed == self.log.last_index() == m.commit:
             # Nothing to answer: the leader knows we hold everything, and an answer
             # would only wake it up again.
@@ -709,29 +819,34 @@ class Raft:
 
     def _apply_conf_state(self, cs: ConfState) -> None:
         tr = self.tracker
-        tr.voters = set(cs.voters)
-        tr.learners = set(cs.learners)
-        nxt = LogIndex(self.log.last_index() + 1)
-        tr.progress = {}
-        for node in sorted(cs.voters | cs.learners):
-            tr.progress[node] = tr.new_progress(nxt, is_learner=node in cs.learners)
+        tr.voters = cs.voters  # frozensets, shared with the ConfState (and across groups)
+        tr.learners = cs.learners
+        # a follower's configuration changes only here (init, snapshot): no Progress
+        tr.progress = _NO_PROGRESS
 
     def apply_conf_change(self, cc: ConfChange) -> ConfState:
         """Apply a committed single-server change (§4.1; applied when committed, as etcd does)."""
         tr = self.tracker
         node = cc.node_id
+        if cc.type is ConfChangeType.READMIT:
+            if node == self.id and self.blank and cc.context == self.blank.to_bytes(8, "big"):
+                self.blank = 0
+            return self.conf_state()
         if cc.type is ConfChangeType.ADD_NODE:
-            tr.learners.discard(node)
-            tr.voters.add(node)
-            self._ensure_progress(node, is_learner=False)
+            tr.learners = tr.learners - {node}
+            tr.voters = tr.voters | {node}
+            if self.role is Role.LEADER:
+                self._ensure_progress(node, is_learner=False)
         elif cc.type is ConfChangeType.ADD_LEARNER:
-            tr.voters.discard(node)
-            tr.learners.add(node)
-            self._ensure_progress(node, is_learner=True)
+            tr.voters = tr.voters - {node}
+            tr.learners = tr.learners | {node}
+            if self.role is Role.LEADER:
+                self._ensure_progress(node, is_learner=True)
         else:
-            tr.voters.discard(node)
-            tr.learners.discard(node)
-            tr.progress.pop(node, None)
+            tr.voters = tr.voters - {node}
+            tr.learners = tr.learners - {node}
+            if self.role is Role.LEADER:
+                tr.progress.pop(node, None)
         cs = self.conf_state()
         if self.role is not Role.LEADER:
             return cs
@@ -770,7 +885,8 @@ class Raft:
             return False
         if self.pending_conf_index > self.log.applied:
             return False
-        return all(pr.match == last for pr in self.tracker.progress.values())
+        # a blank voter keeps the group awake until it is readmitted and says so
+        return all(pr.match == last and not pr.blank for pr in self.tracker.progress.values())
 
     def wakes(self, m: Message) -> bool:
         """Whether a message from a peer ends quiescence; echoes of the quiet state do not.
@@ -781,6 +897,8 @@ class Raft:
         """
         if m.type is MT.HEARTBEAT and m.quiesce:
             return False
+        if m.blank:
+            return True
         if m.type is MT.HEARTBEAT or m.type is MT.APP:
             if m.term != self.term or m.from_ != self.lead or m.context:
                 return True
@@ -853,6 +971,7 @@ class Raft:
                 reject_hint,
                 context,
                 quiesce,
+                self.blank,
             )
         )
 

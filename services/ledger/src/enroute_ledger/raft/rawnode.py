@@ -61,6 +61,8 @@ class Status:
 
 
 class RawNode:
+    __slots__ = ("_outstanding", "_prev_hard", "_prev_soft", "raft")
+
     def __init__(
         self, config: RaftConfig, storage: Storage, rand: RandomSource | None = None
     ) -> None:
@@ -123,7 +125,8 @@ class RawNode:
             raise InvalidArgument("local message type from the network", type=m.type.value)
         if m.to != self.id:
             raise InvalidArgument("message for another node", to=m.to, me=self.id)
-        if m.type in RESPONSE_MESSAGES and m.from_ not in self.raft.tracker.progress:
+        tr = self.raft.tracker
+        if m.type in RESPONSE_MESSAGES and m.from_ not in tr.voters and m.from_ not in tr.learners:
             return  # an answer from a node that is not (or no longer) a member
         if self.raft.quiesced and self.raft.wakes(m):
             self.raft.unquiesce()

@@ -23,12 +23,17 @@ class ReadRequest:
     acks: set[NodeId] = field(default_factory=set)
 
 
+_NO_READS: dict[bytes, ReadRequest] = {}  # shared, never written: see add_request
+_NO_QUEUE: list[bytes] = []
+
+
 class ReadOnly:
     __slots__ = ("_pending", "_queue")
 
     def __init__(self) -> None:
-        self._pending: dict[bytes, ReadRequest] = {}
-        self._queue: list[bytes] = []
+        # made at the first read: every group holds one of these, and most never read
+        self._pending: dict[bytes, ReadRequest] = _NO_READS
+        self._queue: list[bytes] = _NO_QUEUE
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -36,6 +41,8 @@ class ReadOnly:
     def add_request(self, index: LogIndex, m: Message) -> None:
         if m.context in self._pending:
             return  # a duplicate of a read already waiting
+        if self._pending is _NO_READS:
+            self._pending, self._queue = {}, []
         self._pending[m.context] = ReadRequest(index, m)
         self._queue.append(m.context)
 

@@ -70,6 +70,8 @@ def limit_size(entries: Sequence[Entry], max_bytes: int) -> list[Entry]:
 class MemoryStorage:
     """A Storage held in memory; ``_ents[0]`` is a dummy carrying the snapshot's index and term."""
 
+    __slots__ = ("_ents", "_hard_state", "_snapshot")
+
     def __init__(self, *, conf_state: ConfState | None = None) -> None:
         """``conf_state`` seeds members into an empty log: for tests of a fixed cluster.
 

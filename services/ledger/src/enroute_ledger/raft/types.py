@@ -157,6 +157,9 @@ class Message:
     context: bytes = b""
     quiesce: bool = False
     """On a HEARTBEAT: the leader is idle and the follower may stop ticking."""
+    blank: int = 0
+    """Non-zero: the sender is a blank voter and this its blank id (docs/raft.md, "A
+    voter that lost its disk"); the message moves replication along, never a quorum."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +208,10 @@ class ConfChangeType(enum.Enum):
     ADD_NODE = 0
     REMOVE_NODE = 1
     ADD_LEARNER = 2
+    READMIT = 3
+    """A blank voter holds the log again: it counts from the moment it applies this.
+    The context is its blank id (u64 big-endian), so a READMIT of an earlier life of the
+    same node, still in the log, readmits nobody."""
 
 
 _CC_MAGIC = b"CC1"

@@ -8,12 +8,13 @@ from typing import Any
 
 import grpc
 
-from enroute_core.base.errors import EnrouteError, InvalidArgument, Unavailable
+from enroute_core.base.errors import EnrouteError, InvalidArgument
+from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 
 from ..lifecycle import ChangeOut, Lifecycle
 from ..runtime import Runtime
-from .convert import batch_from_proto, state_to_proto
+from .convert import SnapshotAssembler, batch_from_proto, state_to_proto
 from .errors import abort_with
 
 log = logging.getLogger("enroute.ledger.rpc")
@@ -77,7 +78,10 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         self, request: ledger_pb2.ProposeRequest, context: Ctx
     ) -> ledger_pb2.ProposeResponse:
         try:
-            got = await self.lc.propose(request.repo, request.incarnation, request.command)
+            # caller's request id (docs/rpc.md, Propose): passed through
+            got = await self.lc.propose(
+                request.repo, request.incarnation, request.command, request.request_id
+            )
             return ledger_pb2.ProposeResponse(version=got.version, effects=got.change)
         except EnrouteError as e:
             await abort_with(context, e)
@@ -143,6 +147,15 @@ class RaftTransportServicer(ledger_pb2_grpc.RaftTransportServicer):
     async def SendSnapshot(
         self, request_iterator: AsyncIterator[ledger_pb2.SnapshotChunk], context: Ctx
     ) -> ledger_pb2.SendSnapshotResponse:
-        # Every founder bootstraps a group from the same empty snapshot and the log is
-        # not compacted yet, so leaders never send snapshots; refuse rather than guess.
-        await abort_with(context, Unavailable("snapshot transfer is not supported yet"))
+        """A leader's snapshot in chunks: reassembled, checked, stepped as one SNAP message."""
+        try:
+            asm = SnapshotAssembler(
+                self.rt.config.node_id, DEFAULT_LIMITS.ledger_record_bytes_max - 1024
+            )
+            async for chunk in request_iterator:
+                asm.feed(chunk)
+            self.rt.step(asm.finish())
+            self.rt.snapshots_received += 1
+            return ledger_pb2.SendSnapshotResponse()
+        except EnrouteError as e:
+            await abort_with(context, e)

@@ -27,8 +27,17 @@ RoundFn = Callable[[Sequence[WriteBatch]], Sequence[BaseException | None]]
 
 
 class Committer:
-    def __init__(self, name: str, limits: Limits, run_round: RoundFn) -> None:
+    def __init__(
+        self,
+        name: str,
+        limits: Limits,
+        run_round: RoundFn,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self._limits = limits
+        self._clock = clock
+        self.round_seconds = 0.0
+        """Time spent in write rounds (each one fsync); 0 unless a clock was given."""
         self._run_round = run_round
         self._queue: deque[tuple[WriteBatch, Future[None]]] = deque()
         self._cond = threading.Condition()
@@ -99,6 +108,7 @@ class Committer:
                 for _, fut in taken:
                     fut.set_exception(self._failed())
                 continue
+            t = self._clock() if self._clock is not None else 0.0
             try:
                 results = self._run_round([b for b, _ in taken])
             except BaseException as e:  # an I/O error, or a bug: either way, stop writing
@@ -107,6 +117,8 @@ class Committer:
                     fut.set_exception(self._failed())
                 continue
             self.rounds += 1
+            if self._clock is not None:
+                self.round_seconds += self._clock() - t
             assert len(results) == len(taken)
             for (_, fut), res in zip(taken, results, strict=True):
                 if res is None:

@@ -166,7 +166,9 @@ def _check_types(row: Sequence[object], types: Sequence[type]) -> None:
 class SqliteStore:
     """:class:`~.api.LogStore` over one SQLite database in WAL mode."""
 
-    def __init__(self, path: Path, limits: Limits) -> None:
+    def __init__(
+        self, path: Path, limits: Limits, clock: Callable[[], float] | None = None
+    ) -> None:
         self._limits = limits
         self._lock = threading.Lock()
         self._shapes: dict[GroupId, GroupShape] = {}
@@ -193,11 +195,18 @@ class SqliteStore:
         except BaseException:
             self._close_files()
             raise
-        self._committer = Committer("ledger-store-writer", limits, self._run_round)
+        self._committer = Committer("ledger-store-writer", limits, self._run_round, clock)
 
     @classmethod
-    def open(cls, path: Path, *, limits: Limits = DEFAULT_LIMITS) -> SqliteStore:
-        return cls(Path(path), limits)
+    def open(
+        cls,
+        path: Path,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        clock: Callable[[], float] | None = None,
+    ) -> SqliteStore:
+        """``clock`` (seconds) times the write rounds: ``round_seconds``."""
+        return cls(Path(path), limits, clock)
 
     @staticmethod
     def _checked(fn: Callable[[], T]) -> T:
@@ -339,6 +348,11 @@ class SqliteStore:
     def rounds(self) -> int:
         """Write rounds so far, each one fsync; batches per round show the group commit."""
         return self._committer.rounds
+
+    @property
+    def round_seconds(self) -> float:
+        """Seconds spent in write rounds (writes and their fsync), when opened with a clock."""
+        return self._committer.round_seconds
 
     # -- reads answered from memory -------------------------------------------------
 

@@ -284,6 +284,7 @@ class ProposeRequest(_message.Message):
     REPO_FIELD_NUMBER: _builtins.int
     INCARNATION_FIELD_NUMBER: _builtins.int
     COMMAND_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     repo: _builtins.str
     """Repository name."""
     incarnation: _builtins.int
@@ -295,16 +296,23 @@ class ProposeRequest(_message.Message):
     """One command encoded by enroute_core.state's codec (commit,
     replace_layers, ...). Opaque to this contract.
     """
+    request_id: _builtins.bytes
+    """Optional: 16 random bytes naming this logical write, kept by the caller
+    across its retries (to any member). The ledger applies one id once within
+    its dedup window and answers a later copy with the first apply's version
+    and outcome. Empty: the member picks a fresh id (no dedup across calls).
+    """
     def __init__(
         self,
         *,
         repo: _builtins.str = ...,
         incarnation: _builtins.int = ...,
         command: _builtins.bytes = ...,
+        request_id: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["command", b"command", "incarnation", b"incarnation", "repo", b"repo"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["command", b"command", "incarnation", b"incarnation", "repo", b"repo", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

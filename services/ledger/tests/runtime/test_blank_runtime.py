@@ -1,0 +1,161 @@
+"""The runtime's side of a wiped voter (docs/raft.md, "A voter that lost its disk").
+
+Three in-process runtimes. Voter 2 loses its log directory and comes back with a
+blank id and the repositories that existed: it joins their groups blank, keeps
+the blank mark across restarts and snapshot installs, is readmitted by the
+others, and then drops the mark; a group of a repository it created itself is
+never blank.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from enroute_core.base.ids import NodeId, ObjectId
+from enroute_core.state import MISSING, Activate, Commit, RefUpdate, encode_command
+from enroute_ledger.logstore import open_log_store
+from enroute_ledger.multiraft import Batch
+from enroute_ledger.runtime import Group, Runtime, RuntimeConfig, command_entry, genesis_entry
+from enroute_ledger.runtime import store_gid as sgid
+from enroute_ledger.storage import LogStore
+
+MAIN = b"refs/heads/main"
+WAIT_S = 10.0
+BLANK = 0x5EED
+
+
+def oid(n: int) -> ObjectId:
+    return ObjectId(n.to_bytes(20, "big"))
+
+
+@dataclasses.dataclass
+class Node:
+    rt: Runtime
+    store: LogStore
+    task: asyncio.Task[None]
+
+
+class Net:
+    def __init__(self) -> None:
+        self.nodes: dict[int, Runtime] = {}
+        self.cut: set[int] = set()
+
+    def deliver(self, batch: Batch) -> None:
+        if int(batch.to_node) in self.cut or int(batch.from_node) in self.cut:
+            return
+        rt = self.nodes.get(int(batch.to_node))
+        if rt is not None:
+            asyncio.get_running_loop().call_soon(rt.step, batch)
+
+
+class Link:
+    def __init__(self, net: Net) -> None:
+        self.net = net
+
+    def send(self, batch: Batch) -> None:
+        self.net.deliver(batch)
+
+
+async def start(
+    path: Path, net: Net, i: int, *, blank_id: int = 0, blank_repos: Iterable[str] = ()
+) -> Node:
+    store = open_log_store(path)
+    cfg = RuntimeConfig(
+        node_id=NodeId(i),
+        peers=tuple(NodeId(p) for p in (1, 2, 3) if p != i),
+        tick_interval_s=0.01,
+        election_ticks=10,
+    )
+    rt = Runtime(
+        cfg,
+        store,
+        clock=asyncio.get_running_loop().time,
+        nonce=i.to_bytes(8, "big"),
+        seed=i,
+        blank_id=blank_id,
+        blank_repos=blank_repos,
+    )
+    rt.transport = Link(net)
+    net.nodes[i] = rt
+    rt.recover()
+    return Node(rt, store, asyncio.get_running_loop().create_task(rt.run()))
+
+
+async def stop(n: Node) -> None:
+    n.rt.stop()
+    await asyncio.wait_for(n.task, WAIT_S)
+    n.store.close()
+
+
+async def until(cond: Callable[[], bool]) -> None:
+    for _ in range(int(WAIT_S / 0.01)):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached in time")
+
+
+async def commit(rt: Runtime, g: Group, n: int) -> None:
+    have = None if n == 1 else oid(n - 1)
+    cmd = encode_command(Commit(1, (RefUpdate(MAIN, have, oid(n)),), None, n, False))
+    rid = rt.request_id()
+    await rt.propose(g, command_entry(rid, cmd), rid, WAIT_S)
+
+
+def test_a_wiped_voter_joins_blank_stays_blank_until_readmitted_then_counts(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        net = Net()
+        nodes = [await start(tmp_path / f"log{i}", net, i) for i in (1, 2, 3)]
+        try:
+            first = nodes[0].rt
+            for n in nodes[1:]:
+                await n.rt.host("r", 1)
+            g1 = await first.host("r", 1, campaign=True)
+            rid = first.request_id()
+            act = Activate(create=True, head=MAIN, upload_window=64)
+            await first.propose(g1, genesis_entry(rid, MISSING, act), rid, WAIT_S)
+            for n in range(1, 6):
+                await commit(first, g1, n)
+
+            # voter 2 loses its disk; while it is cut off it joins blank and stays blank
+            await stop(nodes[1])
+            shutil.rmtree(tmp_path / "log2")
+            net.cut.add(2)
+            nodes[1] = await start(tmp_path / "log2", net, 2, blank_id=BLANK, blank_repos=["r"])
+            rt2 = nodes[1].rt
+            g2 = await rt2.host("r", 1)
+            assert rt2.blank_of(g2) == BLANK and rt2.blank_groups == 1
+            assert nodes[1].store.state_get(sgid(g2.gid), b"blank") == BLANK.to_bytes(8, "big")
+            await stop(nodes[1])  # the mark is on disk: a restart is blank again
+            nodes[1] = await start(tmp_path / "log2", net, 2, blank_id=BLANK, blank_repos=["r"])
+            rt2 = nodes[1].rt
+            g2 = rt2.by_repo["r"]
+            assert rt2.blank_of(g2) == BLANK
+
+            # back on the network: caught up and readmitted by voters 1 and 3
+            net.cut.clear()
+            await until(lambda: rt2.blank_readmitted == 1)
+            assert rt2.blank_of(g2) == 0 and rt2.blank_groups == 0
+            await until(lambda: nodes[1].store.state_get(sgid(g2.gid), b"blank") is None)
+            assert g2.state.refs[MAIN].oid == oid(5)
+
+            # it counts again: with voter 3 cut off, voters 1 and 2 commit
+            net.cut.add(3)
+            await commit(first, g1, 6)
+            await until(lambda: g2.state.refs[MAIN].oid == oid(6))
+
+            # a repository it creates itself after the wipe is never blank
+            g_new = await rt2.host("fresh", 1, campaign=True)
+            assert rt2.blank_of(g_new) == 0
+        finally:
+            for n in nodes:
+                if not n.task.done():
+                    await stop(n)
+
+    asyncio.run(main())

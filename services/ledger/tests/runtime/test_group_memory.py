@@ -1,0 +1,73 @@
+"""Memory per hosted repository (issue 3: idle cost target 2 KiB per repository).
+
+Three in-process runtimes host N idle groups each (created, genesis applied,
+quiesced); tracemalloc counts what the groups added, per group per node. It
+prints the figure and the largest allocation sites, and fails above a bound
+well over today's figure (docs/raft.md, "Memory per hosted repository"), so a
+regression shows. ``ENROUTE_MEMORY_GROUPS`` changes N.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import sys
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from enroute_core.state import MISSING, Activate
+from enroute_ledger.runtime import genesis_entry
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from test_blank_runtime import Net, start, stop, until  # noqa: E402
+
+GROUPS = int(os.environ.get("ENROUTE_MEMORY_GROUPS", "300"))
+BYTES_PER_GROUP_MAX = 4608
+"""Measured 3,816 bytes at 1,000 groups (6,486 before the slots, shared sets and
+leader-only progress)."""
+
+
+@pytest.mark.slow
+def test_idle_group_memory_per_node(tmp_path: Path) -> None:
+    async def main() -> int:
+        net = Net()
+        nodes = [await start(tmp_path / f"log{i}", net, i) for i in (1, 2, 3)]
+        try:
+
+            async def create(name: str) -> None:
+                for n in nodes[1:]:
+                    await n.rt.host(name, 1)
+                rt = nodes[0].rt
+                g = await rt.host(name, 1, campaign=True)
+                rid = rt.request_id()
+                act = Activate(create=True, head=b"refs/heads/main", upload_window=64)
+                await rt.propose(g, genesis_entry(rid, MISSING, act), rid, 300)
+
+            for i in range(10):  # one-time allocations out of the count
+                await create(f"warm{i}")
+            gc.collect()
+            tracemalloc.start(1)
+            before = tracemalloc.take_snapshot()
+            for lo in range(0, GROUPS, 25):
+                await asyncio.gather(*(create(f"r{i:06d}") for i in range(lo, lo + 25)))
+            await until(lambda: all(n.rt.mr.active_count() == 0 for n in nodes))
+            gc.collect()
+            after = tracemalloc.take_snapshot()
+            tracemalloc.stop()
+            diff = after.compare_to(before, "lineno")
+            for stat in diff[:12]:
+                print(stat)
+            return sum(s.size_diff for s in diff) // (GROUPS * 3)
+        finally:
+            for n in nodes:
+                await stop(n)
+
+    per_group = asyncio.run(main())
+    print(f"{per_group} bytes per idle group per node ({GROUPS} groups)")
+    assert per_group <= BYTES_PER_GROUP_MAX
