@@ -73,7 +73,8 @@ async def serve(config: Config) -> int:
     node_id, peers = membership(config, config.listen.grpc)
     data = Path(config.node.data_dir)
     data.mkdir(parents=True, exist_ok=True)
-    logstore = open_log_store(data / "log", clock=time.monotonic)
+    limits = config.resource_limits()  # the `limits:` section of the configuration
+    logstore = open_log_store(data / "log", clock=time.monotonic, limits=limits)
     objstore = open_store(config.store.url, config.store.store_options(), env=os.environ)
     life = await establish(
         data,
@@ -90,6 +91,7 @@ async def serve(config: Config) -> int:
             tick_interval_s=config.ledger.tick_interval,
             election_ticks=config.ledger.election_ticks,
             heartbeat_ticks=config.ledger.heartbeat_ticks,
+            dedup_window_entries=limits.ledger_dedup_window_entries,
         ),
         logstore,
         clock=time.monotonic,
