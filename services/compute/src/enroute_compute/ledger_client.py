@@ -5,11 +5,20 @@ and move to the next when it is unavailable; List asks every member and the
 caller merges. Commands, changes and checkpoints are encoded with
 ``enroute_core.state``'s codec; failures come back as the typed errors of the
 table (:mod:`enroute_compute.rpc.errors`). Every call has a deadline.
+
+Propose carries one request id per logical write, the same on every retry, so
+the ledger applies it once whichever member took which copy (docs/rpc.md,
+Propose). That makes Propose, like Barrier, safe to send to the next member
+when one does not answer: after UNAVAILABLE, DEADLINE_EXCEEDED, or no answer
+within the attempt deadline (the earlier copy stays open: a slow member may
+still answer first), so a hung member (accepting connections, answering
+nothing) costs one attempt deadline, not the call's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from types import MappingProxyType
 from typing import Any
@@ -29,17 +38,29 @@ from enroute_compute.ledger_port import (
 )
 from enroute_compute.rpc.convert import CREATE_MODES, summary_from_pb
 from enroute_compute.rpc.errors import error_from_rpc
-from enroute_core.base.errors import EnrouteError, Unavailable
+from enroute_core.base.errors import EnrouteError, Timeout, Unavailable
 from enroute_core.state import Command, decode_change, decode_state, encode_command
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
+from enroute_proto.request_id import REQUEST_ID_BYTES, new_request_id
 
 CALL_TIMEOUT_S = 10.0
+ATTEMPT_TIMEOUT_S = 2.0
+"""How long a Propose or Barrier waits on one member before it also asks the next one."""
+ATTEMPTS_PER_MEMBER_MAX = 3
+"""Bound on a retried call's attempts: this many rounds over the members."""
 
 
 class GrpcLedger:
     """A LedgerPort over gRPC to the members at ``addresses`` (``HOST:PORT``)."""
 
-    def __init__(self, addresses: tuple[str, ...], *, timeout_s: float = CALL_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        addresses: tuple[str, ...],
+        *,
+        timeout_s: float = CALL_TIMEOUT_S,
+        attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if not addresses:
             raise Unavailable("no ledger members configured (ledger.members)")
         self._addresses = tuple(addresses)
@@ -48,6 +69,11 @@ class GrpcLedger:
         self._stubs = [ledger_pb2_grpc.LedgerStub(c) for c in self._channels]
         self._next = 0
         self._timeout = timeout_s
+        self._attempt_timeout = min(attempt_timeout_s, timeout_s)
+        self._clock = clock
+        # open Subscribe calls by member address; those given up on a silent member
+        self._subs: dict[str, set[Any]] = {}
+        self._abandoned: set[Any] = set()
 
     def set_members(self, addresses: tuple[str, ...]) -> None:
         """Swap the member set (discovery); channels of members that stay are kept.
@@ -92,6 +118,72 @@ class GrpcLedger:
         assert last is not None
         raise last
 
+    async def _retried(self, fn: Callable[[ledger_pb2_grpc.LedgerStub, float], Any]) -> Any:
+        """``fn(stub, timeout)`` on member after member until one answers or time is up.
+
+        Only for calls that are safe to repeat on another member: Barrier (a read)
+        and Propose under one request id. A member that failed with UNAVAILABLE or
+        DEADLINE_EXCEEDED, or has not answered within the attempt deadline, gets a
+        copy sent to the next member; the earlier attempts stay open until the
+        call's deadline, so a slow member (not a hung one) still answers. The
+        first answer wins; any failure other than those two is the answer.
+        """
+        deadline = self._clock() + self._timeout
+        last: EnrouteError | None = None
+        running: dict[asyncio.Future[Any], int] = {}
+        silent: set[str] = set()  # members that failed or did not answer in time
+        attempts = 0
+        try:
+            while True:
+                left = deadline - self._clock()
+                if left <= 0:
+                    break
+                if attempts < len(self._stubs) * ATTEMPTS_PER_MEMBER_MAX:
+                    index = (self._next + attempts) % len(self._stubs)
+                    attempts += 1
+                    running[asyncio.ensure_future(fn(self._stubs[index], left))] = index
+                if not running:
+                    break
+                done, _ = await asyncio.wait(
+                    running,
+                    timeout=min(self._attempt_timeout, left),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if not done:
+                    silent.update(self._addresses[i] for i in running.values())
+                for task in done:
+                    index = running.pop(task)
+                    exc = task.exception()
+                    if exc is None:
+                        self._next = index
+                        self._leave(silent - {self._addresses[index]})
+                        return task.result()
+                    silent.add(self._addresses[index])
+                    if not isinstance(exc, grpc.RpcError):
+                        raise exc
+                    err = error_from_rpc(exc)
+                    if not isinstance(err, Unavailable | Timeout):  # Timeout: DEADLINE_EXCEEDED
+                        raise err from None
+                    last = err
+        finally:
+            for task in running:
+                task.cancel()
+        if last is None:
+            raise Timeout("no ledger member answered in time")
+        raise last
+
+    def _leave(self, addresses: set[str]) -> None:
+        """End the subscriptions on members that went silent while another answered.
+
+        A paused member keeps its connections and sends nothing, so a view fed from
+        it would wait for changes forever; its follower hears Unavailable and
+        subscribes again, to the member that answered.
+        """
+        for address in addresses:
+            for call in self._subs.get(address, ()):
+                self._abandoned.add(call)
+                call.cancel()
+
     async def activate(self, name: str, create: CreateMode, head: bytes) -> Activated:
         req = ledger_pb2.ActivateRequest(repo=name, create=CREATE_MODES[create], head=head)
         resp: ledger_pb2.ActivateResponse = await self._call(
@@ -128,12 +220,20 @@ class GrpcLedger:
         )
         return summary_from_pb(resp.state) if resp.HasField("state") else None
 
-    async def propose(self, name: str, incarnation: int, command: Command) -> Proposed:
+    async def propose(
+        self, name: str, incarnation: int, command: Command, request_id: bytes = b""
+    ) -> Proposed:
+        if request_id and len(request_id) != REQUEST_ID_BYTES:
+            raise ValueError(f"a request id is {REQUEST_ID_BYTES} bytes")
+        # one id for every attempt: whichever member applied a copy, the rest are no-ops
         req = ledger_pb2.ProposeRequest(
-            repo=name, incarnation=incarnation, command=encode_command(command)
+            repo=name,
+            incarnation=incarnation,
+            command=encode_command(command),
+            request_id=request_id or new_request_id(),
         )
-        resp: ledger_pb2.ProposeResponse = await self._call(
-            lambda s: s.Propose(req, timeout=self._timeout)
+        resp: ledger_pb2.ProposeResponse = await self._retried(
+            lambda s, t: s.Propose(req, timeout=t)
         )
         return Proposed(resp.version, decode_change(resp.effects))
 
@@ -143,8 +243,10 @@ class GrpcLedger:
         req = ledger_pb2.SubscribeRequest(
             repo=name, incarnation=incarnation, after_version=after_version
         )
-        stub = self._stubs[self._next]
-        call = stub.Subscribe(req)
+        address = self._addresses[self._next]
+        call = self._stubs[self._next].Subscribe(req)
+        subs = self._subs.setdefault(address, set())
+        subs.add(call)
         parts: list[bytes] = []
         inline: dict[bytes, bytes] = {}
         try:
@@ -162,14 +264,23 @@ class GrpcLedger:
                 for change in msg.changes.changes:
                     yield ChangeEvent(change.version, decode_change(change.effects))
         except grpc.RpcError as exc:
+            if call in self._abandoned:
+                raise Unavailable(f"ledger member {address} went silent") from None
             raise error_from_rpc(exc) from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if call in self._abandoned and (task is None or not task.cancelling()):
+                raise Unavailable(f"ledger member {address} went silent") from None
+            raise
         finally:
             call.cancel()
+            subs.discard(call)
+            self._abandoned.discard(call)
 
     async def barrier(self, name: str) -> BarrierPoint:
         req = ledger_pb2.BarrierRequest(repo=name)
-        resp: ledger_pb2.BarrierResponse = await self._call(
-            lambda s: s.Barrier(req, timeout=self._timeout)
+        resp: ledger_pb2.BarrierResponse = await self._retried(
+            lambda s, t: s.Barrier(req, timeout=t)
         )
         return BarrierPoint(resp.incarnation, resp.version, resp.deleted)
 

@@ -112,8 +112,16 @@ class LedgerPort(Protocol):
         """Delete the live incarnation; None when the name never existed."""
         ...
 
-    async def propose(self, name: str, incarnation: int, command: Command) -> Proposed:
-        """Append one command; answered after it applied on the member."""
+    async def propose(
+        self, name: str, incarnation: int, command: Command, request_id: bytes = b""
+    ) -> Proposed:
+        """Append one command; answered after it applied on the member.
+
+        ``request_id`` (16 bytes) names the logical write across every retry and
+        replay: a copy of an applied id is answered with the first apply's
+        version and outcome (a Change without per-ref results when the ledger
+        no longer holds it). Empty: the port picks one for this call.
+        """
         ...
 
     def subscribe(

@@ -77,6 +77,10 @@ def _inline_layer_of(command: Command | None, root: bytes) -> bytes:
     raise CorruptData(f"no pinned entry holds inline layer {root.hex()[:16]}", section="view")
 
 
+DEDUP_WINDOW = 4096
+"""Request ids remembered (the ledger keeps its last ``dedup_window_entries``)."""
+
+
 class LocalLedger:
     """Test seam: see the module docstring."""
 
@@ -86,6 +90,9 @@ class LocalLedger:
         self._log_index = 0
         self._changed = asyncio.Condition()
         self.proposals = 0
+        # request id -> first answer, as the ledger's dedup window (docs/raft.md,
+        # "Applying each id once"); bounded like it
+        self.done: dict[bytes, Proposed] = {}
 
     def _repo(self, name: str) -> _Repo:
         check_repo_name(name)
@@ -148,7 +155,20 @@ class LocalLedger:
             await self._apply(name, repo, Delete(repo.state.incarnation))
         return summary_of(name, repo.state)
 
-    async def propose(self, name: str, incarnation: int, command: Command) -> Proposed:
+    async def propose(
+        self, name: str, incarnation: int, command: Command, request_id: bytes = b""
+    ) -> Proposed:
+        first = self.done.get(request_id) if request_id else None
+        if first is not None:
+            return first
+        got = await self._propose(name, incarnation, command)
+        if request_id:
+            self.done[request_id] = got
+            while len(self.done) > DEDUP_WINDOW:
+                del self.done[next(iter(self.done))]
+        return got
+
+    async def _propose(self, name: str, incarnation: int, command: Command) -> Proposed:
         repo = self._repo(name)
         if not repo.state.exists:
             raise NotFound(f"repository {name} not found", name=name)

@@ -220,10 +220,26 @@ class Pusher:
         ref = branch_ref(request.branch)
         snap = await self.host.read(name)
         current = snap.state.refs.get(ref)
-        if (None if current is None else current.oid) != request.expected_oid:
-            raise _stale(ref, None if current is None else current.oid)
+        current_oid = None if current is None else current.oid
+        stale = current_oid != request.expected_oid
+        if stale and (not request_id or current_oid is None):
+            raise _stale(ref, current_oid)
         now_us = self.host.clock.now_us()
         with self.host.pin_reads(snap):
+            # -- request id (begin): the replay of a commit the first compute applied.
+            # The caller fixed the request's times, so it builds the very commit the
+            # branch holds now: answer it; anything else is stale, as without an id.
+            if stale:
+                try:
+                    again = await asyncio.to_thread(
+                        build_commit, snap.view.read, request, now_us, limits=self.host.limits
+                    )
+                except EnrouteError:
+                    raise _stale(ref, current_oid) from None
+                if again.oid != current_oid:
+                    raise _stale(ref, current_oid)
+                return again
+            # -- request id (end)
             built = await asyncio.to_thread(
                 build_commit, snap.view.read, request, now_us, limits=self.host.limits
             )

@@ -66,6 +66,7 @@ from enroute_gitproto.rpc.convert import (
 )
 from enroute_gitproto.rpc.errors import from_rpc_error
 from enroute_proto.gen.enroute.compute.v1.compute_pb2 import GitRequest, GitResponse
+from enroute_proto.request_id import new_request_id, request_id_metadata
 
 if TYPE_CHECKING:
     from enroute_proto.gen.enroute.compute.v1.compute_pb2_grpc import ComputeAsyncStub
@@ -453,6 +454,9 @@ class GitHandler:
         """Start the conversation on the repository's compute; fail over while nothing is sent."""
         attempts = 0
         last_error: grpc.aio.AioRpcError | None = None
+        # one id for this push on every compute tried, so the ledger applies it once
+        # (docs/rpc.md, "Request ids")
+        named = request_id_metadata(new_request_id())
 
         async def attempt(stub: ComputeAsyncStub) -> _Opened:
             nonlocal attempts, last_error
@@ -469,7 +473,7 @@ class GitHandler:
                 SERVICE_UPLOAD_PACK: stub.UploadPack,
                 SERVICE_RECEIVE_PACK: stub.ReceivePack,
             }[call.endpoint]
-            rpc = method(requests)
+            rpc = method(requests, metadata=named)
             if body is not None:
                 body.attach(rpc)
             parts: list[GitResponsePart] = []

@@ -34,6 +34,7 @@ from enroute_core.protocol.advertise import Service
 from enroute_core.state.head import branch_ref
 from enroute_core.state.names import check_repo_name
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
+from enroute_proto.request_id import find_request_id
 
 REQUEST_BODY_BYTES_MAX = 64 * MiB
 """Largest upload-pack request body (wants and haves), after decompression."""
@@ -208,7 +209,9 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
         except EnrouteError as exc:
             await _abort(context, exc)
         chunks = self.pusher.receive_pack(
-            header.repo, _body(request_iterator, header.content_encoding)
+            header.repo,
+            _body(request_iterator, header.content_encoding),
+            find_request_id(context.invocation_metadata()) or b"",
         )
         ctype = _CONTENT_TYPES[("result", "git-receive-pack")]
         async for msg in self._git(context, ctype, chunks):
@@ -308,7 +311,10 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> compute_pb2.CreateCommitResponse:
         try:
-            built = await self.pusher.create_commit(commit_request_from_pb(request))
+            built = await self.pusher.create_commit(
+                commit_request_from_pb(request),
+                find_request_id(context.invocation_metadata()) or b"",
+            )
         except EnrouteError as exc:
             await _abort(context, exc)
         return compute_pb2.CreateCommitResponse(oid=built.oid, tree=built.tree)
