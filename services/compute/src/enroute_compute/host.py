@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from enroute_compute.ledger_port import (
@@ -147,6 +147,11 @@ class RepositoryHost:
         check_repo_name(name)
         repo = self._repos.get(name)
         if repo is not None and not repo.dead:
+            if repo.state is MISSING:  # another caller is still loading it: its first state
+                loading = repo
+                await self._wait_until(
+                    loading, lambda: loading.state is not MISSING, "its first state"
+                )
             return repo
         lock = self._opening.setdefault(name, asyncio.Lock())
         async with lock:
@@ -187,16 +192,19 @@ class RepositoryHost:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _wait_version(self, repo: _Repo, version: int) -> None:
+        await self._wait_until(repo, lambda: repo.state.version >= version, f"version {version}")
+
+    async def _wait_until(self, repo: _Repo, done: Callable[[], bool], what: str) -> None:
+        """Until ``done()`` holds for the view, or it is dropped (NotFound or its error)."""
+
         async def reached() -> None:
             async with repo.changed:
-                await repo.changed.wait_for(lambda: repo.dead or repo.state.version >= version)
+                await repo.changed.wait_for(lambda: repo.dead or done())
 
         try:
             await asyncio.wait_for(reached(), self.wait_s)
         except TimeoutError:
-            raise Unavailable(
-                f"view of {repo.name} did not reach version {version}", name=repo.name
-            ) from None
+            raise Unavailable(f"view of {repo.name} did not reach {what}", name=repo.name) from None
         if repo.dead:
             raise repo.error or NotFound(f"repository {repo.name} not found", name=repo.name)
 
