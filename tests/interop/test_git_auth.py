@@ -12,10 +12,7 @@ from __future__ import annotations
 import base64
 import itertools
 import os
-import re
-import signal
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -27,13 +24,11 @@ import pytest
 import yaml
 
 from enroute_gitproto.auth import token_digest
+from enroute_testing.devserver import running_dev
 from enroute_testing.gitcli import git_env
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
-ENROUTE_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "enroute"
-READY_LINE = re.compile(rb"enroute ready: (http://\S+)")
-READY_TIMEOUT_S = 60.0
 GIT_TIMEOUT_S = 60.0
 _names = itertools.count()
 
@@ -88,52 +83,15 @@ class Server:
     secret: SecretVolume
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=20)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("enroute-auth")
     secret = SecretVolume(root / "secret")
     secret.publish(tokens_yaml(TOKENS))
-    config = root / "config.yaml"
-    config.write_text(
-        yaml.safe_dump({"auth": {"anonymous": "none", "tokens_file": str(secret.path)}})
-    )
-    argv = [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(root / "data"),
-            "--config", str(config)]  # fmt: skip
-    log_path = root / "enroute.log"
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=log, start_new_session=True)  # fmt: skip
-        found: list[str] = []
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert process.stdout is not None
-            for raw in process.stdout:
-                match = READY_LINE.search(raw)
-                if match and not found:
-                    found.append(match.group(1).decode().rstrip("/"))
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        try:
-            ready.wait(READY_TIMEOUT_S)
-            if not found:
-                _stop(process)
-                pytest.fail(f"enroute dev not ready:\n{log_path.read_text()[-4000:]}")
-            yield Server(found[0], secret)
-        finally:
-            _stop(process)
+    config = {"auth": {"anonymous": "none", "tokens_file": str(secret.path)}}
+    with running_dev(root, config) as dev:
+        yield Server(dev.url, secret)
+        log_path = dev.log_path
     assert b"anonymous read AND WRITE" not in log_path.read_bytes()  # auth was on: no warning
 
 

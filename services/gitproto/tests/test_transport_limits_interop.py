@@ -8,10 +8,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import itertools
-import os
 import random
-import re
-import signal
 import socket
 import subprocess
 import threading
@@ -20,15 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
+from enroute_testing.devserver import running_dev
 from enroute_testing.gitcli import git_env
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
-ENROUTE_BIN = Path(__file__).resolve().parents[3] / ".venv" / "bin" / "enroute"
-READY_LINE = re.compile(rb"enroute ready: http://(\S+)")
-READY_TIMEOUT_S = 60.0
 GIT_TIMEOUT_S = 60.0
 IDLE_S = 1.0
 TOTAL_S = 6.0
@@ -48,49 +42,12 @@ HELD_BYTES = 100_000  # promised by held requests: under git_body_max, never all
 _names = itertools.count()
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=20)
-
-
 @pytest.fixture(scope="module")
 def address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """HOST:PORT of an `enroute dev` (anonymous write) with the LIMITS above."""
-    root = tmp_path_factory.mktemp("enroute-limits")
-    config = root / "config.yaml"
-    config.write_text(yaml.safe_dump({"transport": LIMITS, "limits": RESOURCE_LIMITS}))
-    argv = [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(root / "data"),
-            "--config", str(config)]  # fmt: skip
-    log_path = root / "enroute.log"
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=log, start_new_session=True)  # fmt: skip
-        found: list[str] = []
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert process.stdout is not None
-            for raw in process.stdout:
-                match = READY_LINE.search(raw)
-                if match and not found:
-                    found.append(match.group(1).decode().rstrip("/"))
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        try:
-            ready.wait(READY_TIMEOUT_S)
-            if not found:
-                _stop(process)
-                pytest.fail(f"enroute dev not ready:\n{log_path.read_text()[-4000:]}")
-            yield found[0]
-        finally:
-            _stop(process)
+    config = {"transport": LIMITS, "limits": RESOURCE_LIMITS}
+    with running_dev(tmp_path_factory.mktemp("enroute-limits"), config) as dev:
+        yield dev.address
 
 
 # --- helpers -------------------------------------------------------------------------------

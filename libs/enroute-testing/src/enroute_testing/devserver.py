@@ -1,0 +1,105 @@
+"""A real `enroute dev` for end-to-end tests, started as an operator starts it.
+
+DESIGN.md "Processes": `enroute dev --listen 127.0.0.1:0 --data DIR [--config FILE]`,
+ready once it prints `enroute ready: URL`, stopped with SIGTERM, which it forwards
+to its roles. The process gets its own group, so a last-resort kill reaches the roles.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENROUTE_BIN = Path(sys.executable).parent / "enroute"
+READY_LINE = re.compile(rb"enroute ready: (http://\S+)")
+READY_TIMEOUT_S = 60.0
+STOP_GRACE_S = 20.0
+LOG_TAIL_BYTES = 6000
+
+
+class DevNotReady(RuntimeError):
+    """`enroute dev` exited or printed no ready line in time; the message holds its log."""
+
+
+@dataclass(frozen=True, slots=True)
+class DevServer:
+    url: str
+    """`http://HOST:PORT`, no trailing slash."""
+    log_path: Path
+
+    @property
+    def address(self) -> str:
+        return self.url.removeprefix("http://")
+
+
+def _pump(
+    process: subprocess.Popen[bytes], log_path: Path, found: list[str], ready: threading.Event
+) -> None:
+    """Copy stdout into the log and note the first ready line; ends when stdout closes."""
+    assert process.stdout is not None
+    with open(log_path, "ab") as log:
+        for raw in process.stdout:
+            log.write(raw)
+            log.flush()
+            match = READY_LINE.search(raw)
+            if match and not found:
+                found.append(match.group(1).decode("ascii").rstrip("/"))
+                ready.set()
+    ready.set()  # stdout closed: wake the waiter so it can report the exit
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the dev process did not bring its roles down
+        process.wait(timeout=STOP_GRACE_S)
+
+
+@contextmanager
+def running_dev(root: Path, config: dict[str, Any] | None = None) -> Iterator[DevServer]:
+    """An `enroute dev` with data and log under ``root`` and ``config`` merged into every role."""
+    log_path = root / "enroute.log"
+    argv = [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(root / "data")]
+    if config is not None:
+        config_path = root / "config.yaml"
+        config_path.write_text(yaml.safe_dump(config))
+        argv += ["--config", str(config_path)]
+    with open(log_path, "ab") as err:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            start_new_session=True,
+        )
+    found: list[str] = []
+    ready = threading.Event()
+    pump = threading.Thread(target=_pump, args=(process, log_path, found, ready), daemon=True)
+    pump.start()
+    try:
+        ready.wait(READY_TIMEOUT_S)
+        if not found:
+            stop(process)
+            tail = log_path.read_bytes()[-LOG_TAIL_BYTES:].decode("utf-8", "replace")
+            raise DevNotReady(
+                f"{argv} not ready within {READY_TIMEOUT_S} s (exit {process.poll()}):\n{tail}"
+            )
+        yield DevServer(found[0], log_path)
+    finally:
+        stop(process)
+        pump.join(timeout=5)
