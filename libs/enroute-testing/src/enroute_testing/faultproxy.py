@@ -120,8 +120,95 @@ class _Conn:
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
-class FaultProxy:
+class _ServerThread:
+    """An asyncio TCP server on its own loop in a daemon thread: start, stop, ``with``.
+
+    Subclasses give ``_accept`` and may bound reads (``_read_limit``) or cut their
+    connections before the pending tasks are cancelled (``_on_stopping``).
+    """
+
+    _thread_name = "proxy"
+    _read_limit = 2**16
+
+    def __init__(self, host: str, port: int) -> None:
+        self._host = host
+        self.port = port
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._start_error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10.0):
+            raise TimeoutError(f"{self._thread_name} did not start")
+        if self._start_error is not None:
+            raise self._start_error
+
+    def stop(self) -> None:
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            with suppress(RuntimeError):
+                loop.call_soon_threadsafe(stopping.set)
+        if self._thread is not None:
+            self._thread.join(timeout=10.0)
+            assert not self._thread.is_alive(), f"{self._thread_name} thread did not stop"
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main())
+        except BaseException as e:
+            self._start_error = e
+            self._ready.set()
+        finally:
+            loop.close()
+
+    async def _main(self) -> None:
+        self._stopping = asyncio.Event()
+        server = await asyncio.start_server(
+            self._accept, self._host, self.port, limit=self._read_limit
+        )
+        self.port = int(server.sockets[0].getsockname()[1])
+        self._ready.set()
+        async with server:
+            await self._stopping.wait()
+            server.close()
+            self._on_stopping()
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.wait(self._tasks, timeout=5.0)
+
+    def _on_stopping(self) -> None:
+        pass
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class FaultProxy(_ServerThread):
     """``with FaultProxy(host, port) as proxy: ... proxy.url ... proxy.add(rule)``."""
+
+    _thread_name = "fault-proxy"
+    _read_limit = HEAD_BYTES_MAX
 
     def __init__(
         self,
@@ -132,20 +219,13 @@ class FaultProxy:
         connections_max: int = 64,
         io_timeout_s: float = 30.0,
     ) -> None:
+        super().__init__(host, 0)
         self._upstream = (upstream_host, upstream_port)
-        self._host = host
         self._connections_max = connections_max
         self._io_timeout_s = io_timeout_s
         self._lock = threading.Lock()
         self._rules: list[_Armed] = []
         self._log: list[Exchange] = []
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._start_error: BaseException | None = None
-        self.port = 0
 
     @property
     def url(self) -> str:
@@ -186,61 +266,7 @@ class FaultProxy:
         finally:
             self.clear()
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="fault-proxy", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10.0):
-            raise TimeoutError("fault proxy did not start")
-        if self._start_error is not None:
-            raise self._start_error
-
-    def stop(self) -> None:
-        loop, stopping = self._loop, self._stopping
-        if loop is not None and stopping is not None and not loop.is_closed():
-            with suppress(RuntimeError):
-                loop.call_soon_threadsafe(stopping.set)
-        if self._thread is not None:
-            self._thread.join(timeout=10.0)
-            assert not self._thread.is_alive(), "fault proxy thread did not stop"
-            self._thread = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     # -- the loop thread
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._main())
-        except BaseException as e:
-            self._start_error = e
-            self._ready.set()
-        finally:
-            loop.close()
-
-    async def _main(self) -> None:
-        self._stopping = asyncio.Event()
-        server = await asyncio.start_server(self._accept, self._host, 0, limit=HEAD_BYTES_MAX)
-        self.port = int(server.sockets[0].getsockname()[1])
-        self._ready.set()
-        async with server:
-            await self._stopping.wait()
-            server.close()
-            for task in list(self._tasks):
-                task.cancel()
-            if self._tasks:
-                await asyncio.wait(self._tasks, timeout=5.0)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -542,7 +568,7 @@ class LinkMode(enum.Enum):
     """Bytes to the server pass, bytes back are discarded: requests take effect, answers vanish."""
 
 
-class TcpProxy:
+class TcpProxy(_ServerThread):
     """``with TcpProxy(host, port) as link: ... link.address ... link.set(LinkMode.CUT)``.
 
     A byte pipe with a switch: :meth:`set` changes the mode of every current
@@ -550,6 +576,8 @@ class TcpProxy:
     loop in a daemon thread; reads are bounded by ``chunk_bytes`` and the
     number of connections by ``connections_max``.
     """
+
+    _thread_name = "tcp-proxy"
 
     def __init__(
         self,
@@ -561,21 +589,14 @@ class TcpProxy:
         connections_max: int = 256,
         chunk_bytes: int = 64 * 1024,
     ) -> None:
+        super().__init__(host, port)
         self._upstream = (upstream_host, upstream_port)
-        self._host = host
-        self.port = port
         self._connections_max = connections_max
         self._chunk_bytes = chunk_bytes
         self._mode = LinkMode.PASS
         self._delay_s = 0.0
         self._lock = threading.Lock()
-        self._ready = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
         self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._start_error: BaseException | None = None
         self.connections_seen = 0
 
     @property
@@ -601,65 +622,13 @@ class TcpProxy:
     def heal(self) -> None:
         self.set(LinkMode.PASS)
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="tcp-proxy", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10.0):
-            raise TimeoutError("tcp proxy did not start")
-        if self._start_error is not None:
-            raise self._start_error
-
-    def stop(self) -> None:
-        loop, stopping = self._loop, self._stopping
-        if loop is not None and stopping is not None and not loop.is_closed():
-            with suppress(RuntimeError):
-                loop.call_soon_threadsafe(stopping.set)
-        if self._thread is not None:
-            self._thread.join(timeout=10.0)
-            assert not self._thread.is_alive(), "tcp proxy thread did not stop"
-            self._thread = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def _abort_all(self) -> None:
         for writer in list(self._writers):
             writer.transport.abort()
         self._writers.clear()
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._main())
-        except BaseException as e:
-            self._start_error = e
-            self._ready.set()
-        finally:
-            loop.close()
-
-    async def _main(self) -> None:
-        self._stopping = asyncio.Event()
-        server = await asyncio.start_server(self._accept, self._host, self.port)
-        self.port = int(server.sockets[0].getsockname()[1])
-        self._ready.set()
-        async with server:
-            await self._stopping.wait()
-            server.close()
-            self._abort_all()
-            for task in list(self._tasks):
-                task.cancel()
-            if self._tasks:
-                await asyncio.wait(self._tasks, timeout=5.0)
+    def _on_stopping(self) -> None:
+        self._abort_all()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
