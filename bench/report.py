@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REPORT = ROOT / "docs" / "benchmarks.md"
+# ENROUTE_BENCH_REPORT sends a trial run's section to another file instead.
+REPORT = Path(os.environ.get("ENROUTE_BENCH_REPORT") or ROOT / "docs" / "benchmarks.md")
 
 
 @dataclass(frozen=True)
