@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from enroute_testing.env import service_env
 from enroute_testing.gitcli import run_git
 from enroute_testing.repogen import list_refs
 
@@ -74,7 +75,12 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     argv = [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(root / "data")]
     argv += ["--config", str(root / "config.yaml")]
     process = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        start_new_session=True,
+        env=service_env(),
     )
     found: list[str] = []
     ready = threading.Event()

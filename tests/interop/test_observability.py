@@ -22,6 +22,7 @@ import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from enroute_testing.env import service_env
 from enroute_testing.gitcli import run_git
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,6 +129,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         stdout=subprocess.PIPE,
         stderr=log,
         start_new_session=True,
+        env=service_env(),
     )
     found: list[str] = []
     ready = threading.Event()

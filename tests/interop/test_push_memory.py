@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from enroute_testing.env import service_env
 from enroute_testing.gitcli import run_git
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
@@ -73,7 +74,12 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     log = open(root / "enroute.log", "ab")  # noqa: SIM115 - closed in the finally
     argv = [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(root / "data")]
     process = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        start_new_session=True,
+        env=service_env(),
     )
     found: list[str] = []
     ready = threading.Event()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from enroute_testing.env import service_env
 from enroute_testing.gitcli import run_git
 from enroute_testing.ledgers import LedgerProc, write_config
 
@@ -36,7 +37,7 @@ def _spawn(role: str, config: Path) -> tuple[subprocess.Popen[str], dict[str, st
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("ENROUTE_")},
+        env=service_env(),
     )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()

@@ -5,7 +5,6 @@ Compute streams (the real ingress is gitproto's)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import open_store
 from enroute_proto import find_error_detail
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
+from enroute_testing.env import service_env
 
 ROOT = Path(__file__).resolve().parents[3]
 LEDGER_MAIN = ROOT / "services/ledger/src/enroute_ledger/__main__.py"
@@ -72,7 +72,7 @@ def ledger_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=service_env(PYTHONUNBUFFERED="1"),
         )
     assert proc.stdout is not None
     line = proc.stdout.readline()

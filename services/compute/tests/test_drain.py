@@ -24,6 +24,7 @@ import pytest
 
 from enroute_compute.main import pack_object_count
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
+from enroute_testing.env import service_env
 
 BLOB_BYTES = 8 * 1024 * 1024
 CHUNK_BYTES = 128 * 1024
@@ -84,7 +85,7 @@ def compute_process(tmp_path: Path, ledger_process: str) -> Iterator[Proc]:
         [sys.executable, "-m", "enroute_compute", "--config", str(config)],
         stdout=subprocess.PIPE,
         text=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("ENROUTE_")},
+        env=service_env(),
     )
     try:
         assert proc.stdout is not None

@@ -3,11 +3,12 @@ expires (issue "Layer maintenance", acceptance: "a crashed holder's lease is tak
 after expiry"; seed 001, "Reclaiming layer files": leases by CAS with an expiry).
 
 Two real compute processes (``python -m enroute_compute``) share one ledger process and
-one file store. Pushes of large random blobs keep both busy with merges; the compute
-holding the repository's lease is killed with SIGKILL while a merge file is in its
-scratch directory; the other one takes the lease once it has expired, finishes the
-compaction, and a clone through it is fsck-clean with every pushed blob. Every wait is
-bounded in time.
+one file store. Pushes of large random blobs keep the planner merging; meanwhile the
+lease holder is stopped (SIGSTOP) and its scratch directory looked at, and it is killed
+(SIGKILL) only when a merge file is there, so the kill lands mid-merge by construction
+rather than by timing. The other compute takes the lease once it has expired, finishes
+the compaction, and a clone through it is fsck-clean with every acknowledged blob.
+Every wait is bounded in time.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -30,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from enroute_testing.env import service_env
 from enroute_testing.gitcli import run_git
 from enroute_testing.repogen import list_refs
 
@@ -38,7 +41,8 @@ pytestmark = [pytest.mark.interop, pytest.mark.slow]
 SEED = int(os.environ.get("ENROUTE_SEED", "23"))
 READY = re.compile(r"enroute compute ready: grpc=(\S+) http=(\S+)")
 LEASE_S = 3.0
-PUSHES = 8
+MAX_PUSHES = 24
+CATCH_S = 60.0
 BLOB_BYTES = 3 * 1024 * 1024
 DEADLINE_S = 90.0
 
@@ -55,6 +59,8 @@ class Compute:
         with urllib.request.urlopen(f"http://{self.http}/status", timeout=5) as r:
             answer: dict[str, Any] = json.loads(r.read())
         return answer
+
+    term = 0  # of the lease when this compute was caught holding it
 
     def merging(self) -> bool:
         scratch = self.data / "layers" / "scratch"
@@ -79,6 +85,7 @@ def _start(node: str, ledger: str, store: Path, tmp_path: Path) -> Compute:
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
+        env=service_env(),
     )
     assert process.stdout is not None
     line = process.stdout.readline()
@@ -118,6 +125,36 @@ def _until(
     raise AssertionError(f"not within {limit_s} s: {what} {explain()}")
 
 
+def _catch_holder_merging(
+    name: str, computes: tuple[Compute, Compute], pushes_failed: Callable[[], bool]
+) -> Compute:
+    """Stop (SIGSTOP) the lease holder and look in its scratch directory; resume it
+    unless a merge file is there. A stopped process cannot finish its merge between
+    the look and the kill, so the kill lands mid-merge by construction, and sampling
+    while pushes keep the planner busy bounds how long catching one takes.
+    """
+    deadline = time.monotonic() + CATCH_S
+    looks = 0
+    while time.monotonic() < deadline:
+        for c in computes:
+            holders = c.status()["maintenance"]["lease_holders"]
+            if name not in holders:
+                continue
+            c.process.send_signal(signal.SIGSTOP)
+            looks += 1
+            if c.merging():
+                c.term = int(holders[name].rsplit("@", 1)[1])
+                return c
+            c.process.send_signal(signal.SIGCONT)
+        if pushes_failed():
+            break
+        time.sleep(0.002)
+    raise AssertionError(
+        f"no merge in flight in {looks} looks at the lease holder; "
+        f"{[c.status()['maintenance'] for c in computes]}"
+    )
+
+
 def test_a_lease_held_by_a_killed_compute_is_taken_over_after_expiry(
     computes: tuple[Compute, Compute],
     git_bridge: Callable[[str], ThreadingHTTPServer],
@@ -133,53 +170,63 @@ def test_a_lease_held_by_a_killed_compute_is_taken_over_after_expiry(
     run_git(["commit", "-q", "-m", "initial"], cwd=work)
     run_git(["push", "-q", f"{urls[a.node]}/{name}.git", "main"], cwd=work)
     run_git(["ls-remote", f"{urls[b.node]}/{name}.git"], cwd=work)  # b hosts it too
+    initial = run_git(["rev-parse", "HEAD"], cwd=work).strip()
 
     rng = random.Random(SEED)
     print(f"ENROUTE_SEED={SEED}")
+    # Commit i adds blob0..blob{i}; made up front so the pusher only pushes.
+    commits: list[bytes] = []
     blobs: dict[str, bytes] = {}
-    victim: Compute | None = None
-    victim_term = 0
-    by_node = {a.node: a, b.node: b}
-    for i in range(PUSHES):
+    for i in range(MAX_PUSHES):
         blobs[f"blob{i}.bin"] = rng.randbytes(BLOB_BYTES)
         (work / f"blob{i}.bin").write_bytes(blobs[f"blob{i}.bin"])
         run_git(["add", "."], cwd=work)
         run_git(["commit", "-q", "-m", f"blob {i}"], cwd=work)
-        run_git(["push", "-q", f"{urls[a.node]}/{name}.git", "main"], cwd=work)
-    head = run_git(["rev-parse", "HEAD"], cwd=work).strip()
+        commits.append(run_git(["rev-parse", "HEAD"], cwd=work).strip())
 
-    # Kill the holder while a merge file is in its scratch (a merge in progress).
-    def holder_merging() -> bool:
-        nonlocal victim, victim_term
-        for c in (a, b):
-            holders = c.status()["maintenance"]["lease_holders"]
-            if name in holders and c.merging():
-                victim = by_node[c.node]
-                victim_term = int(holders[name].rsplit("@", 1)[1])
-                return True
-        return False
+    # Push one commit at a time through a while merges run, until a holder is caught.
+    caught = threading.Event()
+    acked: list[int] = []
+    in_flight: list[int] = []
+    failures: list[BaseException] = []
 
-    survivor_merges = 0
+    def pusher() -> None:
+        for i, oid in enumerate(commits):
+            if caught.is_set():
+                return
+            in_flight[:] = [i]
+            try:
+                run_git(
+                    ["push", "-q", f"{urls[a.node]}/{name}.git", f"{oid.decode()}:refs/heads/main"],
+                    cwd=work,
+                )
+            except Exception as e:
+                if not caught.is_set():  # else a was killed under it: outcome unknown
+                    failures.append(e)
+                return
+            acked.append(i)
+            in_flight.clear()
+
+    thread = threading.Thread(target=pusher, daemon=True)
+    thread.start()
     try:
-        _until("the lease holder is seen merging", holder_merging, 30.0)
-    except AssertionError:
-        # Merges finished before one was caught: push more so that one is in flight.
-        for i in range(PUSHES, 2 * PUSHES):
-            blobs[f"blob{i}.bin"] = rng.randbytes(BLOB_BYTES)
-            (work / f"blob{i}.bin").write_bytes(blobs[f"blob{i}.bin"])
-            run_git(["add", "."], cwd=work)
-            run_git(["commit", "-q", "-m", f"blob {i}"], cwd=work)
-            run_git(["push", "-q", f"{urls[a.node]}/{name}.git", "main"], cwd=work)
-            if holder_merging():
-                break
-        head = run_git(["rev-parse", "HEAD"], cwd=work).strip()
-        assert victim is not None, "no merge in flight was ever seen"
-    assert victim is not None
+        victim = _catch_holder_merging(name, (a, b), lambda: bool(failures))
+    except AssertionError as e:
+        raise AssertionError(f"{e}; pushes acknowledged {acked}, failed {failures}") from None
+    caught.set()
+    # The victim is stopped (SIGSTOP) with a merge file in its scratch: kill it there.
     survivor = b if victim is a else a
     survivor_merges = survivor.status()["maintenance"]["merges"]
     killed_at = time.monotonic()
     victim.process.send_signal(signal.SIGKILL)
     victim.process.wait(10)
+    thread.join(60)
+    assert not thread.is_alive()
+    assert not failures, failures
+    # The final value is the last acknowledged push, or the one in flight at the kill.
+    possible = {commits[acked[-1]] if acked else initial: acked[-1] if acked else -1}
+    if in_flight:
+        possible[commits[in_flight[0]]] = in_flight[0]
 
     if victim is a:  # the pushes went through a; b must see the last one
         run_git(["ls-remote", f"{urls[b.node]}/{name}.git"], cwd=work)
@@ -192,12 +239,12 @@ def test_a_lease_held_by_a_killed_compute_is_taken_over_after_expiry(
     print(f"victim {victim.node}; lease taken over after {took_s:.2f} s")
     # Taken over (a new term), not handed over, and only once the old lease expired.
     term = int(survivor.status()["maintenance"]["lease_holders"][name].rsplit("@", 1)[1])
-    assert term > victim_term >= 1
+    assert term > victim.term >= 1
     assert took_s <= LEASE_S + 5.0, took_s  # the expiry, plus passes on a loaded machine
 
     def settled() -> bool:
         m = survivor.status()["maintenance"]
-        return m["merges"] > survivor_merges and m["layers"].get(name, 99) <= 3
+        return bool(m["merges"] > survivor_merges and m["layers"].get(name, 99) <= 3)
 
     _until(
         "the survivor finishes the compaction",
@@ -213,6 +260,8 @@ def test_a_lease_held_by_a_killed_compute_is_taken_over_after_expiry(
     url = urls[survivor.node]
     run_git(["clone", "-q", "--mirror", f"{url}/{name}.git", str(clone)], cwd=tmp_path)
     run_git(["fsck", "--strict", "--no-progress"], cwd=clone)
-    assert list_refs(clone)[b"refs/heads/main"] == head
-    for path, data in blobs.items():
-        assert run_git(["cat-file", "blob", f"main:{path}"], cwd=clone) == data, path
+    final = list_refs(clone)[b"refs/heads/main"]
+    assert final in possible, (final, possible)
+    for i in range(possible[final] + 1):
+        path = f"blob{i}.bin"
+        assert run_git(["cat-file", "blob", f"main:{path}"], cwd=clone) == blobs[path], path

@@ -9,6 +9,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from enroute_testing.env import service_env
+
 
 def test_process_serves_ops_endpoints_and_stops_on_sigterm(tmp_path: Path) -> None:
     config = tmp_path / "compute.yaml"
@@ -22,6 +24,7 @@ def test_process_serves_ops_endpoints_and_stops_on_sigterm(tmp_path: Path) -> No
         [sys.executable, "-m", "enroute_compute", "--config", str(config)],
         stdout=subprocess.PIPE,
         text=True,
+        env=service_env(),
     )
     try:
         assert proc.stdout is not None

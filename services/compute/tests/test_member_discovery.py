@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import pytest
 
 from enroute_compute.ledger_client import GrpcLedger
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
+from enroute_testing.env import service_env
 from enroute_testing.kubeapi import NS, SERVICE, ThreadedKubeApi, endpoint_slice
 
 
@@ -62,7 +62,7 @@ def test_compute_follows_ledger_endpoint_slices(tmp_path: Path, ledger_process: 
             [sys.executable, "-m", "enroute_compute", "--config", str(config)],
             stdout=subprocess.PIPE,
             text=True,
-            env={k: v for k, v in os.environ.items() if not k.startswith("ENROUTE_")},
+            env=service_env(),
         )
         try:
             assert proc.stdout is not None

@@ -10,7 +10,6 @@ the ledger's in-memory change history).
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from enroute_core.state import LayerKind
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import open_store
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2_grpc
+from enroute_testing.env import service_env
 from enroute_testing.gitcli import GitFailed, run_git
 from enroute_testing.repogen import RepoSpec, generate_repo, list_refs
 
@@ -68,7 +68,7 @@ class _Ledger:
                 stdout=subprocess.PIPE,
                 stderr=err,
                 text=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env=service_env(PYTHONUNBUFFERED="1"),
             )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from enroute_testing.env import service_env
+
 FAKE_CHILD = """
 import signal, sys, time
 role = sys.argv[1]
@@ -27,7 +29,9 @@ def _dev_stderr(tmp_path: Path, *extra: str) -> tuple[str, str]:
                  for role in ("ledger", "compute", "gitproto")]  # fmt: skip
     argv = [sys.executable, "-m", "enroute_gitproto.cli", "dev", "--data", str(tmp_path / "d"),
             "--listen", "127.0.0.1:0", "--start-timeout", "20", *templates, *extra]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=service_env()
+    )
     assert proc.stdout is not None
     ready = proc.stdout.readline()
     proc.send_signal(signal.SIGTERM)

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from enroute_gitproto.auth import token_digest
 from enroute_gitproto.cli import app
+from enroute_testing.env import service_env
 
 FAKE_CHILD = """
 import signal, sys, time, yaml
@@ -39,7 +40,9 @@ def _dev(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
             "--listen", "127.0.0.1:0", "--start-timeout", "20",
             "--child-cmd", f"ledger={{python}} {script} ledger {{config}}",
             "--child-cmd", f"compute={{python}} {script} compute {{config}}", *extra]  # fmt: skip
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=service_env()
+    )
 
 
 def test_dev_starts_roles_in_order_and_stops_on_sigterm(tmp_path: Path) -> None:

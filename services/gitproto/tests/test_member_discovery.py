@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from enroute_testing.env import service_env
 from enroute_testing.kubeapi import NS, ThreadedKubeApi, endpoint_slice
 
 SERVICE = "enroute-compute"
@@ -60,7 +60,7 @@ def test_gitproto_follows_compute_endpoint_slices(tmp_path: Path) -> None:
             [sys.executable, "-m", "enroute_gitproto", "--config", str(config)],
             stdout=subprocess.PIPE,
             text=True,
-            env={k: v for k, v in os.environ.items() if not k.startswith("ENROUTE_")},
+            env=service_env(),
         )
         try:
             assert proc.stdout is not None

@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from enroute_testing.env import service_env
+
 ENROUTE_BIN = Path(sys.executable).parent / "enroute"
 READY_LINE = re.compile(rb"enroute ready: (http://\S+)")
 READY_TIMEOUT_S = 60.0
@@ -86,6 +88,7 @@ def running_dev(root: Path, config: dict[str, Any] | None = None) -> Iterator[De
             stdout=subprocess.PIPE,
             stderr=err,
             start_new_session=True,
+            env=service_env(),
         )
     found: list[str] = []
     ready = threading.Event()

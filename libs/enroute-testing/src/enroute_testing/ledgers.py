@@ -8,7 +8,6 @@ through Raft.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import grpc
 
 from enroute_proto import find_error_detail
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
+from enroute_testing.env import service_env
 
 READY_PREFIX = "enroute ledger ready: "
 START_TIMEOUT_S = 30.0
@@ -48,7 +48,7 @@ class LedgerProc:
         return self.proc.pid
 
     def spawn(self) -> LedgerProc:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ENROUTE_")}
+        env = service_env()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "enroute_ledger", "--config", str(self.config)],
             stdout=subprocess.PIPE,
