@@ -5,11 +5,7 @@ trash marker go after a short retention; a re-created name's files stay while it
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,15 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from enroute_testing.env import service_env
+from enroute_testing.devserver import running_dev
 from enroute_testing.gitcli import run_git
 from enroute_testing.repogen import list_refs
 
 pytestmark = pytest.mark.interop
 
-ENROUTE_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "enroute"
-READY_LINE = re.compile(rb"enroute ready: (http://\S+)")
 COMPUTE_READY = re.compile(r"enroute compute ready: grpc=\S+ http=(\S+)")
 CONFIG = """\
 layers:
@@ -70,46 +65,8 @@ class Dev:
 @pytest.fixture
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     root = tmp_path_factory.mktemp("maintenance")
-    (root / "config.yaml").write_text(CONFIG)
-    log = open(root / "enroute.log", "ab")  # noqa: SIM115 - closed in the finally
-    argv = [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(root / "data")]
-    argv += ["--config", str(root / "config.yaml")]
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        start_new_session=True,
-        env=service_env(),
-    )
-    found: list[str] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for raw in process.stdout:
-            match = READY_LINE.search(raw)
-            if match and not found:
-                found.append(match.group(1).decode("ascii").rstrip("/"))
-                ready.set()
-        ready.set()
-
-    thread = threading.Thread(target=pump, daemon=True)
-    thread.start()
-    try:
-        ready.wait(60)
-        assert found, f"enroute dev not ready: {(root / 'enroute.log').read_text()[-3000:]}"
-        yield Dev(found[0], root)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=20)
-        thread.join(timeout=5)
-        log.close()
+    with running_dev(root, yaml.safe_load(CONFIG)) as server:
+        yield Dev(server.url, root)
 
 
 def _delete(url: str, name: str) -> None:

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import subprocess
-import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,16 +19,13 @@ import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from enroute_testing.env import service_env
+from enroute_testing.devserver import running_dev
 from enroute_testing.gitcli import run_git
 
 ROOT = Path(__file__).resolve().parents[2]
-ENROUTE_BIN = ROOT / ".venv" / "bin" / "enroute"
 SCHEMA = ROOT / "docs" / "status.schema.json"
 DASHBOARD = ROOT / "charts" / "enroute" / "dashboards" / "enroute.json"
-READY = re.compile(rb"enroute ready: (http://\S+)")
 ROLE_READY = re.compile(r"enroute (ledger|compute) ready: .*http=(\S+)")
-READY_TIMEOUT_S = 90.0
 
 # Families each role must export (names as the parser gives them: no _total).
 REQUIRED: dict[str, set[str]] = {
@@ -122,51 +116,14 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A running `enroute dev`: the HTTP base URL of each role."""
     root = tmp_path_factory.mktemp("observe-dev")
     data = root / "data"
-    log = open(root / "dev.log", "wb")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(data)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        start_new_session=True,
-        env=service_env(),
-    )
-    found: list[str] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            log.write(raw)
-            m = READY.search(raw)
-            if m and not found:
-                found.append(m.group(1).decode().rstrip("/"))
-                ready.set()
-        ready.set()
-
-    thread = threading.Thread(target=pump, daemon=True)
-    thread.start()
-    try:
-        ready.wait(READY_TIMEOUT_S)
-        if not found:
-            pytest.fail(f"enroute dev not ready: {(root / 'dev.log').read_text()[-3000:]}")
-        urls = {"gitproto": found[0]}
+    with running_dev(root) as server:
+        urls = {"gitproto": server.url}
         for role in ("ledger", "compute"):
             text = (data / "logs" / f"{role}.log").read_text(errors="replace")
             m = ROLE_READY.search(text)
             assert m, f"no ready line in the {role} log"
             urls[role] = f"http://{m.group(2)}"
         yield urls
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-        thread.join(5)
-        log.close()
 
 
 @pytest.mark.interop

@@ -20,22 +20,17 @@ from __future__ import annotations
 import os
 import random
 import re
-import signal
-import subprocess
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from enroute_testing.env import service_env
+from enroute_testing.devserver import running_dev
 from enroute_testing.gitcli import run_git
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
-ENROUTE_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "enroute"
-READY_LINE = re.compile(rb"enroute ready: (http://\S+)")
 MiB = 1024 * 1024
 INGEST_CACHE_BYTES = 128 * MiB  # seed 004, "Pages and memory"
 PER_OBJECT_BYTES = 1024
@@ -46,17 +41,17 @@ PUSH_TIMEOUT_S = 240.0
 @dataclass
 class Dev:
     url: str
-    process: subprocess.Popen[bytes]
+    pid: int
     root: Path
 
     def child_pid(self, role: str) -> int:
         """The pid of the `python -m enroute_<role>` child of the dev process."""
-        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
             for pid in (task / "children").read_text().split():
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
                 if f"enroute_{role}".encode() in cmdline:
                     return int(pid)
-        raise AssertionError(f"no enroute_{role} child of {self.process.pid}")
+        raise AssertionError(f"no enroute_{role} child of {self.pid}")
 
 
 def status_bytes(pid: int, field: str) -> int:
@@ -71,44 +66,8 @@ def status_bytes(pid: int, field: str) -> int:
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     """A fresh `enroute dev` per test, so the compute's VmHWM is that test's push."""
     root = tmp_path_factory.mktemp("push-memory")
-    log = open(root / "enroute.log", "ab")  # noqa: SIM115 - closed in the finally
-    argv = [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(root / "data")]
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        start_new_session=True,
-        env=service_env(),
-    )
-    found: list[str] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for raw in process.stdout:
-            match = READY_LINE.search(raw)
-            if match and not found:
-                found.append(match.group(1).decode("ascii").rstrip("/"))
-                ready.set()
-        ready.set()
-
-    thread = threading.Thread(target=pump, daemon=True)
-    thread.start()
-    try:
-        ready.wait(60)
-        assert found, f"enroute dev not ready: {(root / 'enroute.log').read_text()[-3000:]}"
-        yield Dev(found[0], process, root)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=20)
-        thread.join(timeout=5)
-        log.close()
+    with running_dev(root) as server:
+        yield Dev(server.url, server.pid, root)
 
 
 # -- repositories made fast with git fast-import --------------------------------------------

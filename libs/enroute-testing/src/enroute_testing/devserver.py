@@ -39,6 +39,8 @@ class DevServer:
     url: str
     """`http://HOST:PORT`, no trailing slash."""
     log_path: Path
+    pid: int
+    """Of the `enroute dev` process; its roles are its children."""
 
     @property
     def address(self) -> str:
@@ -102,7 +104,7 @@ def running_dev(root: Path, config: dict[str, Any] | None = None) -> Iterator[De
             raise DevNotReady(
                 f"{argv} not ready within {READY_TIMEOUT_S} s (exit {process.poll()}):\n{tail}"
             )
-        yield DevServer(found[0], log_path)
+        yield DevServer(found[0], log_path, process.pid)
     finally:
         stop(process)
         pump.join(timeout=5)
