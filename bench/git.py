@@ -6,12 +6,14 @@ alternates between them. Reported: wall time min / median / max over runs, and
 the ratio enroute/git of paired runs. Targets: clones at most 1.0x, initial
 push at most 1.5x, ls-remote at most 1.0x.
 
-Usage: ``python -m bench.git [--quick]`` from the checkout root.
+Usage: ``python -m bench.git [--quick] [--runs N] [--only NAME,...]`` from the checkout root;
+``--only`` runs a subset of the measurements (names: ``SECTIONS``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +32,8 @@ READY_TIMEOUT_S = 120.0
 NEW_COMMITS = 20
 LS_REMOTES = 100
 CONCURRENT_CLONES = 8
+SECTIONS = ("push", "clone-v2", "clone-v0", "blobless", "depth1", "incremental", "ls-remote",
+            "concurrent")  # fmt: skip
 
 
 @dataclass
@@ -39,16 +43,22 @@ class Server:
     proc: subprocess.Popen[str]
 
 
-def _start(name: str, argv: list[str], marker: str) -> Server:
-    proc = subprocess.Popen(
-        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
+def _start(name: str, argv: list[str], marker: str, log: Path | None = None) -> Server:
+    """Start a server and wait for its ready line; its stderr goes to ``log`` (shown when
+    it exits early) or nowhere."""
+    # ENROUTE_* variables are configuration to the roles; the report path is not theirs.
+    env = {k: v for k, v in os.environ.items() if k != "ENROUTE_BENCH_REPORT"}
+    with open(log or os.devnull, "wb") as err:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True
+        )
     assert proc.stdout is not None
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"{name} exited before it was ready")
+            tail = log.read_text(errors="replace")[-2000:] if log else "(not kept)"
+            raise RuntimeError(f"{name} exited before it was ready; its stderr ends:\n{tail}")
         if line.startswith(marker):
             return Server(name, line[len(marker) :].strip(), proc)
     raise RuntimeError(f"{name} not ready after {READY_TIMEOUT_S} s")
@@ -152,7 +162,9 @@ def _row(label: str, series: dict[str, Series], scale: float = 1.0) -> str:
     )
 
 
-def run(work: Path, spec: RepoSpec, runs: int) -> list[str]:
+def run(
+    work: Path, spec: RepoSpec, runs: int, only: frozenset[str] = frozenset(SECTIONS)
+) -> list[str]:
     bench = Bench(work, runs)
     t0 = time.perf_counter()
     source = generate_repo(work / "source.git", spec).path
@@ -173,11 +185,13 @@ def run(work: Path, spec: RepoSpec, runs: int) -> list[str]:
             "enroute",
             [enroute, "dev", "--listen", "127.0.0.1:0", "--data", str(work / "enroute-data")],
             "enroute ready: ",
+            work / "enroute.stderr",
         ),
         _start(
             "git",
             [python, "-m", "bench.http_backend", "--root", str(work / "git-root")],
             "reference ready: ",
+            work / "git.stderr",
         ),
     ]
     rows: list[str] = []
@@ -189,15 +203,18 @@ def run(work: Path, spec: RepoSpec, runs: int) -> list[str]:
             url = f"{s.url}/push-{bench.counter}.git"
             return bench.git("push", "-q", url, *push_refs, cwd=source)
 
-        rows.append(_row("initial push", bench.paired(servers, initial_push)))
+        if "push" in only:
+            rows.append(_row("initial push", bench.paired(servers, initial_push)))
         for s in servers:
             bench.git("push", "-q", f"{s.url}/main.git", *push_refs, cwd=source)
-        for label, flags in (
-            ("full clone, protocol v2", ["-c", "protocol.version=2"]),
-            ("full clone, protocol v0", ["-c", "protocol.version=0"]),
-            ("blobless clone (v2, `--filter=blob:none`)", ["--filter=blob:none"]),
-            ("depth-1 clone (v2, `--depth 1`)", ["--depth", "1"]),
+        for section, label, flags in (
+            ("clone-v2", "full clone, protocol v2", ["-c", "protocol.version=2"]),
+            ("clone-v0", "full clone, protocol v0", ["-c", "protocol.version=0"]),
+            ("blobless", "blobless clone (v2, `--filter=blob:none`)", ["--filter=blob:none"]),
+            ("depth1", "depth-1 clone (v2, `--depth 1`)", ["--depth", "1"]),
         ):
+            if section not in only:
+                continue
             git_flags = [f for f in flags if f.startswith("protocol")]
             clone_flags = [f for f in flags if f not in git_flags and f != "-c"]
 
@@ -212,40 +229,45 @@ def run(work: Path, spec: RepoSpec, runs: int) -> list[str]:
 
             rows.append(_row(label, bench.paired(servers, clone)))
 
-        # Incremental push and fetch: one local repository gains 20 commits per run;
-        # each server has a fetching clone made before the first run.
-        local = work / "local.git"
-        bench.git("clone", "-q", "--bare", str(source), str(local))
-        fetchers = {}
-        for s in servers:
-            fetchers[s.name] = work / f"fetch-{s.name}.git"
-            bench.git("clone", "-q", "--bare", f"{s.url}/main.git", str(fetchers[s.name]))
-        pushes: dict[str, list[float]] = {s.name: [] for s in servers}
-        fetches: dict[str, list[float]] = {s.name: [] for s in servers}
-        for i in range(runs):
-            bench.fast_import_commits(local, NEW_COMMITS)
-            order = servers if i % 2 == 0 else servers[::-1]
-            for s in order:
-                url = f"{s.url}/main.git"
-                pushes[s.name].append(bench.git("push", "-q", url, "main", cwd=local))
-            for s in order:
-                fetches[s.name].append(
-                    bench.git(
-                        "fetch", "-q", "origin", "+refs/heads/*:refs/heads/*", cwd=fetchers[s.name]
+        if "incremental" in only:
+            # Incremental push and fetch: one local repository gains 20 commits per run;
+            # each server has a fetching clone made before the first run.
+            local = work / "local.git"
+            bench.git("clone", "-q", "--bare", str(source), str(local))
+            fetchers = {}
+            for s in servers:
+                fetchers[s.name] = work / f"fetch-{s.name}.git"
+                bench.git("clone", "-q", "--bare", f"{s.url}/main.git", str(fetchers[s.name]))
+            pushes: dict[str, list[float]] = {s.name: [] for s in servers}
+            fetches: dict[str, list[float]] = {s.name: [] for s in servers}
+            for i in range(runs):
+                bench.fast_import_commits(local, NEW_COMMITS)
+                order = servers if i % 2 == 0 else servers[::-1]
+                for s in order:
+                    url = f"{s.url}/main.git"
+                    pushes[s.name].append(bench.git("push", "-q", url, "main", cwd=local))
+                for s in order:
+                    fetches[s.name].append(
+                        bench.git(
+                            "fetch",
+                            "-q",
+                            "origin",
+                            "+refs/heads/*:refs/heads/*",
+                            cwd=fetchers[s.name],
+                        )
                     )
+            rows.append(
+                _row(
+                    f"incremental push ({NEW_COMMITS} commits)",
+                    {k: Series(tuple(v)) for k, v in pushes.items()},
                 )
-        rows.append(
-            _row(
-                f"incremental push ({NEW_COMMITS} commits)",
-                {k: Series(tuple(v)) for k, v in pushes.items()},
             )
-        )
-        rows.append(
-            _row(
-                f"incremental fetch ({NEW_COMMITS} commits)",
-                {k: Series(tuple(v)) for k, v in fetches.items()},
+            rows.append(
+                _row(
+                    f"incremental fetch ({NEW_COMMITS} commits)",
+                    {k: Series(tuple(v)) for k, v in fetches.items()},
+                )
             )
-        )
 
         def ls_remotes(s: Server) -> float:
             start = time.perf_counter()
@@ -253,9 +275,10 @@ def run(work: Path, spec: RepoSpec, runs: int) -> list[str]:
                 bench.git("ls-remote", f"{s.url}/main.git")
             return time.perf_counter() - start
 
-        rows.append(
-            _row(f"{LS_REMOTES} sequential `git ls-remote`", bench.paired(servers, ls_remotes))
-        )
+        if "ls-remote" in only:
+            rows.append(
+                _row(f"{LS_REMOTES} sequential `git ls-remote`", bench.paired(servers, ls_remotes))
+            )
 
         def concurrent(s: Server) -> float:
             start = time.perf_counter()
@@ -263,12 +286,13 @@ def run(work: Path, spec: RepoSpec, runs: int) -> list[str]:
                 list(pool.map(lambda _: bench.clone(s, "main"), range(CONCURRENT_CLONES)))
             return time.perf_counter() - start
 
-        rows.append(
-            _row(
-                f"{CONCURRENT_CLONES} concurrent full clones (wall)",
-                bench.paired(servers, concurrent),
+        if "concurrent" in only:
+            rows.append(
+                _row(
+                    f"{CONCURRENT_CLONES} concurrent full clones (wall)",
+                    bench.paired(servers, concurrent),
+                )
             )
-        )
         pids = [servers[0].proc.pid, *_children(servers[0].proc.pid)]
         enroute_kib = sum(_hwm_kib(p) for p in pids)
         bridge_kib = _hwm_kib(servers[1].proc.pid)
@@ -309,11 +333,18 @@ def run(work: Path, spec: RepoSpec, runs: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small inputs, for a smoke run")
+    parser.add_argument("--runs", type=int, default=None, help="runs per measurement")
+    parser.add_argument(
+        "--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}"
+    )
     args = parser.parse_args()
-    runs = 3 if args.quick else 5
+    only = frozenset(n.strip() for n in args.only.split(",") if n.strip())
+    if unknown := only - set(SECTIONS):
+        parser.error(f"unknown --only names {sorted(unknown)}; choose from {SECTIONS}")
+    runs = args.runs or (3 if args.quick else 5)
     spec = RepoSpec(commits=100, files=50) if args.quick else RepoSpec(commits=2000, files=500)
     with tempfile.TemporaryDirectory(prefix="enroute-bench-git-") as tmp:
-        lines = run(Path(tmp), spec, runs)
+        lines = run(Path(tmp), spec, runs, only)
     write_section("git", lines)
     print("\n".join(lines))
 

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable
 
 from enroute_compute.host import RepositoryHost, Snapshot
-from enroute_core.base.errors import EnrouteError, ProtocolError
+from enroute_core.base.errors import EnrouteError, MissingObject, ProtocolError
 from enroute_core.base.ids import ObjectId
 from enroute_core.engine import serve
 from enroute_core.git.pktline import FLUSH_PKT, NEED_DATA
@@ -28,6 +28,8 @@ from enroute_core.state.names import check_repo_name
 
 REF_SNAPSHOTS_KEPT = 1024
 """Repositories whose last ref snapshot is kept (all are dropped when it is reached)."""
+PLANS_KEPT = 256
+"""Repositories whose last pack plan is kept (all are dropped when it is reached)."""
 QUEUE_PIECES = 16
 """Pieces of the pack (about 256 KiB each) written ahead of the client."""
 
@@ -38,6 +40,9 @@ class Fetcher:
     def __init__(self, host: RepositoryHost) -> None:
         self.host = host
         self._refs: dict[str, tuple[RepoState, RefSnapshot]] = {}
+        self._plans: dict[str, tuple[RepoState, tuple[object, ...], serve.PackPlan]] = {}
+        """The last plan per repository, by the state its view was set with (one view
+        per state): clones of an unchanged repository ask the same and get the same."""
 
     def _ref_snapshot(self, snap: Snapshot) -> RefSnapshot:
         """The refs with their peeled values, made once per state of a repository (every
@@ -92,7 +97,10 @@ class Fetcher:
             event = conv.next_event()
             if event is NEED_DATA or isinstance(event, pfetch.SessionEnd):
                 return
-            snap = await self.host.read(name)
+            if isinstance(event, pfetch.LsRefsCommand):
+                snap = await self.host.read(name)  # a ref read: behind a barrier
+            else:
+                snap = self._without_barrier(name, event.request) or await self.host.read(name)
             pins.enter_context(self.host.pin_reads(snap))
             refs = self._ref_snapshot(snap)
             if isinstance(event, pfetch.LsRefsCommand):
@@ -134,6 +142,25 @@ class Fetcher:
                 return
             yield FLUSH_PKT
 
+    def _without_barrier(
+        self, name: str, request: pfetch.FetchRequest | pfetch.UploadRequestV0
+    ) -> Snapshot | None:
+        """The view as it stands when it can answer ``request`` without a barrier.
+
+        DESIGN "Read path": the ref reads of a fetch (ls-refs, the v0 advertisement) go
+        behind a barrier; the objects of a pack may come from the view as it is. A
+        request that names refs (``want-ref``, ``deepen-not``) or wants an object the
+        view lacks (it may lag the refs the client saw) still reads behind one.
+        """
+        if request.deepen.not_refs or (
+            isinstance(request, pfetch.FetchRequest) and request.want_refs
+        ):
+            return None
+        snap = self.host.peek(name)
+        if snap is None or not all(snap.view.contains(w) for w in request.wants):
+            return None
+        return snap
+
     def _plan(
         self,
         snap: Snapshot,
@@ -150,20 +177,33 @@ class Fetcher:
             include = request.has(b"include-tag")
         tags = [r.oid for r in refs.refs if r.peeled is not None] if include else []
         deepen = request.deepen
-        return serve.plan_fetch(
+        wants, haves = list(wants), list(haves)
+        filter_ = _engine_filter(request.filter)
+        relative = _deepen_relative(request)
+        deepen_not = _deepen_not_oids(refs, deepen.not_refs)
+        key = (tuple(wants), tuple(haves), filter_, thin, ofs, tuple(tags), deepen.depth,
+               relative, deepen.since, tuple(deepen_not), tuple(deepen.shallows))  # fmt: skip
+        found = self._plans.get(snap.name)
+        if found is not None and found[0] is snap.state and found[1] == key:
+            return found[2]  # the same request of the same view: the same plan
+        plan = serve.plan_fetch(
             snap.view,
-            list(wants),
-            list(haves),
-            filter=_engine_filter(request.filter),
+            wants,
+            haves,
+            filter=filter_,
             thin=thin,
             ofs_delta=ofs,
             include_tag=tags,
             deepen=deepen.depth,
-            deepen_relative=_deepen_relative(request),
+            deepen_relative=relative,
             deepen_since=deepen.since,
-            deepen_not=_deepen_not_oids(refs, deepen.not_refs),
+            deepen_not=deepen_not,
             client_shallow=deepen.shallows,
         )
+        if len(self._plans) >= PLANS_KEPT:
+            self._plans.clear()
+        self._plans[snap.name] = (snap.state, key, plan)
+        return plan
 
     def _shallow(
         self, snap: Snapshot, refs: RefSnapshot, request: pfetch.UploadRequestV0
@@ -194,10 +234,16 @@ class Fetcher:
         def put(item: bytes | BaseException | None) -> None:
             asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
 
+        pending: list[bytes] = []  # progress packets: they go out with the next piece
+
         def sink(data: bytes) -> None:
-            # write_pack hands over pieces of about 256 KiB: each becomes one message.
+            # write_pack hands over pieces of about 256 KiB: each becomes one message,
+            # with the progress since the last one before it (one hop to the loop).
             if sideband_max is not None:
                 data = pfetch.encode_pack_data(data, sideband_max=sideband_max)
+            if pending:
+                data = b"".join(pending) + data
+                pending.clear()
             put(data)
 
         def on_progress(event: serve.ProgressEvent) -> None:
@@ -205,11 +251,13 @@ class Fetcher:
                 text = f"{event.stage}: {event.done}/{event.total}\r"
                 if event.done == event.total:
                     text = f"{event.stage}: {event.done}/{event.total}, done.\n"
-                put(pfetch.encode_progress(text.encode()))
+                pending.append(pfetch.encode_progress(text.encode()))
 
         def run() -> None:
             try:
                 serve.write_pack(snap.view, plan, sink, progress=on_progress)
+                if pending:
+                    put(b"".join(pending))
                 put(None)
             except BaseException as exc:
                 put(exc)
@@ -238,9 +286,8 @@ class Fetcher:
         conv.feed_eof()
         request: pfetch.UploadRequestV0 | None = None
         haves: list[ObjectId] = []
-        snap = await self.host.read(name)
-        pins.enter_context(self.host.pin_reads(snap))
-        refs = self._ref_snapshot(snap)
+        snap: Snapshot | None = None
+        refs = RefSnapshot((), None)
         while True:
             event = conv.next_event()
             if event is NEED_DATA or isinstance(event, pfetch.RequestEnd):
@@ -250,8 +297,19 @@ class Fetcher:
                 if not request.wants:
                     return
                 try:
-                    tips = [r.oid for r in refs.refs] + [r.peeled for r in refs.refs if r.peeled]
-                    await asyncio.to_thread(serve.check_wants, snap.view, request.wants, tips=tips)
+                    # The view as it stands when it holds the wants and they pass (the
+                    # advertisement the client saw was read behind a barrier); else read
+                    # behind one and check again.
+                    snap = self._without_barrier(name, request)
+                    if snap is not None:
+                        refs = self._ref_snapshot(snap)
+                        if not await asyncio.to_thread(_wants_ok, snap, refs, request.wants):
+                            snap = None
+                    if snap is None:
+                        snap = await self.host.read(name)
+                        refs = self._ref_snapshot(snap)
+                        await asyncio.to_thread(_check_v0_wants, snap, refs, request.wants)
+                    pins.enter_context(self.host.pin_reads(snap))
                     _deepen_not_oids(refs, request.deepen.not_refs)
                 except EnrouteError as exc:
                     # Before any shallow line, ACK or NAK: git shows the ERR packet.
@@ -267,7 +325,7 @@ class Fetcher:
                         return
                     yield pfetch.encode_shallow_update(bound.shallow, bound.unshallow)
                 continue
-            assert request is not None
+            assert request is not None and snap is not None
             common = [h for h in event.haves if snap.view.contains(h)]
             haves.extend(common)
             acks = pfetch.encode_v0_acks(
@@ -288,6 +346,20 @@ class Fetcher:
             if sideband is not None:
                 yield FLUSH_PKT
             return
+
+
+def _check_v0_wants(snap: Snapshot, refs: RefSnapshot, wants: Iterable[ObjectId]) -> None:
+    """git's stateless ``check_non_tip``: every want a tip or reachable from one."""
+    tips = [r.oid for r in refs.refs] + [r.peeled for r in refs.refs if r.peeled]
+    serve.check_wants(snap.view, wants, tips=tips)
+
+
+def _wants_ok(snap: Snapshot, refs: RefSnapshot, wants: Iterable[ObjectId]) -> bool:
+    try:
+        _check_v0_wants(snap, refs, wants)
+    except MissingObject:
+        return False
+    return True
 
 
 def _v2_wants(

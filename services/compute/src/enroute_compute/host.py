@@ -369,6 +369,19 @@ class RepositoryHost:
         await self._wait_version(repo, point.version)
         return repo.snapshot()
 
+    def peek(self, name: str) -> Snapshot | None:
+        """The snapshot as the view stands, with no barrier; None when the repository is
+        not hosted here (yet) or not live.
+
+        DESIGN "Read path": only the ref reads of a fetch need the barrier; objects the
+        view already holds may be served from it as it is. A caller that finds what it
+        needs missing (a want the view lacks) reads with :meth:`read` instead.
+        """
+        repo = self._repos.get(name)
+        if repo is None or repo.dead or not repo.state.live:
+            return None
+        return repo.snapshot()
+
     async def read_or_empty(self, name: str) -> Snapshot | None:
         try:
             return await self.read(name)

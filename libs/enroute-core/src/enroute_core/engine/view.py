@@ -55,6 +55,7 @@ from enroute_core.git.zstream import deflate
 from enroute_core.state.model import LayerEntry
 from enroute_core.storage.layer import REF_EXTERNAL, Kind, LayerReader
 from enroute_core.storage.layer.commits import CommitGraph
+from enroute_core.storage.layer.format import REF_NONE
 
 TYPE_OF_KIND = {
     Kind.COMMIT: ObjectType.COMMIT,
@@ -489,8 +490,12 @@ class View:
         stack = [t for t in roots if skip is None or t not in skip]
         skipped = len(stack) != len(roots)
         out.update(stack)
+        met: set[bytes] = set()  # oids already taken or skipped: trees share most entries
         while stack:
             for kind, oid in tree_children(self.read_id(stack.pop()), self._limits):
+                if oid in met:
+                    continue
+                met.add(oid)
                 child = self._require(oid, kind)
                 if child in out:
                     continue
@@ -551,8 +556,10 @@ class View:
             body = self._bodies.get(current)
             if body is not None:
                 break
+            layer = self._layer_at(current)
             reader, local = self.locate(current)
-            raw = reader.entry_bytes(local)
+            offset, length, base_ref = reader.entry_row(local)
+            raw = reader.data_bytes(offset, length)
             type_num, size, hlen, _, base_oid = parse_entry_header(raw, 0, 0)
             data = _inflate(raw[hlen:], size, current)
             if type_num != OBJ_REF_DELTA:
@@ -564,7 +571,15 @@ class View:
                 raise LimitExceeded(
                     "delta_chain_depth_max", len(chain), self._limits.delta_chain_depth_max
                 )
-            base = self.id_of_oid(base_oid)
+            # The base by the table's ref (seed 004, "Layers": base ref), as write_pack
+            # finds it: a local one is an addition, no oid lookup. A duplicate's id
+            # names the same bytes as the canonical one.
+            if base_ref != REF_NONE and not base_ref & REF_EXTERNAL:
+                base: int | None = layer.first + (
+                    base_ref if layer.single else reader.id_of(base_ref)
+                )
+            else:
+                base = self.id_of_oid(base_oid)
             if base is None or base >= current:
                 raise CorruptData(f"id {current}: delta base is not older", section=_SECTION)
             current = base
