@@ -450,3 +450,155 @@ def test_check_gitmodules() -> None:
     check(3, b'[submodule "../x"]\n')  # a name with no variable is never read
     with pytest.raises(InvalidObject, match="gitmodulesLarge"):
         check(3, GOOD_GITMODULES, Limits(gitmodules_bytes_max=10))
+
+
+# -- check_tree: fsck and .gitmodules ids from one parse -----------------------------------------
+
+
+def _both(body: bytes, limits: Limits) -> tuple[str | None, list[ObjectId] | None]:
+    """(refused msg id or None, gitmodules ids) as check_object + gitmodules_blobs give them."""
+    try:
+        check_object(OID, 2, body, limits=limits)
+    except InvalidObject as exc:
+        return str(exc), None
+    return None, gitmodules_blobs(body, limits=limits)
+
+
+def _check_tree(body: bytes, limits: Limits) -> tuple[str | None, list[ObjectId] | None]:
+    try:
+        return None, fsck_module.check_tree(OID, body, limits=limits)
+    except InvalidObject as exc:
+        return str(exc), None
+
+
+_GITMODULES_NAMES = [
+    b".gitmodules",
+    b".GITMODULES",
+    b"gitmod~1",
+    b"GI7EBA~9",
+    b".gitmodules. .",
+    ".gitmod\u200cules".encode(),
+    b"a.gitmodules",
+    b"gitmodules",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([*_MODES, b"100664", b"0100644", b"644"]),
+            st.sampled_from([*_NAMES, *_GITMODULES_NAMES, b"a/b", b"~x", b"x~"]),
+            st.booleans(),
+        ),
+        max_size=8,
+    ),
+    st.booleans(),
+)
+def test_check_tree_matches_check_object_and_gitmodules_blobs(
+    entries: list[tuple[bytes, bytes, bool]], sort: bool
+) -> None:
+    if sort:
+        entries = sorted(entries, key=lambda e: e[1] + b"/" if e[0] == b"40000" else e[1])
+    body = b"".join(m + b" " + n + b"\0" + (bytes(20) if z else BLOB) for m, n, z in entries)
+    limits = Limits(tree_entry_name_bytes_max=32)
+    assert _check_tree(body, limits) == _both(body, limits)
+
+
+def test_check_tree_finds_gitmodules_and_refuses_like_check_object() -> None:
+    body = tree((b"100644", b".gitmodules"), (b"100644", b"models"))
+    assert fsck_module.check_tree(OID, body) == [ObjectId(BLOB)]
+    assert fsck_module.check_tree(OID, tree((b"100644", "\u00e9".encode()))) == []
+    assert fsck_module.check_tree(OID, b"") == []
+    for bad in (tree((b"100644", b".git")), tree((b"100644", b"b"), (b"100644", b"a"))):
+        with pytest.raises(InvalidObject) as caught:
+            fsck_module.check_tree(OID, bad)
+        assert _both(bad, DEFAULT_LIMITS) == (str(caught.value), None)
+
+
+def test_check_tree_corruptions_agree() -> None:
+    seed = int(os.environ.get("ENROUTE_SEED", random.randrange(1 << 32)))
+    print(f"ENROUTE_SEED={seed}")
+    rng = random.Random(seed)
+    good = tree(
+        (b"100644", b".gitmodules"), (b"40000", b"dir"), (b"100755", b"run"), (b"120000", b"x~")
+    )
+    for _ in range(400):
+        raw = bytearray(good)
+        for _ in range(rng.randrange(1, 4)):
+            raw[rng.randrange(len(raw))] = rng.choice(
+                b"./~\\\x00 \x80gG1" + bytes([rng.randrange(256)])
+            )
+        body = bytes(raw[: rng.randrange(len(raw) + 1)] if rng.random() < 0.2 else raw)
+        assert _check_tree(body, DEFAULT_LIMITS) == _both(body, DEFAULT_LIMITS), body
+
+
+# -- TreeCheckMemo: trees that differ only in ids share their checks ------------------------------
+
+
+def _with_memo(
+    body: bytes, memo: fsck_module.TreeCheckMemo, limits: Limits
+) -> tuple[str | None, list[ObjectId] | None]:
+    try:
+        return None, fsck_module.check_tree(OID, body, limits=limits, memo=memo)
+    except InvalidObject as exc:
+        return str(exc), None
+
+
+def test_memo_answers_as_check_tree_over_related_trees() -> None:
+    """Versions of one tree (ids changed, null ids, names or modes changed, bytes flipped,
+    prefixes cut) checked with one memo agree with the checks made without one."""
+    seed = int(os.environ.get("ENROUTE_SEED", random.randrange(1 << 32)))
+    print(f"ENROUTE_SEED={seed}")
+    rng = random.Random(seed)
+    limits = Limits(tree_entry_name_bytes_max=12)
+    answered: list[bytes] = []
+
+    class Counting(fsck_module.TreeCheckMemo):
+        def get(self, skeleton: bytes) -> object:  # type: ignore[override]
+            found = super().get(skeleton)
+            if found is not None:
+                answered.append(skeleton)
+            return found
+
+    memo = Counting(1 << 20)
+    names = [*_NAMES, *_GITMODULES_NAMES, b"n" * 13, b"a", b"b", b"c"]
+    for _ in range(60):
+        entries = sorted(
+            {rng.choice(names): rng.choice(_MODES) for _ in range(rng.randrange(1, 6))}.items()
+        )
+        for _ in range(15):
+            ids = [
+                bytes(20) if rng.random() < 0.1 else rng.randbytes(20) for _ in range(len(entries))
+            ]
+            raw = bytearray(
+                b"".join(m + b" " + n + b"\0" + i for (n, m), i in zip(entries, ids, strict=True))
+            )
+            if rng.random() < 0.3:
+                raw[rng.randrange(len(raw))] = rng.choice(b"\0 ./4" + bytes([rng.randrange(256)]))
+            body = bytes(raw[: rng.randrange(len(raw) + 1)] if rng.random() < 0.15 else raw)
+            got = _with_memo(body, memo, limits)
+            assert got == _check_tree(body, limits) == _both(body, limits), body
+    assert len(answered) > 100  # the memo answered many of them
+
+
+def test_memo_does_not_take_a_cut_tree_for_a_whole_one() -> None:
+    """A tree cut inside its last id has the skeleton of the whole tree, but a NUL
+    without its 20 bytes: the memo must not answer it."""
+    memo = fsck_module.TreeCheckMemo(1 << 20)
+    whole = tree((b"100644", b"a"), (b"100644", b"b"))
+    assert fsck_module.check_tree(OID, whole, memo=memo) == []
+    cut = whole[:-20]
+    with pytest.raises(InvalidObject, match="badTree"):
+        fsck_module.check_tree(OID, cut, memo=memo)
+    null = tree((b"100644", b"a")) + b"100644 b\0" + bytes(20)
+    with pytest.raises(InvalidObject, match="nullSha1"):
+        fsck_module.check_tree(OID, null, memo=memo)
+
+
+def test_memo_stays_within_its_bound() -> None:
+    memo = fsck_module.TreeCheckMemo(2000)
+    for i in range(200):
+        fsck_module.check_tree(OID, tree((b"100644", b"f%d" % i)), memo=memo)
+        assert memo._bytes <= 2000
+    assert 0 < len(memo._items) < 200

@@ -350,3 +350,28 @@ def test_entry_types_and_sizes_are_reported() -> None:
     _, ref = index_pack(BytesSource(pack2)).objects
     assert (ref.entry_type, ref.size, ref.object_size) == (OBJ_REF_DELTA, len(delta), len(V1))
     assert ref.header_length == len(encode_entry_header(OBJ_REF_DELTA, len(delta))) + 20
+
+
+@pytest.mark.parametrize("size", [0, 1, 64 * 1024 - 1, 64 * 1024, 64 * 1024 + 1, 300_000])
+def test_object_ids_either_side_of_the_joined_hash_bound(size: int) -> None:
+    """Small bodies are hashed joined to their header, large ones in two steps: same ids."""
+    body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    base = body[: size // 2] + b"tail"
+    out: list[bytes] = []
+    writer = PackWriter(out.append, level=1)
+    writer.header(3)
+    writer.add_full(int(ObjectType.BLOB), body)
+    offset = writer.offset
+    writer.add_full(int(ObjectType.BLOB), base)
+    delta = create_delta(base, body)
+    assert delta is not None
+    writer.add_ofs_delta(offset, delta)
+    writer.finish()
+    result = index_pack(BytesSource(b"".join(out)))
+    want_body = object_id(ObjectType.BLOB, body)
+    assert [o.oid for o in result.objects] == [
+        want_body,
+        object_id(ObjectType.BLOB, base),
+        want_body,
+    ]
+    assert hashlib.sha1(b"blob %d\x00" % size + body).digest() == want_body

@@ -39,8 +39,10 @@ __all__ = [
     "FsckPolicy",
     "FsckProblem",
     "Severity",
+    "TreeCheckMemo",
     "check_gitmodules",
     "check_object",
+    "check_tree",
     "fsck_commit",
     "fsck_gitmodules",
     "fsck_ident",
@@ -473,23 +475,29 @@ _ENTRY_FIXED_BYTES = 2 + OID_BYTES  # the space, the NUL and the object id
 
 
 def _usual_tree(body: bytes, limits: Limits) -> list[FsckProblem] | None:
-    """The problems of a usual tree, or None when the tree needs the entry-by-entry path.
+    """The problems of a usual tree, or None when the tree needs the entry-by-entry path."""
+    found = _usual_tree_names(body, limits)
+    return None if found is None else found[0]
+
+
+def _usual_tree_names(body: bytes, limits: Limits) -> tuple[list[FsckProblem], bytes] | None:
+    """:func:`_usual_tree` and the tree's names joined by '/', or None for the long path.
 
     ``findall`` matches entry after entry from offset 0 when the body is a run of
     usual entries; the byte count proves it is (a skipped byte would be missing).
     """
     entries: list[tuple[bytes, bytes]] = _USUAL_ENTRY.findall(body)
     if not entries:
-        return [] if not body else None
+        return ([], b"") if not body else None
     modes, names = zip(*entries, strict=True)
-    covered = sum(map(len, modes)) + sum(map(len, names)) + _ENTRY_FIXED_BYTES * len(entries)
+    joined = b"/".join(names)
+    covered = sum(map(len, modes)) + len(joined) + 1 + (_ENTRY_FIXED_BYTES - 1) * len(entries)
     if covered != len(body):
         return None
     if len(entries) > limits.tree_entries_max:
         raise LimitExceeded("tree_entries_max", len(entries), limits.tree_entries_max)
     found: list[FsckProblem] = []
-    joined = b"/".join(names)
-    if _SUSPECT_NAMES.search(joined) is not None:
+    if _may_be_suspect(joined) and _SUSPECT_NAMES.search(joined) is not None:
         found.extend(_dot_problems(joined))
     if len(set(names)) != len(names):
         found.insert(0, FsckProblem(FsckMsg.DUPLICATE_ENTRIES, "contains duplicate file entries"))
@@ -509,7 +517,29 @@ def _usual_tree(body: bytes, limits: Limits) -> list[FsckProblem] | None:
     if len(body) > name_max and max(map(len, names)) > name_max:
         text = f"contains a name over {name_max} bytes"
         found.append(FsckProblem(FsckMsg.LARGE_PATHNAME, text))
-    return found
+    return found, joined
+
+
+def _may_be_suspect(joined: bytes) -> bool:
+    """Whether :data:`_SUSPECT_NAMES` can match: substring tests cost far less than its
+    search, which has no literal to skip ahead to. Every match needs a name starting
+    with '.', a '~', a backslash or a non-ASCII byte."""
+    return (
+        joined[:1] == b"."
+        or b"/." in joined
+        or b"~" in joined
+        or b"\\" in joined
+        or not joined.isascii()
+    )
+
+
+def _may_name_gitmodules(joined: bytes) -> bool:
+    """Whether some name of ``joined`` (names joined by '/') can read as ``.gitmodules``:
+    every such spelling holds ``gitmod`` or ``gi7eba`` in some case, or is not ASCII."""
+    if not joined.isascii():
+        return True
+    low = joined.lower()
+    return b"gitmod" in low or b"gi7eba" in low
 
 
 def _dot_problems(joined: bytes) -> list[FsckProblem]:
@@ -631,7 +661,11 @@ def check_object(
     """Raise :class:`InvalidObject` for the first problem ``policy`` refuses."""
     if type_num == ObjectType.BLOB:
         return
-    for problem in fsck_object(type_num, body, limits=limits):
+    _refuse_first(oid, fsck_object(type_num, body, limits=limits), policy)
+
+
+def _refuse_first(oid: ObjectId, problems: list[FsckProblem], policy: FsckPolicy) -> None:
+    for problem in problems:
         if policy.refuses(problem.msg):
             hex_oid = oid_to_hex(oid)
             raise InvalidObject(
@@ -639,6 +673,97 @@ def check_object(
                 oid=hex_oid,
                 msg_id=problem.msg.value,
             )
+
+
+class TreeCheckMemo:
+    """What :func:`check_tree` found in usual trees, by their names and modes (one push).
+
+    Most trees of a history differ from another version of the same directory
+    only in object ids: their names and modes, which decide every check but
+    ``nullSha1`` and which ``.gitmodules`` ids are collected, are the same. The
+    key is the tree with the 20 bytes after each NUL cut out (its skeleton);
+    a tree maps to a skeleton of a usual tree only when every NUL left in the
+    skeleton had 20 bytes cut after it, and then it is that usual tree with
+    other ids. Bounded in bytes: full, it starts again empty. One memo serves
+    one :class:`Limits` (the checks depend on it).
+    """
+
+    __slots__ = ("_bytes", "_items", "_max")
+
+    def __init__(self, max_bytes: int) -> None:
+        self._items: dict[bytes, tuple[tuple[FsckProblem, ...], tuple[FsckProblem, ...], bool]]
+        self._items = {}
+        self._bytes = 0
+        self._max = max_bytes
+
+    def get(
+        self, skeleton: bytes
+    ) -> tuple[tuple[FsckProblem, ...], tuple[FsckProblem, ...], bool] | None:
+        return self._items.get(skeleton)
+
+    def put(
+        self,
+        skeleton: bytes,
+        found: list[FsckProblem],
+        may_name_gitmodules: bool,
+    ) -> None:
+        cost = len(skeleton) + _MEMO_ENTRY_BYTES
+        if cost > self._max:
+            return
+        if self._bytes + cost > self._max:
+            self._items.clear()
+            self._bytes = 0
+        # nullSha1 depends on the ids: kept out, and put back before largePathname on a hit
+        before = tuple(p for p in found if p.msg not in _NOT_BEFORE_NULL)
+        after = tuple(p for p in found if p.msg is FsckMsg.LARGE_PATHNAME)
+        self._items[skeleton] = (before, after, may_name_gitmodules)
+        self._bytes += cost
+
+
+_MEMO_ENTRY_BYTES = 160  # the dict slot, the key's object header and the value tuples
+_NOT_BEFORE_NULL = frozenset((FsckMsg.NULL_SHA1, FsckMsg.LARGE_PATHNAME))
+_OID_AFTER_NUL = re.compile(rb"\0.{20}", re.DOTALL)
+_NULL_SHA1_PROBLEM = FsckProblem(FsckMsg.NULL_SHA1, "contains entries pointing to null sha1")
+
+
+def check_tree(
+    oid: ObjectId,
+    body: bytes,
+    *,
+    policy: FsckPolicy = RECEIVE_POLICY,
+    limits: Limits = DEFAULT_LIMITS,
+    memo: TreeCheckMemo | None = None,
+) -> list[ObjectId]:
+    """:func:`check_object` for a tree, then its :func:`gitmodules_blobs`, from one parse.
+
+    The indexer checks every tree of a push (fsck.c ``fsck_tree`` collects the
+    ``.gitmodules`` ids as it walks the entries); a usual tree's names are read
+    once for both, or not at all when ``memo`` knows a tree with the same names
+    and modes. Same results as the two calls.
+    """
+    skeleton = b""
+    if memo is not None:
+        skeleton = _OID_AFTER_NUL.sub(b"\0", body)
+        if len(body) - len(skeleton) == OID_BYTES * skeleton.count(b"\0"):
+            known = memo.get(skeleton)
+            if known is not None:
+                before, after, may_name_gitmodules = known
+                if before or after or b"\0" + ZERO_OID in body:
+                    null = (_NULL_SHA1_PROBLEM,) if b"\0" + ZERO_OID in body else ()
+                    _refuse_first(oid, [*before, *null, *after], policy)
+                return gitmodules_blobs(body, limits=limits) if may_name_gitmodules else []
+        else:
+            skeleton = b""  # a NUL without 20 bytes after it: not a usual tree
+    usual = _usual_tree_names(body, limits)
+    if usual is None:
+        check_object(oid, ObjectType.TREE, body, policy=policy, limits=limits)
+        return gitmodules_blobs(body, limits=limits)
+    problems, joined = usual
+    may_name_gitmodules = _may_name_gitmodules(joined)
+    if memo is not None and skeleton:
+        memo.put(skeleton, problems, may_name_gitmodules)
+    _refuse_first(oid, problems, policy)
+    return gitmodules_blobs(body, limits=limits) if may_name_gitmodules else []
 
 
 # -- .gitmodules ------------------------------------------------------------------------------

@@ -48,6 +48,8 @@ from enroute_core.git.source import ByteSource
 from enroute_core.git.thin import ExternalBaseFn, ExternalBases, missing_base
 
 _NO_BASE = -1
+_HASH_PREFIX = {t: name + b" " for t, name in TYPE_NAMES.items()}  # "<type> " of the object id
+_HASH_JOIN_BYTES_MAX = 64 * 1024  # bodies hashed with their header joined, not copied if larger
 _EXTERNAL_BASE = -2
 
 ObjectSink = Callable[[int, ObjectId, int, bytes], None]
@@ -214,24 +216,32 @@ class PackIndexer:
 
     def _record(self, index: int, type_num: int, body: bytes, depth: int) -> list[int] | None:
         """Store what entry ``index`` resolved to; return the deltas that waited on it."""
-        if depth > self._limits.delta_chain_depth_max:
-            raise LimitExceeded("delta_chain_depth_max", depth, self._limits.delta_chain_depth_max)
-        sha = hashlib.sha1(b"%s %d\x00" % (TYPE_NAMES[type_num], len(body)))
-        sha.update(body)
-        oid = ObjectId(sha.digest())
+        if depth:
+            if depth > self._limits.delta_chain_depth_max:
+                limit = self._limits.delta_chain_depth_max
+                raise LimitExceeded("delta_chain_depth_max", depth, limit)
+            base = self._bases[index]
+            if base >= 0:
+                self._base_oids[index] = self._oids[base]
+        size = len(body)
+        header = _HASH_PREFIX[type_num] + b"%d\x00" % size
+        if size <= _HASH_JOIN_BYTES_MAX:  # one call: cheaper than update for small bodies
+            oid = ObjectId(hashlib.sha1(header + body).digest())
+        else:
+            sha = hashlib.sha1(header)
+            sha.update(body)
+            oid = ObjectId(sha.digest())
         self._types[index] = type_num
-        self._object_sizes[index] = len(body)
+        self._object_sizes[index] = size
         self._oids[index] = oid
         self._depths[index] = depth
-        base = self._bases[index]
-        if base >= 0:
-            self._base_oids[index] = self._oids[base]
         self._cache.put(self._offsets[index], body)
         if self._on_object is not None:
             self._on_object(index, oid, type_num, body)
         waiting = self._waiting_on_index.pop(index, None) if self._waiting_on_index else None
-        if oid not in self._by_oid:
-            self._by_oid[oid] = index
+        by_oid = self._by_oid
+        if oid not in by_oid:
+            by_oid[oid] = index
             by_ref = self._waiting_on_oid.pop(oid, None) if self._waiting_on_oid else None
             if by_ref:
                 for child in by_ref:

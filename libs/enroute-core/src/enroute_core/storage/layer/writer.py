@@ -240,9 +240,13 @@ class LayerWriter:
         if i >= self._objects_max:
             check_limit("layer_objects_max", i + 1, self._objects_max)
         kinds = self._kinds
-        if not (  # the common case, checked inline: a full entry in order
-            base is None
-            and depth == 0
+        if base is not None:
+            if not self._is_usual_delta(
+                oid, kind, entry, size=size, base=base, depth=depth, base_context=base_context
+            ):
+                self._check_entry(LayerEntry(oid, kind, entry, size, base, depth, base_context))
+        elif not (  # the common case, checked inline: a full entry in order
+            depth == 0
             and type(oid) is bytes
             and len(oid) == OID_BYTES
             and type(kind) is Kind
@@ -280,6 +284,52 @@ class LayerWriter:
         if base_context is not None:
             self._contexts[i] = base_context
         out.write(entry)
+
+    def _is_usual_delta(
+        self,
+        oid: ObjectId,
+        kind: Kind,
+        entry: bytes,
+        *,
+        size: int,
+        base: ObjectId,
+        depth: int,
+        base_context: ObjectId | None,
+    ) -> bool:
+        """True when :meth:`_check_entry` would accept this REF_DELTA entry (its checks,
+        cheapest first, without building a :class:`LayerEntry`); False sends it there."""
+        kinds = self._kinds
+        if not (
+            type(oid) is bytes
+            and len(oid) == OID_BYTES
+            and type(base) is bytes
+            and len(base) == OID_BYTES
+            and base != oid
+            and type(kind) is Kind
+            and (self._merged or not kinds or kinds[-1] <= kind)
+            and oid not in self._index
+            and oid not in self._pending_bases
+            and 0 < len(entry) <= U32_MAX
+            and 0 <= size <= self._limits.object_bytes_max
+            and 1 <= depth <= self._depth_max
+            and (
+                base_context is None
+                or (
+                    type(base_context) is bytes
+                    and len(base_context) == OID_BYTES
+                    and base_context != oid
+                )
+            )
+        ):
+            return False
+        try:
+            ptype, _, length, _, named = parse_entry_header(entry, 0, 0)
+        except InvalidPack:
+            return False
+        if ptype != PACK_REF_DELTA or named != base or len(entry) <= length:
+            return False
+        local = self._index.get(base)
+        return local is None or (kinds[local] == kind and self._depths[local] + 1 == depth)
 
     def add_commit(self, info: CommitInfo) -> None:
         """Record a commit for the commit section; order of calls is the section's order."""

@@ -1,0 +1,112 @@
+"""engine/ingest.py fast paths read what the general parsers read (docs/ingest.md, "Speed").
+
+``_commit_head`` reads a commit headed as git writes it with one regular
+expression; every commit, usual or not, must give the tree, parents and
+committer time ``Commit.parse`` gives, and fail with the same typed error.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from enroute_core.base.errors import EnrouteError
+from enroute_core.base.limits import DEFAULT_LIMITS, Limits
+from enroute_core.engine import ingest
+from enroute_core.git.commit import Commit
+
+TREE = b"4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+PARENT = b"ce013625030ba8dba906f756967f9e9ca394464a"
+
+
+def _slow(body: bytes, limits: Limits) -> object:
+    try:
+        commit = Commit.parse(body, limits=limits)
+        committer = commit.committer
+    except EnrouteError as exc:
+        return type(exc)
+    stamp = committer.timestamp if committer is not None else None
+    return (commit.tree, commit.parents, min(stamp or 0, (1 << 63) - 1))
+
+
+def _fast(body: bytes, limits: Limits) -> object:
+    try:
+        head = ingest._commit_head(body, limits)
+    except EnrouteError as exc:
+        return type(exc)
+    return (head.tree, head.parents, head.time)
+
+
+def _commit(parents: int, committer: bytes, *, tree: bytes = TREE, extra: bytes = b"") -> bytes:
+    return (
+        b"tree "
+        + tree
+        + b"\n"
+        + b"".join(b"parent " + PARENT + b"\n" for _ in range(parents))
+        + b"author A <a@example.com> 1700000000 +0000\n"
+        + b"committer "
+        + committer
+        + b"\n"
+        + extra
+        + b"\nmessage\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "committer",
+    [
+        b"C <c@example.com> 1700000000 +0100",
+        b"C <c@example.com> 0 -0000",
+        b" <> 1 +0000",
+        b"C <c@example.com> 012 +0000",  # zero-padded: the long path
+        b"C <c@example.com> 99999999999999999999999 +0000",  # 23 digits: the long path
+        b"C <c@example.com>",
+        b"C <c@example.com> 5 +01",
+        b"C c@example.com> 5 +0000",
+        b"C <c@ex>ample.com> 5 +0000",
+    ],
+)
+@pytest.mark.parametrize("parents", [0, 1, 2, 3])
+def test_commit_head_matches_commit_parse(committer: bytes, parents: int) -> None:
+    limits = Limits(commit_parents_max=2)
+    for body in (
+        _commit(parents, committer),
+        _commit(parents, committer, tree=TREE.upper()),
+        _commit(parents, committer, extra=b"gpgsig x\n y\n"),
+    ):
+        assert _fast(body, limits) == _slow(body, limits), body
+
+
+def test_commit_head_usual_commit_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> Commit:
+        raise AssertionError("the usual commit went through Commit.parse")
+
+    monkeypatch.setattr(ingest.Commit, "parse", refuse)
+    head = ingest._commit_head(_commit(2, b"C <c@e> 42 +0000"), DEFAULT_LIMITS)
+    assert head.time == 42
+    assert [p.hex().encode() for p in head.parents] == [PARENT, PARENT]
+    assert head.tree.hex().encode() == TREE
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 3), st.binary(max_size=40), st.integers(0, 10**19))
+def test_commit_head_any_committer(parents: int, name: bytes, stamp: int) -> None:
+    body = _commit(parents, name + b" <x@y> %d +0000" % stamp)
+    assert _fast(body, DEFAULT_LIMITS) == _slow(body, DEFAULT_LIMITS)
+
+
+def test_commit_head_corruptions_agree() -> None:
+    seed = int(os.environ.get("ENROUTE_SEED", random.randrange(1 << 32)))
+    print(f"ENROUTE_SEED={seed}")
+    rng = random.Random(seed)
+    good = _commit(2, b"C <c@example.com> 1700000000 +0100")
+    for _ in range(500):
+        raw = bytearray(good)
+        for _ in range(rng.randrange(1, 3)):
+            raw[rng.randrange(len(raw))] = rng.choice(b"\n <>0aA+-" + bytes([rng.randrange(256)]))
+        body = bytes(raw[: rng.randrange(len(raw) + 1)] if rng.random() < 0.3 else raw)
+        assert _fast(body, DEFAULT_LIMITS) == _slow(body, DEFAULT_LIMITS), body
