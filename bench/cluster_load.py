@@ -10,12 +10,21 @@ cloning it (bare, protocol v2) or pushing one new commit to a branch of its
 own (a fast-forward). Reported: operations per second, p50/p99 latency per
 kind, failures, and the resident memory (VmRSS, VmHWM) of every process.
 
+The run fails (exit status 1, after the report) when any Enroute operation
+fails other than by an expected compare-and-swap conflict, when a process of
+the cluster exited or was restarted during the run, or when the peak resident
+memory (VmHWM) of a process exceeds its budget: the buffer pool the config
+gives it (``node.page_cache``, set explicitly here; the object and entry caches
+are charged to it) plus ``RUNTIME_MIB`` for the interpreter, gRPC and the
+working memory of requests in flight, which no config key bounds.
+
 Usage: ``python -m bench.cluster_load [--repos 100 --duration 30 --clients 8]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import shutil
 import subprocess
@@ -26,14 +35,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.git import _start
 from bench.report import ROOT, write_section
+from enroute_core.config import load_config
 from enroute_testing.cluster import Cluster
 from enroute_testing.gitcli import git_env
 
 COMMITS_PER_REPO = 20
 GIT_TIMEOUT_S = 120.0
+MiB = 1024 * 1024
+BUDGETS = {"compute": {"node": {"page_cache": "64MiB", "cache": "32MiB"}}}
+"""Explicit memory budgets of the cluster's configs (the defaults are 256 MiB each)."""
+RUNTIME_MIB = 192
+"""Per process, beyond its configured budgets: interpreter, libraries, gRPC, requests in
+flight (measured: 60-110 MiB after this load)."""
+CAS_CONFLICT = ("stale ref", "stale info", "fetch first", "non-fast-forward", "cannot lock ref")
+"""What git prints when a compare-and-swap on a ref lost: expected under concurrent pushes."""
 
 
 @dataclass
@@ -41,24 +60,36 @@ class Tally:
     lock: threading.Lock = field(default_factory=threading.Lock)
     latencies: dict[str, list[float]] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
+    conflicts: int = 0
+    errors: list[str] = field(default_factory=list)
+    """Failures other than CAS conflicts (git's message), each one a failed run."""
 
-    def add(self, kind: str, seconds: float, ok: bool) -> None:
+    def add(self, kind: str, seconds: float, ok: bool, stderr: str = "") -> None:
         with self.lock:
             if ok:
                 self.latencies.setdefault(kind, []).append(seconds)
+                return
+            self.failures[kind] = self.failures.get(kind, 0) + 1
+            if kind == "push" and any(c in stderr for c in CAS_CONFLICT):
+                self.conflicts += 1
             else:
-                self.failures[kind] = self.failures.get(kind, 0) + 1
+                self.errors.append(f"{kind}: {stderr.strip()[-300:]}")
 
 
-def _git(env: dict[str, str], cwd: Path, *args: str, input: bytes = b"") -> bool:
+def _run_git(env: dict[str, str], cwd: Path, *args: str, input: bytes = b"") -> tuple[bool, str]:
+    """Success and git's stderr (a timeout is a failure)."""
     try:
         done = subprocess.run(
             ["git", *args], cwd=cwd, env=env, input=input, capture_output=True,
             timeout=GIT_TIMEOUT_S, check=False,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
-        return False
-    return done.returncode == 0
+        return False, f"git {args[0]} timed out after {GIT_TIMEOUT_S:g} s"
+    return done.returncode == 0, done.stderr.decode("utf-8", "replace")
+
+
+def _git(env: dict[str, str], cwd: Path, *args: str, input: bytes = b"") -> bool:
+    return _run_git(env, cwd, *args, input=input)[0]
 
 
 def _history(count: int, seed: int) -> bytes:
@@ -84,8 +115,9 @@ def seed_repos(url: str, work: Path, env: dict[str, str], repos: int) -> None:
         _git(env, work, "init", "-q", "--bare", str(source))
         _git(env, source, "fast-import", "--quiet", input=_history(COMMITS_PER_REPO, 0))
     for i in range(repos):
-        if not _git(env, source, "push", "-q", f"{url}/load-{i}.git", "main"):
-            raise RuntimeError(f"seeding load-{i} at {url} failed")
+        ok, err = _run_git(env, source, "push", "-q", f"{url}/load-{i}.git", "main")
+        if not ok:
+            raise RuntimeError(f"seeding load-{i} at {url} failed: {err.strip()[-300:]}")
 
 
 def run_load(url: str, work: Path, env: dict[str, str], *, repos: int, clients: int,
@@ -105,9 +137,9 @@ def run_load(url: str, work: Path, env: dict[str, str], *, repos: int, clients: 
             if rng.random() < 0.7:
                 dest = work / f"clone-{index}-{n}"
                 t = time.perf_counter()
-                ok = _git(env, work, "-c", "protocol.version=2", "clone", "-q", "--bare",
-                          f"{url}/load-{repo}.git", str(dest))  # fmt: skip
-                tally.add("clone", time.perf_counter() - t, ok)
+                ok, err = _run_git(env, work, "-c", "protocol.version=2", "clone", "-q", "--bare",
+                                   f"{url}/load-{repo}.git", str(dest))  # fmt: skip
+                tally.add("clone", time.perf_counter() - t, ok, err)
                 shutil.rmtree(dest, ignore_errors=True)
             else:
                 parent = ["-p", tips[repo]] if repo in tips else []
@@ -120,9 +152,9 @@ def run_load(url: str, work: Path, env: dict[str, str], *, repos: int, clients: 
                     cwd=local, env=env, capture_output=True, check=True,
                 ).stdout.decode().strip()  # fmt: skip
                 t = time.perf_counter()
-                ok = _git(env, local, "push", "-q", "--force", f"{url}/load-{repo}.git",
-                          f"{commit}:refs/heads/c{index}")  # fmt: skip
-                tally.add("push", time.perf_counter() - t, ok)
+                ok, err = _run_git(env, local, "push", "-q", "--force", f"{url}/load-{repo}.git",
+                                   f"{commit}:refs/heads/c{index}")  # fmt: skip
+                tally.add("push", time.perf_counter() - t, ok, err)
                 if ok:
                     tips[repo] = commit
 
@@ -153,6 +185,13 @@ def _mem_kib(pid: int) -> tuple[int, int]:
     return rss, hwm
 
 
+def budget_mib(role: str, config: dict[str, Any]) -> float:
+    """A process's memory budget: its buffer pool (``node.page_cache``, which the object
+    and entry caches are charged to; only computes have one) plus ``RUNTIME_MIB``."""
+    pool = load_config(json.dumps(config), {}).node.page_cache if role == "compute" else 0
+    return RUNTIME_MIB + pool / MiB
+
+
 def _rows(name: str, tally: Tally, took_s: float) -> list[str]:
     total = sum(len(v) for v in tally.latencies.values())
     rows = []
@@ -180,10 +219,12 @@ def main() -> None:
     home = work / "home"
     home.mkdir()
     env = git_env(home)
-    cluster = Cluster.create(work / "cluster")
+    cluster = Cluster.create(work / "cluster", extra_config=BUDGETS)
     reference: Callable[[], None] | None = None
     table: list[str] = []
     memory: list[str] = []
+    failed: list[str] = []
+    outcomes: list[str] = []
     try:
         cluster.start()
         ref = _start(
@@ -201,13 +242,24 @@ def main() -> None:
             tally, took = run_load(url, side, env, repos=args.repos, clients=args.clients,
                                    duration_s=args.duration, seed=args.seed)  # fmt: skip
             table += _rows(name, tally, took)
-            print(f"{name}: seeded {args.repos} repos in {seeded_s:.1f} s", flush=True)
+            counts = f"{tally.conflicts} CAS conflicts, {len(tally.errors)} other errors"
+            print(f"{name}: seeded {args.repos} repos in {seeded_s:.1f} s; {counts}", flush=True)
+            outcomes.append(f"{name}: {counts}")
+            if name == "enroute cluster":
+                failed += [f"error: {e}" for e in tally.errors]
         for member in cluster.members.values():
             rss, hwm = _mem_kib(member.pid)
-            memory.append(f"| {member.name} | {rss / 1024:.0f} | {hwm / 1024:.0f} |")
+            budget = budget_mib(member.role, cluster.config_of(member.name))
+            within = member.alive() and member.starts == 1 and 0 < hwm / 1024 <= budget
+            memory.append(f"| {member.name} | {rss / 1024:.0f} | {hwm / 1024:.0f} | "
+                          f"{budget:.0f} | {'yes' if within else 'NO'} |")  # fmt: skip
+            if not member.alive() or member.starts != 1:
+                failed.append(f"{member.name} exited or was restarted during the run")
+            elif not 0 < hwm / 1024 <= budget:
+                failed.append(f"{member.name}: VmHWM {hwm / 1024:.0f} MiB > budget {budget:.0f}")
         rss, hwm = _mem_kib(ref.proc.pid)
         memory.append(f"| http-backend bridge (CGI children not included) | {rss / 1024:.0f} | "
-                      f"{hwm / 1024:.0f} |")  # fmt: skip
+                      f"{hwm / 1024:.0f} | - | - |")  # fmt: skip
     finally:
         if reference is not None:
             reference()
@@ -224,16 +276,26 @@ def main() -> None:
         "|---|---|---|---|---|---|---|",
         *table,
         "",
-        "Memory after the load (MiB):",
+        "Failed operations: " + "; ".join(outcomes) + ".",
         "",
-        "| process | VmRSS | VmHWM |",
-        "|---|---|---|",
+        f"Memory after the load (MiB). Budget: `node.page_cache` (computes: "
+        f"{BUDGETS['compute']['node']['page_cache']}, object and entry caches charged to it) "
+        f"plus {RUNTIME_MIB} MiB per process for the runtime; VmHWM is the peak of the run.",
+        "",
+        "| process | VmRSS | VmHWM | budget | within |",
+        "|---|---|---|---|---|",
         *memory,
+        "",
+        f"Problems (Enroute errors other than CAS conflicts, budgets exceeded, processes "
+        f"restarted): {len(failed)}" + "".join(f"\n- {f}" for f in failed[:20]),
         "",
     ]
     print("\n".join(lines))
     if not args.no_write:
         write_section("cluster_load", lines)
+    if failed:
+        print(f"cluster load FAILED: {len(failed)} problems", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,15 @@ import pytest
 
 from enroute_testing.cluster import Cluster
 from enroute_testing.history import Record, rejected_but_applied
-from enroute_testing.workload import Workload, WorkloadConfig, check, dump, summary
+from enroute_testing.workload import (
+    Workload,
+    WorkloadConfig,
+    check,
+    dump,
+    log_reliability,
+    reliability_line,
+    summary,
+)
 
 CI_SEEDS = (1, 2, 3)
 NIGHTLY_SEEDS = tuple(range(1001, 1021))
@@ -49,9 +57,11 @@ def run_scenario(
 
     Every failure fails: writes answered "rejected" that a later read shows applied
     (docs/reliability.md "Failures found") are no longer a known failure since writes
-    carry request ids (docs/rpc.md, "Request ids").
+    carry request ids (docs/rpc.md, "Request ids"). With ENROUTE_RELIABILITY_LOG=FILE
+    every checked run appends its counts to FILE (docs/reliability.md, "Results").
     """
     print(f"scenario {name}: ENROUTE_SEED={seed}")
+    started = time.monotonic()
     cluster.ensure_running()
     base = config or WorkloadConfig(seed=seed, repos=())
     names = tuple(f"{name}-{seed}-{i}" for i in range(repos))
@@ -67,8 +77,9 @@ def run_scenario(
     report = check(workload, tmp_path / "final")
     stats = summary(workload)
     print(json.dumps(stats))
+    log_reliability(reliability_line(name, seed, workload, report, time.monotonic() - started))
+    dump(workload, tmp_path / "history.jsonl")  # also for the scenario's own assertions
     if not report.ok:
-        dump(workload, tmp_path / "history.jsonl")
         wrong = rejected_but_applied(workload.history.records)
         if wrong:
             print(f"{len(wrong)} writes answered 'rejected' were applied, e.g. {wrong[0]!r}")
@@ -91,6 +102,21 @@ def wait_open(workload: Workload, kinds: tuple[str, ...], timeout_s: float = 10.
                 return rec
         time.sleep(0.01)
     return None
+
+
+def wait_written(workload: Workload, repos: tuple[str, ...], timeout_s: float) -> bool:
+    """Wait until every repository in ``repos`` has an acknowledged write (False: timed out)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and workload.running():
+        done = {
+            r.repo
+            for r in workload.history.records
+            if r.kind in ("push", "api_commit") and r.how == "ok" and r.output is True
+        }
+        if done.issuperset(repos):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def ops_between(workload: Workload, kinds: tuple[str, ...], start_s: float, end_s: float,

@@ -15,7 +15,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from cluster_scenario import compute_of, nightly, ops_between, run_scenario, seeds, wait_open
+from cluster_scenario import (
+    compute_of,
+    nightly,
+    ops_between,
+    run_scenario,
+    seeds,
+    wait_open,
+    wait_written,
+)
 
 from enroute_testing.cluster import COMPUTES, LEDGERS, NAMES, Cluster
 from enroute_testing.faultproxy import LinkMode
@@ -28,6 +36,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 LOAD = WorkloadConfig(seed=0, repos=(), clients=4, duration_s=6.0, ops_max=120, op_timeout_s=20.0)
 PUSHY = (("push", 50), ("api_commit", 15), ("fetch", 15), ("ls_refs", 10), ("branch_delete", 3))
 CLONEY = (("push", 25), ("clone", 45), ("fetch", 20), ("ls_refs", 10))
+DATA_READY_MAX_S = 20.0
+"""Longest wait for every repository to hold an acknowledged write before a fault."""
 
 
 def _voter(cluster: Cluster, workload: Workload, rng: random.Random) -> str:
@@ -52,10 +62,19 @@ def test_leader_killed_mid_push(cluster: Cluster, tmp_path: Path, seed: int) -> 
     run_scenario("leaderkill", cluster, tmp_path, seed, fault, config=config)
 
 
+PARTITION_MIN_S = 5.0
+PARTITION_MAX_S = 20.0
+FAILOVER_S = 2.5
+"""Writes invoked this long after the partition began must be served by the other two."""
+
+
 @pytest.mark.parametrize("seed", seeds())
 def test_ledger_minority_partitioned(cluster: Cluster, tmp_path: Path, seed: int) -> None:
     """One voter cut off (links reset), blackholed (bytes dropped) or paused (SIGSTOP);
-    the other two must go on: writes are acknowledged while it is away."""
+    the other two must go on: a write invoked after the fail-over time is acknowledged
+    while it is away. The voter stays away at least PARTITION_MIN_S and until such a
+    write was acknowledged (at most PARTITION_MAX_S): on a loaded machine a write can
+    take longer than the fixed part of the window."""
     progress: list[int] = []
     modes: list[str] = []
 
@@ -69,13 +88,24 @@ def test_ledger_minority_partitioned(cluster: Cluster, tmp_path: Path, seed: int
             c.pause(victim)
         else:
             c.partition(victim, LinkMode.CUT if how == "cut" else LinkMode.DROP)
-        time.sleep(5.0)
+        writes = ("push", "api_commit")
+        time.sleep(PARTITION_MIN_S)
+        while (
+            ops_between(w, writes, start + FAILOVER_S, w.history.now()) == 0
+            and w.history.now() < start + PARTITION_MAX_S
+            and w.running()
+        ):
+            time.sleep(0.05)
         end = w.history.now()
         c.heal()
-        progress.append(ops_between(w, ("push", "api_commit"), start + 2.5, end))
+        progress.append(ops_between(w, writes, start + FAILOVER_S, end))
         modes.append(how)
+        print(f"{progress[-1]} writes acknowledged while {victim} was away ({end - start:.1f} s)")
+        time.sleep(2.0)  # and some load after it is back
+        w.stop()
 
-    config = replace(LOAD, mix=PUSHY, duration_s=9.0)
+    # the fault ends the load; the duration only bounds it
+    config = replace(LOAD, mix=PUSHY, duration_s=9.0 + PARTITION_MAX_S, ops_max=200)
     run_scenario("partition", cluster, tmp_path, seed, fault, config=config)
     assert progress and progress[0] > 0, f"no write acknowledged ({modes}, seed {seed})"
 
@@ -114,27 +144,65 @@ def test_compute_killed_mid_clone(cluster: Cluster, tmp_path: Path, seed: int) -
     run_scenario("clonekill", cluster, tmp_path, seed, fault, config=config)
 
 
+RECOVERY_MAX_S = 30.0
+
+
 @pytest.mark.parametrize("seed", seeds())
 def test_all_processes_restarted_at_once(cluster: Cluster, tmp_path: Path, seed: int) -> None:
+    """Every process killed at once with data written, all restarted together: what was
+    acknowledged before is still there and the cluster takes writes again."""
+    after: list[int] = []
+
     def fault(c: Cluster, w: Workload, rng: random.Random) -> None:
-        time.sleep(1.0 + rng.random())
+        # the repositories hold data before the crash (bounded wait, not a fixed delay)
+        wait_written(w, w.config.repos, timeout_s=DATA_READY_MAX_S)
+        time.sleep(rng.random())
         for name in NAMES:
             c.kill(name)
         for name in NAMES:
             c.restart(name, wait=False)
         for name in NAMES:
             c.wait_ready(name)
+        back = w.history.now()
+        writes = ("push", "api_commit")
+        while (
+            ops_between(w, writes, back, w.history.now()) == 0
+            and w.history.now() < back + RECOVERY_MAX_S
+            and w.running()
+        ):
+            time.sleep(0.05)
+        after.append(ops_between(w, writes, back, w.history.now()))
+        time.sleep(2.0)
+        w.stop()
 
-    config = replace(LOAD, duration_s=10.0)
+    # the fault ends the load; the duration only bounds it. Reads refused while the
+    # processes start fail fast: the bound on operations leaves room for them
+    config = replace(LOAD, duration_s=DATA_READY_MAX_S + RECOVERY_MAX_S + 30.0, ops_max=600)
     run_scenario("restartall", cluster, tmp_path, seed, fault, config=config)
+    assert after and after[0] > 0, f"no write acknowledged after the restart (seed {seed})"
+
+
+RECREATE_MAX_S = 40.0
 
 
 @pytest.mark.parametrize("seed", seeds())
 def test_delete_and_recreate_under_load(cluster: Cluster, tmp_path: Path, seed: int) -> None:
     def fault(c: Cluster, w: Workload, rng: random.Random) -> None:
-        time.sleep(w.config.duration_s)
+        # the load runs its 6 s, longer (bounded) until a delete was acknowledged:
+        # on a loaded machine 6 s can hold too few operations to draw one
+        time.sleep(LOAD.duration_s)
+        deadline = time.monotonic() + RECREATE_MAX_S
+        while (
+            time.monotonic() < deadline
+            and w.running()
+            and not any(r.kind == "delete" and r.how == "ok" for r in w.history.records)
+        ):
+            time.sleep(0.05)
+        w.stop()
 
-    config = replace(LOAD, ops_max=150, mix=(*PUSHY, ("clone", 10), ("create", 8), ("delete", 6)))
+    # the fault ends the load; the duration only bounds it
+    mix = (*PUSHY, ("clone", 10), ("create", 8), ("delete", 6))
+    config = replace(LOAD, ops_max=150, mix=mix, duration_s=LOAD.duration_s + RECREATE_MAX_S)
     workload = run_scenario("recreate", cluster, tmp_path, seed, fault, config=config, repos=2)
     deletes = [r for r in workload.history.records if r.kind == "delete" and r.how == "ok"]
     assert deletes, f"no delete ran (seed {seed})"
@@ -148,16 +216,24 @@ def test_s3_unavailable(cluster: Cluster, tmp_path: Path, seed: int) -> None:
     reads: list[int] = []
 
     def fault(c: Cluster, w: Workload, rng: random.Random) -> None:
-        time.sleep(1.5 + rng.random())
+        # the computes must hold data first: every repository has an acknowledged write
+        # (on a loaded machine the first ones can take longer than any fixed delay)
+        written = wait_written(w, w.config.repos, timeout_s=DATA_READY_MAX_S)
+        time.sleep(rng.random())
         hang = rng.random() < 0.3
+        print(f"S3 {'hangs' if hang else 'answers 503'} for {outage_s:g} s (data: {written})")
         start = w.history.now()
         c.s3_outage(delay_s=8.0 if hang else 0.0)
         time.sleep(outage_s)
         end = w.history.now()
         c.heal()
         reads.append(ops_between(w, ("fetch", "ls_refs", "clone"), start, end))
+        time.sleep(3.0)  # and some load after it is back
+        w.stop()
 
-    config = replace(LOAD, duration_s=outage_s + 5.0, ops_max=200, blob_bytes=64 * 1024)
+    # the fault ends the load; the duration only bounds it
+    config = replace(LOAD, duration_s=outage_s + DATA_READY_MAX_S + 5.0, ops_max=200,
+                     blob_bytes=64 * 1024)  # fmt: skip
     run_scenario("s3outage", cluster, tmp_path, seed, fault, config=config)
     assert reads and reads[0] > 0, f"no read succeeded during the S3 outage (seed {seed})"
 

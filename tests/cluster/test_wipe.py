@@ -7,6 +7,7 @@ runs on a degraded cluster.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import replace
@@ -37,6 +38,9 @@ def test_voter_disk_wiped(cluster: Cluster, tmp_path: Path, seed: int) -> None:
         c.wipe(victim)
         time.sleep(1.0 + rng.random())
         c.restart(victim, wait=False)
+        # REJOIN_S counts from the process serving: under load, starting it can take longer
+        with contextlib.suppress(RuntimeError, TimeoutError):
+            c.wait_ready(victim)
         deadline = time.monotonic() + REJOIN_S
         while time.monotonic() < deadline:
             if not c.members[victim].alive():

@@ -161,6 +161,8 @@ class Report:
     operations: int = 0
     resolve: dict[str, str] = field(default_factory=dict)
     """Tokens of writes of unknown outcome -> the commit found carrying them."""
+    acknowledged: int = 0
+    """Acknowledged writes whose survival was checked (an ancestor of their branch)."""
 
     @property
     def ok(self) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -132,6 +133,10 @@ class Workload:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def running(self) -> bool:
+        """Some client still runs operations (none has hit the time or operation bound)."""
+        return any(t.is_alive() for t in self._threads)
 
     def join(self, timeout_s: float | None = None) -> None:
         limit = self.config.duration_s + 4 * self.config.op_timeout_s
@@ -499,7 +504,8 @@ def check(workload: Workload, final_dir: Path) -> Report:
             token_of.setdefault(oid, subject)
     result = check_records(records, resolve)
     # acknowledged writes present
-    for w in acknowledged_writes(records):
+    acked = acknowledged_writes(records)
+    for w in acked:
         _, ref, _, new = w.input
         mirror = mirrors[w.repo]
         final = _git_plain(["rev-parse", "--verify", "-q", ref], mirror, home)
@@ -549,7 +555,7 @@ def check(workload: Workload, final_dir: Path) -> Report:
                 problems.append(
                     f"{repo}: commit {oid} of #{writer.op_id} (before the delete) reappeared"
                 )
-    return Report(result, problems, len(records), resolve)
+    return Report(result, problems, len(records), resolve, len(acked))
 
 
 def dump(workload: Workload, path: Path) -> None:
@@ -576,3 +582,40 @@ def summary(workload: Workload) -> dict[str, Any]:
         "p50_s": round(pct(0.5), 3),
         "p99_s": round(pct(0.99), 3),
     }
+
+
+RELIABILITY_LOG_ENV = "ENROUTE_RELIABILITY_LOG"
+OUTCOMES = {"ok": "ok", "fail": "fail", "info": "unknown", "": "unknown"}
+
+
+def reliability_line(
+    scenario: str, seed: int, workload: Workload, report: Report, duration_s: float
+) -> dict[str, Any]:
+    """One checked run, counted for docs/reliability.md: operations by kind and outcome
+    (ok / fail / unknown; the final reads included), acknowledged writes whose survival
+    was checked, and violations (a non-linearizable repository or any other problem)."""
+    ops: dict[str, dict[str, int]] = {}
+    for r in workload.history.records:
+        row = ops.setdefault(r.kind, {})
+        how = OUTCOMES[r.how]
+        row[how] = row.get(how, 0) + 1
+    lost = sum(1 for p in report.problems if p.startswith("acknowledged "))
+    return {
+        "scenario": scenario,
+        "seed": seed,
+        "operations": len(workload.history.records),
+        "by_kind": ops,
+        "acknowledged_checked": report.acknowledged,
+        "linearizable": report.linearizable.ok,
+        "lost_acknowledged": lost,
+        "violations": len(report.problems) + (0 if report.linearizable.ok else 1),
+        "duration_s": round(duration_s, 1),
+    }
+
+
+def log_reliability(line: dict[str, Any], env: dict[str, str] | None = None) -> None:
+    """Append ``line`` to the file named by ENROUTE_RELIABILITY_LOG (nothing when unset)."""
+    path = (os.environ if env is None else env).get(RELIABILITY_LOG_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line, sort_keys=True) + "\n")
