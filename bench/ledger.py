@@ -238,38 +238,70 @@ def where_time_went(
     t0: list[int],
     t1: list[int],
     *,
-    seconds: float,
-    proposers: int,
+    result: Result,
+    title: str,
 ) -> list[str]:
-    """Per member, from /metrics and /proc: where a throughput run spent its time."""
+    """Per member, from /metrics and /proc: where a throughput run spent its time.
+
+    The phases are the runtime's (docs/raft.md, "Commit latency and throughput"): on the
+    proposer (the leader here) per answered proposal, on a follower per append.
+    """
+    seconds = result.seconds
+    commits = max(result.commits, 1)
     lines = [
-        f"Where the time went in the {proposers}-proposer run (per member: Ready rounds per "
-        "second, groups per round, share of wall time waiting for the store's fsync, share "
-        "in the rest of the Ready work, entries applied before their round's fsync "
-        "because already durable; CPU of each process as a share of one core):",
+        f"Where the time went: {title} ({result.commits:,} commits; columns: see above).",
         "",
-        "| member | rounds/s | groups per round | waiting for fsync | other Ready work "
-        "| applied early | CPU |",
-        "|---|---|---|---|---|---|---|",
+        "| member | rounds/s | groups per round | queue | own fsync | replicate | apply "
+        "| answer | follower queue | follower fsync | store COMMIT per round | CPU "
+        "| CPU ms per commit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def ms(x: float) -> str:
+        return f"{x * 1e3:.1f}"
+
     for i, (a, b) in enumerate(zip(m0, m1, strict=True)):
 
         def d(key: str, a: dict[str, float] = a, b: dict[str, float] = b) -> float:
-            return b[key] - a[key]
+            return b.get(key, 0.0) - a.get(key, 0.0)
 
         rounds = max(d("persist_rounds_total"), 1.0)
-        wait = d("persist_wait_seconds_total")
-        ready = d("ready_seconds_total")
-        early = d("early_applied_total") / max(d("applied_entries_total"), 1.0)
+        n = d("commits_traced_total")
+        f = d("follower_appends_total")
+        cpu = (t1[i] - t0[i]) / CLK_TCK
+
+        def per(key: str, count: float) -> str:
+            return ms(d(key) / count) if count else "-"
+
         lines.append(
-            f"| {i + 1} | {rounds / seconds:,.0f} | {d('ready_groups_total') / rounds:,.1f} "
-            f"| {wait / seconds:.0%} | {(ready - wait) / seconds:.0%} | {early:.0%} "
-            f"| {(t1[i] - t0[i]) / CLK_TCK / seconds:.0%} |"
+            f"| {i + 1} | {d('persist_rounds_total') / seconds:,.0f} "
+            f"| {d('ready_groups_total') / rounds:,.1f} "
+            f"| {per('phase_queue_seconds_total', n)} | {per('phase_persist_seconds_total', n)} "
+            f"| {per('phase_replicate_seconds_total', n)} | {per('phase_apply_seconds_total', n)} "
+            f"| {per('phase_answer_seconds_total', n)} "
+            f"| {per('follower_queue_seconds_total', f)} "
+            f"| {per('follower_persist_seconds_total', f)} "
+            f"| {ms(d('store_commit_seconds_total') / rounds)} "
+            f"| {cpu / seconds:.0%} | {cpu / commits * 1e3:.2f} |"
         )
+    cpu = (t1[-1] - t0[-1]) / CLK_TCK
     lines.append(
-        f"| client | | | | | | {(t1[-1] - t0[-1]) / CLK_TCK / seconds:.0%} |",
+        f"| client | | | | | | | | | | | {cpu / seconds:.0%} | {cpu / commits * 1e3:.2f} |",
     )
     return lines
+
+
+async def measured(
+    nodes: list[LedgerProc], lanes: Sequence[Lane], seconds: float, title: str
+) -> tuple[Result, list[str]]:
+    """``drive`` with each member's counters and every process's CPU around it."""
+    pids = [*(n.pid for n in nodes), os.getpid()]
+    m0 = [node_metrics(n) for n in nodes]
+    t0 = [cpu_ticks(p) for p in pids]
+    r = await drive(lanes, seconds)
+    t1 = [cpu_ticks(p) for p in pids]
+    m1 = [node_metrics(n) for n in nodes]
+    return r, where_time_went(m0, m1, t0, t1, result=r, title=title)
 
 
 def loadavg() -> str:
@@ -305,12 +337,27 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
     try:
         await c.activate("one")
         c.learn_leaders()
-        r = await drive([ref_lane(c, "one", MAIN)], seconds)
-        out.append(row("1 group, sequential, CAS on one ref", r, 1))
+        wheres: list[str] = [
+            "Where the time went, per case and member: Ready rounds written per second and "
+            "groups per round; the proposer's phases in ms per commit (queue: proposed until "
+            "the Ready that appends it was taken; own fsync: that Ready until durable here; "
+            "replicate: durable here until the Ready that brings it committed; apply; answer: "
+            "applied until the call returned); a follower's per append (queue: received until "
+            "its Ready; fsync: until durable, after which it acknowledges); the store's COMMIT "
+            "(WAL write and fsync) per round; CPU of each process as a share of one core and "
+            "in ms per commit (what decides the rate a given number of cores can carry).",
+            "",
+        ]
+        title = "1 group, sequential, CAS on one ref"
+        r, where = await measured(nodes, [ref_lane(c, "one", MAIN)], seconds, title)
+        out.append(row(title, r, 1))
+        wheres += [*where, ""]
         print(out[-1], flush=True)
         lanes = [ref_lane(c, "one", b"refs/heads/w%02d" % k) for k in range(16)]
-        r = await drive(lanes, seconds)
-        out.append(row("1 group, concurrent, distinct refs", r, 16))
+        title = "1 group, concurrent, distinct refs"
+        r, where = await measured(nodes, lanes, seconds, title)
+        out.append(row(title, r, 16))
+        wheres += [*where, ""]
         print(out[-1], flush=True)
 
         wanted = [f"g/{i:05d}" for i in range(groups)]
@@ -329,18 +376,14 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
         for repo in many:
             spread[c.leader.get(repo, 0)] += 1
         results = []
-        where: list[str] = []
         for proposers in sorted({min(groups, 64), min(groups, 256)}):
             lanes = [repos_lane(c, many[k::proposers]) for k in range(proposers)]
-            m0 = [node_metrics(n) for n in nodes]
-            t0 = [cpu_ticks(p) for p in [*pids, os.getpid()]]
-            r = await drive(lanes, seconds)
-            t1 = [cpu_ticks(p) for p in [*pids, os.getpid()]]
-            m1 = [node_metrics(n) for n in nodes]
+            title = f"{groups:,} groups, {proposers} proposers"
+            r, where = await measured(nodes, lanes, seconds, title)
             results.append(r)
             out.append(row(f"{groups:,} groups, concurrent", r, proposers))
+            wheres += [*where, ""]
             print(out[-1], flush=True)
-            where = where_time_went(m0, m1, t0, t1, seconds=r.seconds, proposers=proposers)
         best = max(x.per_s for x in results)
         out += [
             "",
@@ -350,8 +393,7 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
             f"Best aggregate {best:,.0f} commits/s; target at least 2,000 "
             f"({'met' if best >= 2000 else 'NOT met'}).",
             "",
-            *where,
-            "",
+            *wheres,
         ]
 
         # idle cost

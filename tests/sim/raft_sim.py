@@ -254,6 +254,7 @@ class SimNode:
     incarnation: int = 0
     inflight: Ready | None = None
     removed: bool = False
+    wakes: int = 0
 
     @property
     def up(self) -> bool:
@@ -396,6 +397,8 @@ class Sim:
         self.stats: dict[str, int] = {}
         # wipes draw from their own stream: the other faults of a seed stay as they were
         self.wipe_rng = random.Random(seed ^ 0x5EED_0F_D15C)
+        # hibernations too (docs/raft.md, "Hibernation")
+        self.hib_rng = random.Random(seed ^ 0x41B3_27A7E)
         self.next_blank = 1
         voters = frozenset(NodeId(i) for i in range(1, self.p.nodes + 1))
         for nid in sorted(voters):
@@ -805,6 +808,46 @@ class Sim:
                 n.raw.tick()
                 if n.raw.is_idle() and self.rng.random() < 0.5 and n.raw.quiesce():
                     self._count("quiesce")
+            elif self.hib_rng.random() < 0.3:
+                self._hibernate(n)
+
+    def _hibernate(self, node: SimNode) -> None:
+        """A quiet node gives up its Raft objects and is rebuilt at once from its durable
+        (synced) log and its hibernation record, as the ledger does on the next message
+        (docs/raft.md, "Hibernation"). The state machine stays: the runtime rebuilds it
+        from the same log, which this does not model."""
+        raw = node.raw
+        assert raw is not None
+        if node.inflight is not None:
+            return
+        h = raw.hibernation()
+        if h is None:
+            return
+        st = node.disk.load()
+        node.storage = st
+        node.wakes += 1
+        cfg = RaftConfig(
+            NodeId(node.id),
+            election_ticks=self.p.election_ticks,
+            heartbeat_ticks=self.p.heartbeat_ticks,
+            msg_bytes_max=160,
+            inflight_msgs_max=4,
+            inflight_bytes_max=1024,
+            check_quorum=self.p.check_quorum,
+            pre_vote=self.p.pre_vote,
+            blank=node.disk.blank,
+        )
+        seed = self.seed * 1_000_003 + node.id * 7919 + node.incarnation + 104_729 * node.wakes
+        node.raw = RawNode(cfg, st, SplitMix64(seed))
+        quiet = node.raw.wake_from(h)
+        # the synced log holds every entry and the term and vote (those Readies sync)
+        if not quiet:
+            raise SimFailure(f"n{node.id} did not wake in its quiet role from {h}")
+        r = node.raw.raft
+        if (r.term, r.lead, int(r.log.applied)) != (h.term, h.lead, node.applied):
+            raise SimFailure(f"n{node.id} woke as {r.term}/{r.lead}/{r.log.applied}, not {h}")
+        self._log(f"hibernate n{node.id} (term {h.term}, lead n{h.lead}, at {h.commit})")
+        self._count("hibernate")
 
     def step(self, *, faults: bool) -> None:
         self.step_no += 1

@@ -2,7 +2,8 @@
 
 Each schedule runs a small cluster through loss, duplication, reordering,
 partitions, crashes (with and without losing unsynced writes), restarts,
-leadership transfers, compaction, membership changes and quiescence. Safety
+leadership transfers, compaction, membership changes, quiescence and
+hibernation (a quiet node rebuilt from its synced log and record). Safety
 (Figure 3 of the Raft paper) is checked after every step, liveness when the
 faults stop, and the clients' CAS history must be linearizable.
 

@@ -185,6 +185,12 @@ class LedgerConfig(_Section):
     tick_interval: Seconds = Field(default=0.1, description="One Raft tick.")
     election_ticks: int = Field(default=10, ge=2, description="Election timeout, in ticks.")
     heartbeat_ticks: int = Field(default=1, ge=1, description="Heartbeat interval, in ticks.")
+    hibernate_after: Seconds = Field(
+        default=3.0,
+        ge=0,
+        description="An idle group quiet this long keeps only a compact record in memory and is "
+        "rebuilt from the log on use; 0 keeps every group in memory.",
+    )
     members: tuple[str, ...] = Field(
         default=(), description="host:port of every ledger voter's gRPC endpoint."
     )

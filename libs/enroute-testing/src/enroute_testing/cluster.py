@@ -44,6 +44,7 @@ from typing import Any
 
 import yaml
 
+from enroute_testing.env import service_env
 from enroute_testing.faultproxy import FaultKind, FaultProxy, FaultRule, LinkMode, TcpProxy
 from enroute_testing.s3servers import (
     _SEAWEED_PORTS,
@@ -170,9 +171,7 @@ def get_json(url: str, timeout_s: float = 5.0) -> Any:
 
 
 def _child_env(skew_s: float) -> dict[str, str]:
-    # ENROUTE_* would be read as config overrides (and unknown ones refused)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENROUTE_")}
-    env["PYTHONUNBUFFERED"] = "1"
+    env = service_env(PYTHONUNBUFFERED="1")
     env.pop(SKEW_ENV, None)
     if skew_s:
         env[SKEW_ENV] = repr(skew_s)

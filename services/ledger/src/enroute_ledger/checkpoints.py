@@ -81,9 +81,9 @@ class Checkpointer:
         mark = self._marks.get(g)
         if mark is None:
             mark = self._marks[g] = _Mark(at=self.clock())
-        if g.state.version <= mark.version:
+        if g.version <= mark.version:
             return
-        if g.state.version - mark.version >= self.every_entries:
+        if g.version - mark.version >= self.every_entries:
             self._now[g] = None
             self._wake.set()
         elif not mark.timed and self.interval_s > 0:
@@ -94,13 +94,11 @@ class Checkpointer:
         if not g.born or g.dropped or not self.rt.is_leader(g):
             return False
         mark = self._marks.setdefault(g, _Mark(at=now))
-        if g.state.version <= mark.version:
+        if g.version <= mark.version:  # g.version: a hibernated group is not woken for it
             return False
         # versions count applied entries (rule version.every_entry), so they measure entries
         # since the last checkpoint without a counter that a concurrent apply could skew
-        return (
-            g.state.version - mark.version >= self.every_entries or now - mark.at >= self.interval_s
-        )
+        return g.version - mark.version >= self.every_entries or now - mark.at >= self.interval_s
 
     async def checkpoint(self, g: Group) -> bool:
         """One CAS attempt at the group's applied state; True when the object now has it."""

@@ -56,6 +56,7 @@ _NAMED = {
     "persist_wait_s": "enroute_ledger_persist_wait_seconds",
     "orphans_replayed": "enroute_ledger_raft_orphans_replayed",
     "leader_changes": "enroute_raft_leader_changes",
+    "wakes": "enroute_ledger_group_wakes",
 }
 
 
@@ -68,8 +69,8 @@ def status(rt: Runtime, ready: bool = True) -> dict[str, object]:
                 "incarnation": g.incarnation,
                 "leader": rt.leader_of(g),
                 "applied_index": g.applied,
-                "version": g.state.version,
-                "deleted": g.state.deleted,
+                "version": g.version,  # these views never wake a hibernated group
+                "deleted": g.deleted,
             }
         )
     return {
@@ -135,6 +136,11 @@ class LedgerCollector:
         yield _gauge("enroute_ledger_groups", "Raft groups hosted here", len(rt.groups))
         yield _gauge("enroute_ledger_groups_leading", "groups this node leads", leading)
         yield _gauge("enroute_ledger_groups_active", "groups not quiesced", rt.mr.active_count())
+        yield _gauge(
+            "enroute_ledger_groups_hibernated",
+            "idle groups kept as a compact record, rebuilt from the log store on use",
+            rt.mr.hibernated_count(),
+        )
         yield _gauge(
             "enroute_raft_apply_lag_entries",
             "most committed but not yet applied entries of any group",

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from enroute_core.base.errors import (
     EnrouteError,
@@ -56,6 +57,12 @@ log = logging.getLogger("enroute.ledger.lifecycle")
 LIST_LIMIT_DEFAULT = 100
 LIST_LIMIT_MAX = 1000
 CLAIM_ATTEMPTS_MAX = 8
+
+
+@dataclass(slots=True)
+class _NameLock:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0  # holders and waiters
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +119,7 @@ class Lifecycle:
         self._names: list[str] = []  # sorted names of known repositories
         self._ended: dict[str, RepoState] = {}  # names known deleted without a hosted log
         self._joining: set[GroupId] = set()
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, _NameLock] = {}
         runtime.on_unknown_group = self._on_unknown_group
 
     # -- the state object -------------------------------------------------------------------
@@ -124,11 +131,22 @@ class Lifecycle:
             return None
         return StateObject(decode_state(data), etag)
 
-    def _lock(self, repo: str) -> asyncio.Lock:
-        lock = self._locks.get(repo)
-        if lock is None:
-            lock = self._locks[repo] = asyncio.Lock()
-        return lock
+    @contextlib.asynccontextmanager
+    async def _lock(self, repo: str) -> AsyncIterator[None]:
+        """One claim or delete of ``repo`` at a time on this node; the lock lives while
+        someone holds or waits for it (a lock per name ever seen would cost each
+        hosted repository some 200 bytes)."""
+        entry = self._locks.get(repo)
+        if entry is None:
+            entry = self._locks[repo] = _NameLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if not entry.users:
+                del self._locks[repo]
 
     def _remember(self, repo: str) -> None:
         i = bisect.bisect_left(self._names, repo)
@@ -136,9 +154,11 @@ class Lifecycle:
             self._names.insert(i, repo)
 
     def known_state(self, repo: str) -> RepoState | None:
+        """The state a listing shows (a hibernated group is not woken for it: only the
+        listed fields are filled in, see ``Group.listing``)."""
         g = self.rt.by_repo.get(repo)
         if g is not None and g.born:
-            return g.state
+            return g.listing()
         return self._ended.get(repo)
 
     # -- hosting ----------------------------------------------------------------------------
@@ -205,7 +225,8 @@ class Lifecycle:
                 continue
             if obj is None:
                 continue
-            local = g.state if g.born else RepoState(incarnation=g.incarnation)
+            # only the incarnation and deletion matter: listing() does not wake the group
+            local = g.listing() if g.born else RepoState(incarnation=g.incarnation)
             if local.is_superseded_by(obj.state) or (
                 obj.state.incarnation == g.incarnation and obj.state.deleted and not local.deleted
             ):
@@ -248,7 +269,8 @@ class Lifecycle:
 
     def _drop_ended(self, repo: str, obj_state: RepoState) -> None:
         for g in self.rt.groups_of(repo):
-            local = g.state if g.born else RepoState(incarnation=g.incarnation)
+            # only the incarnation and deletion matter: listing() does not wake the group
+            local = g.listing() if g.born else RepoState(incarnation=g.incarnation)
             if local.is_ended_by(obj_state) and not (local.deleted and g.born):
                 self.rt.drop(g)
 

@@ -91,6 +91,7 @@ async def serve(config: Config) -> int:
             tick_interval_s=config.ledger.tick_interval,
             election_ticks=config.ledger.election_ticks,
             heartbeat_ticks=config.ledger.heartbeat_ticks,
+            hibernate_after_s=config.ledger.hibernate_after,
             dedup_window_entries=limits.ledger_dedup_window_entries,
         ),
         logstore,

@@ -34,10 +34,11 @@ import contextlib
 import functools
 import itertools
 import logging
+import math
 import struct
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from enroute_core.base.errors import (
@@ -69,7 +70,16 @@ from enroute_core.state import (
     encode_state,
 )
 
-from .multiraft import Batch, GroupId, GroupReady, MultiRaft, MultiRaftConfig, NodeReady
+from .multiraft import (
+    Batch,
+    GroupId,
+    GroupMessage,
+    GroupReady,
+    Heartbeat,
+    MultiRaft,
+    MultiRaftConfig,
+    NodeReady,
+)
 from .raft.config import RaftConfig, SplitMix64
 from .raft.errors import StorageSignal
 from .raft.storage import MemoryStorage, Storage
@@ -79,7 +89,7 @@ from .raft.types import (
     Entry,
     EntryType,
     HardState,
-    Role,
+    MessageType,
     Snapshot,
     SnapshotMetadata,
 )
@@ -97,6 +107,9 @@ _BLANK_ROW = b"blank"
 HISTORY_MAX = 4096
 """Applied changes kept per group for subscribers; older followers get a snapshot."""
 _ENTRIES_CHUNK_BYTES = 8 << 20
+HIBERNATE_REPLAY_MAX = 64
+"""Most entries after the group's snapshot for it to hibernate: a wake applies them
+again (a group with more waits until a checkpoint compacts its log)."""
 ORPHAN_GROUPS_MAX = 4096
 """Groups not hosted yet whose peers' messages are kept until the node joins them."""
 ORPHAN_BATCHES_MAX = 8
@@ -106,6 +119,8 @@ _SNAPSHOT_FORMAT = 1
 _SNAPSHOT_HEAD = struct.Struct(">4sB3sQ")  # magic, format, reserved, checkpoint length
 _DONE_HEAD = struct.Struct(">16sQQB")  # request id, log index, version, outcome length
 _U32 = struct.Struct(">I")
+_EARLY_TYPES = frozenset({MessageType.APP, MessageType.HEARTBEAT})
+"""What a leader may send before its own fsync (Runtime._send_early)."""
 PROPOSE_RETRY_MAX_S = 4.0
 """Longest wait for an apply before the same entry is proposed again."""
 PROPOSE_ATTEMPTS_MAX = 1000
@@ -223,28 +238,182 @@ def decode_snapshot(data: bytes) -> tuple[RepoState | None, tuple[Done, ...]]:
     return state, tuple(out)
 
 
-@dataclass(eq=False, slots=True)
-class Group:
-    """One hosted incarnation: its Raft view, applied state and waiters."""
+_Summary = tuple[int, bool, bytes, bool, "int | None"]
+"""What a hibernated group keeps of its state for listings: version, deleted, head,
+head_kept, last_push_us."""
+_HEADS: dict[bytes, bytes] = {}
+"""One bytes object per HEAD name among hibernated groups (most say refs/heads/main)."""
+_HEADS_MAX = 1024
 
-    gid: GroupId
-    mem: MemoryStorage
-    state: RepoState = MISSING
-    born: bool = False
-    applied: int = 1
-    history: list[tuple[int, bytes]] = field(default_factory=list)
-    """(version, Change) applied here, oldest first, at most HISTORY_MAX (a list: an idle
-    group keeps one or two, and an empty deque alone costs some 700 bytes)."""
-    done: dict[bytes, Done] = field(default_factory=dict)
-    """Request id -> its apply, for ids in the dedup window (and a few older ones)."""
-    done_order: list[Done] = field(default_factory=list)
-    """The same records in log order: from the snapshot's window to the applied index (a
-    list: trimmed in slices past the window, and an empty deque costs ~600 bytes)."""
-    proposals: dict[bytes, asyncio.Future[Applied]] = field(default_factory=dict)
-    reads: dict[bytes, asyncio.Future[int]] = field(default_factory=dict)
-    waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
-    _changed: asyncio.Event | None = None
-    dropped: bool = False
+
+def _summary_of(st: RepoState) -> _Summary:
+    head = _HEADS.get(st.head)
+    if head is None:
+        head = st.head
+        if len(_HEADS) < _HEADS_MAX:
+            _HEADS[head] = head
+    return (st.version, st.deleted, head, st.head_kept, st.last_push_us)
+
+
+class _Live:
+    """What an awake group holds beyond its identity; a hibernated group holds none."""
+
+    __slots__ = (
+        "done",
+        "done_order",
+        "history",
+        "mem",
+        "proposals",
+        "reads",
+        "state",
+        "waiters",
+    )
+
+    def __init__(self, mem: MemoryStorage) -> None:
+        self.mem = mem
+        self.state: RepoState = MISSING
+        # (version, Change) applied here, oldest first, at most HISTORY_MAX (a list: an
+        # idle group keeps one or two, and an empty deque alone costs some 700 bytes)
+        self.history: list[tuple[int, bytes]] = []
+        # request id -> its apply, for ids in the dedup window (and a few older ones)
+        self.done: dict[bytes, Done] = {}
+        # the same records in log order, from the snapshot's window to the applied index
+        self.done_order: list[Done] = []
+        self.proposals: dict[bytes, asyncio.Future[Applied]] = {}
+        self.reads: dict[bytes, asyncio.Future[int]] = {}
+        self.waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+
+class Group:
+    """One hosted incarnation: its Raft view, applied state and waiters.
+
+    Hibernated (docs/raft.md, "Hibernation"), it keeps only ``gid``, ``born``,
+    ``applied``, ``dropped`` and a summary of its state for listings; reading
+    ``mem``, ``state``, ``history``, ``done``, ``done_order``, ``proposals``,
+    ``reads`` or ``waiters`` rebuilds it first from the durable log (``_waker``).
+    """
+
+    __slots__ = ("_changed", "_live", "_waker", "applied", "born", "dropped", "gid")
+
+    def __init__(
+        self,
+        gid: GroupId,
+        mem: MemoryStorage,
+        *,
+        applied: int = 1,
+        waker: Callable[[Group], None] | None = None,
+    ) -> None:
+        self.gid = gid
+        self.born = False
+        self.applied = applied
+        self.dropped = False
+        self._waker = waker
+        self._changed: asyncio.Event | None = None
+        self._live: _Live | _Summary = _Live(mem)
+
+    def _awake(self, mem: MemoryStorage) -> None:
+        self._live = _Live(mem)
+
+    def _sleep(self) -> None:
+        """Keep the summary only; everything else is rebuilt from the log on wake."""
+        live = self._live
+        assert isinstance(live, _Live)
+        self._live = _summary_of(live.state)
+
+    @property
+    def hibernated(self) -> bool:
+        return not isinstance(self._live, _Live)
+
+    def _awake_live(self) -> _Live:
+        live = self._live
+        if not isinstance(live, _Live):
+            assert self._waker is not None, "a hibernated group without a waker"
+            self._waker(self)
+            live = self._live
+            assert isinstance(live, _Live), "the waker left the group hibernated"
+        return live
+
+    def _held(self) -> _Live | None:
+        """The awake part, or None when hibernated (never wakes)."""
+        live = self._live
+        return live if isinstance(live, _Live) else None
+
+    @property
+    def mem(self) -> MemoryStorage:
+        return self._awake_live().mem
+
+    @property
+    def state(self) -> RepoState:
+        return self._awake_live().state
+
+    @state.setter
+    def state(self, value: RepoState) -> None:
+        self._awake_live().state = value
+
+    @property
+    def history(self) -> list[tuple[int, bytes]]:
+        return self._awake_live().history
+
+    @property
+    def done(self) -> dict[bytes, Done]:
+        return self._awake_live().done
+
+    @done.setter
+    def done(self, value: dict[bytes, Done]) -> None:
+        self._awake_live().done = value
+
+    @property
+    def done_order(self) -> list[Done]:
+        return self._awake_live().done_order
+
+    @done_order.setter
+    def done_order(self, value: list[Done]) -> None:
+        self._awake_live().done_order = value
+
+    @property
+    def proposals(self) -> dict[bytes, asyncio.Future[Applied]]:
+        return self._awake_live().proposals
+
+    @property
+    def reads(self) -> dict[bytes, asyncio.Future[int]]:
+        return self._awake_live().reads
+
+    @property
+    def waiters(self) -> list[tuple[int, asyncio.Future[None]]]:
+        return self._awake_live().waiters
+
+    @waiters.setter
+    def waiters(self, value: list[tuple[int, asyncio.Future[None]]]) -> None:
+        self._awake_live().waiters = value
+
+    @property
+    def version(self) -> int:
+        """The applied state's version, without waking a hibernated group."""
+        live = self._live
+        return live.state.version if isinstance(live, _Live) else live[0]
+
+    @property
+    def deleted(self) -> bool:
+        """Whether the applied state is deleted, without waking a hibernated group."""
+        live = self._live
+        return live.state.deleted if isinstance(live, _Live) else live[1]
+
+    def listing(self) -> RepoState:
+        """The state as a listing shows it, without waking a hibernated group: the
+        applied state, or for a hibernated one a RepoState with only the listed fields
+        (incarnation, version, deleted, head, head_kept, last_push_us) filled in."""
+        live = self._live
+        if isinstance(live, _Live):
+            return live.state
+        version, deleted, head, head_kept, last_push_us = live
+        return RepoState(
+            incarnation=self.incarnation,
+            deleted=deleted,
+            version=version,
+            head=head,
+            head_kept=head_kept,
+            last_push_us=last_push_us,
+        )
 
     @property
     def repo(self) -> str:
@@ -314,6 +483,28 @@ def inline_layer_of(entry: bytes, root: bytes, index: int) -> bytes:
     )
 
 
+@dataclass(slots=True)
+class _Trace:
+    """When one proposal passed each phase on its proposer (docs/raft.md, "Commit
+    latency and throughput"); 0.0 = not yet."""
+
+    proposed: float
+    ready: float = 0.0
+    """The Ready that appends its entry here was taken."""
+    persisted: float = 0.0
+    """That Ready's writes were durable here."""
+    committed: float = 0.0
+    """The Ready that brings it committed was taken."""
+    applied: float = 0.0
+
+
+def hibernate_ticks(config: RuntimeConfig) -> int:
+    """``hibernate_after_s`` in ticks (0: never)."""
+    if config.hibernate_after_s <= 0:
+        return 0
+    return max(1, math.ceil(config.hibernate_after_s / config.tick_interval_s))
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
     node_id: NodeId
@@ -326,6 +517,9 @@ class RuntimeConfig:
     """No apply within this (doubling up to PROPOSE_RETRY_MAX_S): propose the entry again."""
     dedup_window_entries: int = DEFAULT_LIMITS.ledger_dedup_window_entries
     """Log indexes an applied request id is remembered for; equal on every voter."""
+    hibernate_after_s: float = 3.0
+    """A group quiet this long gives up its Raft objects and applied state until it is
+    needed again (docs/raft.md, "Hibernation"); 0: never."""
 
     @property
     def voters(self) -> frozenset[NodeId]:
@@ -372,10 +566,20 @@ class Runtime:
             # a node-level beat every third of an election timeout: enough to keep a
             # peer's liveness (timeout: election_ticks) and a third of the idle traffic
             MultiRaftConfig(
-                raft=raft_cfg, liveness_interval_ticks=max(1, config.election_ticks // 3)
+                raft=raft_cfg,
+                liveness_interval_ticks=max(1, config.election_ticks // 3),
+                hibernate_after_ticks=hibernate_ticks(config),
             ),
             rand=SplitMix64(seed),
         )
+        self.mr.on_hibernate = self._hibernate_group
+        self.mr.on_wake = self._wake_group
+        self._waker = self._wake_of  # one bound method shared by every Group
+        # every founder's bootstrap (duty 2), one value for all groups (the store and the
+        # in-memory log keep it per group)
+        self._boot_meta = SnapshotMetadata(LogIndex(1), Term(1), ConfState(voters=self.voters))
+        self._boot_snapshot = Snapshot(self._boot_meta)
+        self._boot_hard_state = HardState(Term(1), None, LogIndex(1))
         self.groups: dict[GroupId, Group] = {}
         self.by_repo: dict[str, Group] = {}
         self._drops: list[Group] = []
@@ -386,7 +590,8 @@ class Runtime:
         self.on_applied: Callable[[Group, Applied | None], None] | None = None
         self.on_group_changed: Callable[[Group], None] | None = None
         """Called after a Ready applied to a group, made it leader here, or when it is dropped."""
-        self._of_repo: dict[str, list[Group]] = {}
+        self._older: dict[str, list[Group]] = {}
+        """Hosted incarnations of a repository other than the newest (``by_repo``); rare."""
         self._orphans: dict[GroupId, list[Batch]] = {}
         self.orphans_stashed = 0
         self.orphans_replayed = 0
@@ -395,6 +600,47 @@ class Runtime:
         self.early_applied = 0
         self.handle_s = 0.0
         self.persist_wait_s = 0.0
+        # -- where a commit's time goes (docs/raft.md); sums of seconds and counts --
+        self._traces: dict[bytes, _Trace] = {}
+        self._arrivals: dict[GroupId, float] = {}
+        self._hs_later: dict[StoreGroupId, HardState] = {}
+        self._hs_later_seen = False
+        self._ready_t = 0.0
+        self.commits_traced = 0
+        """Proposals answered here whose every phase was timed."""
+        self.phase_queue_s = 0.0
+        """Proposed until the Ready that appends the entry here was taken."""
+        self.phase_persist_s = 0.0
+        """That Ready taken until its writes were durable here (batch, store round, fsync)."""
+        self.phase_replicate_s = 0.0
+        """Durable here until the Ready that brings the entry committed was taken."""
+        self.phase_apply_s = 0.0
+        """That Ready taken until the entry was applied."""
+        self.phase_answer_s = 0.0
+        """Applied until the proposer's call returned."""
+        self.follower_appends = 0
+        """Group appends received from a leader and made durable here."""
+        self.follower_queue_s = 0.0
+        """Append received until the Ready holding it was taken."""
+        self.follower_persist_s = 0.0
+        """That Ready taken until durable (the acknowledgement is sent next)."""
+        self.ready_take_s = 0.0
+        """Time in MultiRaft.ready() (collecting every dirty group's Ready)."""
+        self.apply_s = 0.0
+        """Time applying committed entries and answering proposers."""
+        self.tick_s = 0.0
+        self.step_s = 0.0
+        """Time stepping peers' batches into the groups."""
+        self.early_sent = 0
+        """Leader messages sent before the leader's own fsync (docs/raft.md)."""
+        self.store_commit_s = 0.0
+        """Seconds the store spent in COMMIT (the WAL write and its fsync)."""
+        self.store_queue_s = 0.0
+        """Seconds batches waited in the store's queue before their round began."""
+        self.send_queue_s = 0.0
+        """Seconds peer batches waited in the transport's queue."""
+        self.send_write_s = 0.0
+        """Seconds spent writing peer batches to their streams."""
         self.applied_entries = 0
         self.persist_rounds = 0
         self.proposals_total = 0
@@ -413,6 +659,10 @@ class Runtime:
         self.blank_readmitted = 0
         """READMITs naming this node applied: groups where it counts again."""
         self._blank_groups: set[GroupId] = set()
+        self.hibernations = 0
+        """Groups hibernated here (docs/raft.md, "Hibernation")."""
+        self.wakes = 0
+        """Hibernated groups rebuilt from the log because something needed them."""
 
     # -- ids ---------------------------------------------------------------------------------
 
@@ -430,13 +680,17 @@ class Runtime:
         if blank:
             self._blank_groups.add(gid)
             self.blank_joined += 1
-        g = Group(gid, mem, applied=applied)
+        g = Group(gid, mem, applied=applied, waker=self._waker)
         self.groups[gid] = g
-        repo = g.repo  # one str for both indexes
-        self._of_repo.setdefault(repo, []).append(g)
+        repo = g.repo
         cur = self.by_repo.get(repo)
-        if cur is None or cur.incarnation < g.incarnation:
+        if cur is None:
             self.by_repo[repo] = g
+        elif cur.incarnation < g.incarnation:
+            self.by_repo[repo] = g
+            self._older.setdefault(repo, []).append(cur)
+        else:
+            self._older.setdefault(repo, []).append(g)
         stashed = self._orphans.pop(gid, None)
         if stashed:
             for b in stashed:
@@ -446,35 +700,103 @@ class Runtime:
 
     def groups_of(self, repo: str) -> list[Group]:
         """Every hosted incarnation of ``repo``, without a scan of all groups."""
-        return list(self._of_repo.get(repo, ()))
+        newest = self.by_repo.get(repo)
+        older = self._older.get(repo, ())
+        return [*older, newest] if newest is not None else list(older)
 
     def forget_orphans(self, gid: GroupId) -> None:
         """The node will not host ``gid``: drop what its peers sent for it meanwhile."""
         self._orphans.pop(gid, None)
+
+    def _load_log(self, sg: StoreGroupId) -> tuple[MemoryStorage, bytes]:
+        """The group's durable log as the core reads it, and its snapshot payload."""
+        meta = self.store.snapshot_meta(sg)
+        data = self.store.state_get(sg, _SNAPSHOT_ROW) or b""
+        mem = MemoryStorage()
+        if meta.index > 0:
+            mem.apply_snapshot(Snapshot(meta, data))
+        first, last = self.store.first_index(sg), self.store.last_index(sg)
+        lo = first
+        while lo <= last:
+            ents = self.store.entries(sg, lo, LogIndex(last + 1), _ENTRIES_CHUNK_BYTES)
+            mem.append(ents)
+            lo = LogIndex(ents[-1].index + 1)
+        mem.set_hard_state(self.store.hard_state(sg))
+        return mem, data
 
     def recover(self) -> list[Group]:
         """Rebuild every stored group (duty 8): log from disk, applied = the snapshot's index."""
         out: list[Group] = []
         for sg in sorted(self.store.groups()):
             gid = GroupId(sg.repo, Incarnation(sg.incarnation))
-            meta = self.store.snapshot_meta(sg)
-            data = self.store.state_get(sg, _SNAPSHOT_ROW)
-            mem = MemoryStorage()
-            if meta.index > 0:
-                mem.apply_snapshot(Snapshot(meta, data or b""))
-            first, last = self.store.first_index(sg), self.store.last_index(sg)
-            lo = first
-            while lo <= last:
-                ents = self.store.entries(sg, lo, LogIndex(last + 1), _ENTRIES_CHUNK_BYTES)
-                mem.append(ents)
-                lo = LogIndex(ents[-1].index + 1)
-            mem.set_hard_state(self.store.hard_state(sg))
+            mem, data = self._load_log(sg)
             row = self.store.state_get(sg, _BLANK_ROW)
             blank = int.from_bytes(row, "big") if row else 0
-            g = self._install(gid, mem, int(meta.index), blank)
-            self._load_snapshot(g, data or b"")
+            g = self._install(gid, mem, int(mem.snapshot().index), blank)
+            self._load_snapshot(g, data)
             out.append(g)
         return out
+
+    # -- hibernation (docs/raft.md, "Hibernation") -----------------------------------------
+
+    def _hibernate_group(self, gid: GroupId) -> bool:
+        """The multi-Raft layer frees ``gid``'s Raft objects: free the applied state too.
+
+        Refused while anything here still needs the group in memory: a proposal, read
+        or waiter, a subscriber or other listener on its change event, a compaction
+        queued, a blank mark, or an entry committed but not applied.
+        """
+        g = self.groups.get(gid)
+        if g is None or g.dropped or g.hibernated or gid in self._blank_groups:
+            return False
+        live = g._held()
+        if live is None or live.proposals or live.reads or live.waiters:
+            return False
+        if g._changed is not None:
+            return False
+        if g.applied != self.mr.commit_of(gid):
+            return False
+        if any(c[0] is g for c in self._compactions):
+            return False
+        if g.applied - int(live.mem.snapshot().index) > HIBERNATE_REPLAY_MAX:
+            return False  # a wake would apply too much again: wait for a checkpoint
+        g._sleep()
+        self.hibernations += 1
+        return True
+
+    def _wake_of(self, g: Group) -> None:
+        """A hibernated group's state is needed: rebuild it with its Raft objects."""
+        if g.dropped:
+            raise NotFound("incarnation no longer hosted", repo=g.repo, incarnation=g.incarnation)
+        self.mr.wake(g.gid)
+
+    def _wake_group(self, gid: GroupId) -> Storage:
+        """Rebuild a hibernated group's log view and applied state from the store.
+
+        The state is the snapshot payload's, then every entry after it up to the
+        applied index is applied again, without answering anyone (nobody waits on a
+        hibernated group) and without conf changes (the Raft record keeps the
+        members). Raises CorruptData when the log no longer reaches that index.
+        """
+        g = self.groups[gid]
+        target = g.applied
+        mem, data = self._load_log(store_gid(gid))
+        g._awake(mem)
+        g.born = False
+        self._load_snapshot(g, data)
+        g.applied = int(mem.snapshot().index)
+        if target > g.applied:
+            if target > mem.last_index():
+                raise CorruptData(
+                    "the stored log ends before the applied index of a hibernated group",
+                    section="ledger-entry",
+                    index=target,
+                )
+            for e in mem.entries(LogIndex(g.applied + 1), LogIndex(target + 1), 1 << 62):
+                self._apply_entry(g, e, replay=True)
+        g.applied = max(g.applied, target)
+        self.wakes += 1
+        return mem
 
     async def host(self, repo: str, incarnation: int, *, campaign: bool = False) -> Group:
         """Host the group of ``repo`` at ``incarnation`` as a founder (duty 2)."""
@@ -482,8 +804,7 @@ class Runtime:
         g = self.groups.get(gid)
         if g is not None:
             return g
-        meta = SnapshotMetadata(LogIndex(1), Term(1), ConfState(voters=self.voters))
-        hs = HardState(Term(1), None, LogIndex(1))
+        meta, hs = self._boot_meta, self._boot_hard_state  # shared by every group
         # a group of a repository that existed when this node came back with a wiped
         # disk may remember it as a voter: join it blank (docs/raft.md)
         blank = self.blank_id if not campaign and repo in self.blank_repos else 0
@@ -497,7 +818,7 @@ class Runtime:
         if g is not None:
             return g
         mem = MemoryStorage()
-        mem.apply_snapshot(Snapshot(meta))
+        mem.apply_snapshot(self._boot_snapshot)
         mem.set_hard_state(hs)
         g = self._install(gid, mem, 1, blank)
         if campaign or not self.config.peers:
@@ -512,22 +833,31 @@ class Runtime:
         g.dropped = True
         self.groups.pop(g.gid, None)
         self._blank_groups.discard(g.gid)
-        same = self._of_repo.get(g.repo, [])
-        if g in same:
-            same.remove(g)
-        if not same:
-            self._of_repo.pop(g.repo, None)
-        if self.by_repo.get(g.repo) is g:
-            del self.by_repo[g.repo]
-            if same:
-                self.by_repo[g.repo] = max(same, key=lambda o: o.incarnation)
+        repo = g.repo
+        older = self._older.get(repo)
+        if self.by_repo.get(repo) is g:
+            del self.by_repo[repo]
+            if older:
+                newest = max(older, key=lambda o: o.incarnation)
+                older.remove(newest)
+                self.by_repo[repo] = newest
+        elif older and g in older:
+            older.remove(g)
+        if older is not None and not older:
+            del self._older[repo]
         err = NotFound("incarnation no longer hosted", repo=g.repo, incarnation=g.incarnation)
-        futs: list[asyncio.Future[Applied] | asyncio.Future[int]] = [*g.proposals.values()]
-        futs += g.reads.values()
+        # a hibernated group is not woken only to be dropped: nobody waits on it
+        live = g._held()
+        futs: list[asyncio.Future[Applied] | asyncio.Future[int]] = []
+        waiters: list[tuple[int, asyncio.Future[None]]] = []
+        if live is not None:
+            futs += live.proposals.values()
+            futs += live.reads.values()
+            waiters = live.waiters
         for fut in futs:
             if not fut.done():
                 fut.set_exception(err)
-        for _, w in g.waiters:
+        for _, w in waiters:
             if not w.done():
                 w.set_exception(err)
         g.notify()
@@ -550,7 +880,13 @@ class Runtime:
             if self.on_unknown_group is not None:
                 for gid in unknown:
                     self.on_unknown_group(gid)
+        t = self.clock()
+        arrivals = self._arrivals
+        for gm in batch.messages:
+            if gm.message.entries and gm.group not in arrivals:
+                arrivals[gm.group] = t
         self.mr.step(batch)
+        self.step_s += self.clock() - t
         self.wake()
 
     def _stash_orphans(self, batch: Batch, unknown: set[GroupId]) -> Batch:
@@ -618,8 +954,11 @@ class Runtime:
                         raise  # nothing was appended
                     raise Timeout("proposal not applied in time; outcome unknown") from None
                 view = self._view(g)
+                if rid not in self._traces:
+                    self._traces[rid] = _Trace(self.clock())
                 self.wake()
                 if await self._await_apply(g, fut, view, self.clock() + retry_s, deadline):
+                    self._traced(rid)
                     return fut.result()
                 retry_s = min(retry_s * 2, PROPOSE_RETRY_MAX_S)
             raise Timeout("proposal not applied in time; outcome unknown")
@@ -627,6 +966,7 @@ class Runtime:
             # caller request id: a newer call with the same id may wait under it now
             if g.proposals.get(rid) is fut:
                 del g.proposals[rid]
+            self._traces.pop(rid, None)
 
     async def _await_apply(
         self,
@@ -636,9 +976,16 @@ class Runtime:
         resend_at: float,
         deadline: float,
     ) -> bool:
-        """True once ``fut`` is answered; False when the entry should be proposed again."""
+        """True once ``fut`` is answered; False when the entry should be proposed again.
+
+        While this node leads the group in the term it appended the entry in, the
+        entry is in its own log, which a leader never truncates: only a change of view
+        can lose it, so no timer re-proposes it (a copy under load only adds work).
+        """
         poll_s = max(self.config.tick_interval_s, 0.01)
-        polls = int((min(resend_at, deadline) - self.clock()) / poll_s) + 2
+        leading = view[1] is not None and view[1] == int(self.config.node_id)
+        until = deadline if leading else min(resend_at, deadline)
+        polls = int((until - self.clock()) / poll_s) + 2
         for _ in range(max(polls, 1)):
             now = self.clock()
             if now >= deadline:
@@ -648,17 +995,14 @@ class Runtime:
                 return True
             if g.dropped:
                 raise NotFound("incarnation no longer hosted", repo=g.repo)
-            if self._view(g) != view or self.clock() >= resend_at:
+            if self._view(g) != view or (not leading and self.clock() >= resend_at):
                 return False
         return False
 
     def _view(self, g: Group) -> tuple[int, int | None]:
         """This node's (term, leader) of ``g``: a change means a taken entry may be lost."""
-        try:
-            raft = self.mr.raw_node(g.gid).raft
-        except NotFound:
-            return (-1, None)
-        return int(raft.term), (None if raft.lead is None else int(raft.lead))
+        lead = self.mr.lead_of(g.gid)
+        return self.mr.term_of(g.gid), (None if lead is None else int(lead))
 
     async def barrier(self, g: Group, timeout_s: float) -> None:
         """ReadIndex (DESIGN, "Read path"): learn the leader's commit index, wait to apply it."""
@@ -733,7 +1077,15 @@ class Runtime:
             await self._drain()
             now = self.clock()
             if now >= next_tick:
+                # held commit indexes that no batch carried for a whole tick are
+                # written alone (one that just came would only delay the next entries)
+                if self._hs_later and self._hs_later_seen:
+                    batch = WriteBatch()
+                    self._write_later(batch)
+                    self.store.submit(batch).add_done_callback(_log_store_failure)
+                self._hs_later_seen = bool(self._hs_later)
                 self.mr.tick()
+                self.tick_s += self.clock() - now
                 next_tick = max(next_tick + interval, now)
                 continue
             self._wake.clear()
@@ -754,6 +1106,8 @@ class Runtime:
                 return
             t = self.clock()
             nr = self.mr.ready()
+            self._ready_t = t2 = self.clock()
+            self.ready_take_s += t2 - t
             self.ready_groups += len(nr.groups)
             await self._handle(nr)
             self.handle_s += self.clock() - t
@@ -762,6 +1116,7 @@ class Runtime:
         drops, self._drops = self._drops, []
         batch = WriteBatch()
         for g in drops:
+            self._hs_later.pop(store_gid(g.gid), None)
             with contextlib.suppress(NotFound):
                 self.mr.drop_group(g.gid)
             batch.drop_group(store_gid(g.gid))
@@ -781,8 +1136,10 @@ class Runtime:
         batch = WriteBatch()
         done: list[tuple[Group, SnapshotMetadata, bytes]] = []
         for g, st, idx in work:
+            if g.dropped:
+                continue  # (a dropped group is never woken to read its log)
             snap = g.mem.snapshot().metadata
-            if g.dropped or idx <= snap.index or idx > g.applied or idx > g.mem.last_index():
+            if idx <= snap.index or idx > g.applied or idx > g.mem.last_index():
                 continue
             meta = SnapshotMetadata(LogIndex(idx), g.mem.term(LogIndex(idx)), snap.conf_state)
             data = encode_snapshot(st, self._window_at(g, idx))
@@ -793,6 +1150,7 @@ class Runtime:
             done.append((g, meta, data))
         if not done:
             return
+        self._write_later(batch)  # the durable commit index never falls below a snapshot
         await asyncio.wrap_future(self.store.submit(batch))
         for g, meta, data in done:
             if g.dropped:
@@ -803,13 +1161,16 @@ class Runtime:
 
     async def _handle(self, nr: NodeReady) -> None:
         live = [(gr, self.groups.get(gr.group)) for gr in nr.groups]
-        # 1. persist every group in one durable batch (group commit)
+        # 1. persist every group in one durable batch (group commit); a hard state
+        # that moves only the commit index waits for the next batch (_write_later)
         batch = WriteBatch()
+        later = self._hs_later
         for gr, g in live:
             if g is None:
                 continue
             rd, sg = gr.ready, store_gid(gr.group)
             if rd.snapshot is not None:
+                later.pop(sg, None)
                 batch.install_snapshot(sg, rd.snapshot.metadata)
                 batch.clear_state(sg)
                 batch.put_state(sg, _SNAPSHOT_ROW, rd.snapshot.data)
@@ -819,12 +1180,28 @@ class Runtime:
             if rd.entries:
                 batch.append(sg, rd.entries)
             if rd.hard_state is not None:
-                batch.set_hard_state(sg, rd.hard_state)
+                if nr.must_sync:
+                    later.pop(sg, None)
+                    batch.set_hard_state(sg, rd.hard_state)
+                else:
+                    later[sg] = rd.hard_state
+        if nr.must_sync and later:
+            self._write_later(batch)
         before = [0 if g is None else g.applied for _, g in live]
+        batches = nr.batches
+        traced = self._trace_appends(live) if self._traces else None
         if batch.ops:
             if nr.must_sync:
+                if self.transport is not None:
+                    batches = self._send_early(live, batches)
                 self._apply_durable(live)
             await self._persist(batch, sync=nr.must_sync)
+        if traced:
+            t = self.clock()
+            for tr in traced:
+                tr.persisted = t
+        if self._arrivals:
+            self._follower_persisted(live)
         for gr, g in live:
             if g is None:
                 continue
@@ -836,9 +1213,10 @@ class Runtime:
                 g.mem.set_hard_state(rd.hard_state)
         # 2. send, only now that it is durable
         if self.transport is not None:
-            for b in nr.batches:
+            for b in batches:
                 self.transport.send(b)
         # 3. apply, 4. serve reads
+        t_apply = self.clock()
         me = self.config.node_id
         changed = self.on_group_changed
         for (gr, g), applied_before in zip(live, before, strict=True):
@@ -863,8 +1241,113 @@ class Runtime:
             if rd.soft_state is not None and rd.soft_state.lead is not None:
                 self.leader_changes += 1
                 g.notify()  # proposals waiting for a leader try again now
+        self.apply_s += self.clock() - t_apply
         # 5. advance
         self.mr.advance(nr)
+
+    def _write_later(self, batch: WriteBatch) -> None:
+        """Add the commit-index-only hard states held back to ``batch``.
+
+        Contract 5 lets a crash lose a commit index (it is learned again), so a Ready
+        that only moves commit indexes writes nothing: its hard states ride with the
+        next batch (the next Ready that must sync, a compaction), or at the next tick
+        when nothing else was written, instead of costing a write round of their own.
+        A compaction always carries them, so the durable commit index is never below
+        the snapshot's index at a restart.
+        """
+        later, self._hs_later = self._hs_later, {}
+        for sg, hs in later.items():
+            batch.set_hard_state(sg, hs)
+
+    def _send_early(
+        self, live: list[tuple[GroupReady, Group | None]], batches: tuple[Batch, ...]
+    ) -> tuple[Batch, ...]:
+        """Send a leader's appends and heartbeats now, in parallel with its own fsync.
+
+        The exception to "persist, then send" that etcd allows a leader (docs/raft.md,
+        "The ledger runtime's loop"): an APP or HEARTBEAT of a term that is already
+        durable here promises nothing about this node's unsynced writes. Followers may
+        acknowledge the entries before the leader's copy is durable, so the commit index
+        may count a copy that is not, but nothing reveals it before it is: entries are
+        applied, and a commit index sent, only by a later Ready, and the next Ready is
+        taken only after this one is durable. Votes, acknowledgements and anything of a
+        term or vote not yet durable still wait. Returns what is left to send after the
+        fsync.
+        """
+        transport = self.transport
+        assert transport is not None
+        durable: dict[GroupId, int] = {}
+        for gr, g in live:
+            if g is not None and gr.ready.snapshot is None:
+                durable[gr.group] = int(g.mem.hard_state.term)
+        if not durable:
+            return batches
+        late: list[Batch] = []
+        for b in batches:
+            now_m: list[GroupMessage] = []
+            rest_m: list[GroupMessage] = []
+            for gm in b.messages:
+                m = gm.message
+                early = m.type in _EARLY_TYPES and not m.blank
+                if early and durable.get(gm.group, -1) == m.term:
+                    now_m.append(gm)
+                else:
+                    rest_m.append(gm)
+            now_h: list[Heartbeat] = []
+            rest_h: list[Heartbeat] = []
+            for hb in b.heartbeats:
+                (now_h if durable.get(hb.group, -1) == hb.term else rest_h).append(hb)
+            if not now_m and not now_h:
+                late.append(b)
+                continue
+            transport.send(Batch(b.from_node, b.to_node, tuple(now_m), tuple(now_h)))
+            self.early_sent += len(now_m) + len(now_h)
+            if rest_m or rest_h or b.heartbeat_responses:
+                late.append(
+                    Batch(b.from_node, b.to_node, tuple(rest_m), tuple(rest_h),
+                          b.heartbeat_responses)
+                )  # fmt: skip
+        return tuple(late)
+
+    # -- where a commit's time goes (docs/raft.md) -----------------------------------------
+
+    def _trace_appends(self, live: list[tuple[GroupReady, Group | None]]) -> list[_Trace]:
+        """Mark the proposals of this node whose entries this Ready appends."""
+        out: list[_Trace] = []
+        traces = self._traces
+        t = self._ready_t
+        for gr, _ in live:
+            for e in gr.ready.entries:
+                tr = traces.get(e.data[1 : 1 + _ID_BYTES])
+                if tr is not None and not tr.ready:
+                    tr.ready = t
+                    out.append(tr)
+        return out
+
+    def _follower_persisted(self, live: list[tuple[GroupReady, Group | None]]) -> None:
+        """Appends received from a leader: time to their Ready, and to durable."""
+        arrivals = self._arrivals
+        t_ready, now = self._ready_t, self.clock()
+        for gr, _ in live:
+            if gr.ready.entries:
+                t = arrivals.get(gr.group)
+                if t is not None and t <= t_ready:  # later: for the next Ready
+                    del arrivals[gr.group]
+                    self.follower_appends += 1
+                    self.follower_queue_s += t_ready - t
+                    self.follower_persist_s += now - t_ready
+
+    def _traced(self, rid: bytes) -> None:
+        """The proposal ``rid`` is answered: add its phases to the sums."""
+        tr = self._traces.pop(rid, None)
+        if tr is None or not (tr.ready and tr.persisted and tr.committed and tr.applied):
+            return
+        self.commits_traced += 1
+        self.phase_queue_s += tr.ready - tr.proposed
+        self.phase_persist_s += tr.persisted - tr.ready
+        self.phase_replicate_s += max(0.0, tr.committed - tr.persisted)
+        self.phase_apply_s += tr.applied - tr.committed
+        self.phase_answer_s += self.clock() - tr.applied
 
     def _apply_durable(self, live: list[tuple[GroupReady, Group | None]]) -> None:
         """Apply what is committed and already durable here before this Ready's fsync.
@@ -916,6 +1399,11 @@ class Runtime:
             if prev is not None and not prev.done():
                 await prev
         self.persist_wait_s += self.clock() - t
+        store, transport = self.store, self.transport
+        self.store_commit_s = float(getattr(store, "commit_seconds", 0.0))
+        self.store_queue_s = float(getattr(store, "queue_seconds", 0.0))
+        self.send_queue_s = float(getattr(transport, "queue_seconds", 0.0))
+        self.send_write_s = float(getattr(transport, "write_seconds", 0.0))
 
     def _release_waiters(self, g: Group) -> None:
         keep: list[tuple[int, asyncio.Future[None]]] = []
@@ -936,9 +1424,15 @@ class Runtime:
         self.snapshots_applied += 1
         g.notify()
 
-    def _apply_entry(self, g: Group, e: Entry) -> None:
+    def _apply_entry(self, g: Group, e: Entry, *, replay: bool = False) -> None:
+        """Apply one committed entry; ``replay``: again, on a group woken from hibernation
+        (no counters, no callbacks, no conf change: the Raft record kept the members)."""
         g.applied = int(e.index)
-        self.applied_entries += 1
+        if replay:
+            if e.type is EntryType.CONF_CHANGE:
+                return
+        else:
+            self.applied_entries += 1
         if e.type is EntryType.CONF_CHANGE:
             self.mr.apply_conf_change(g.gid, ConfChange.decode(e.data))
             if g.gid in self._blank_groups and not self.blank_of(g):
@@ -951,7 +1445,7 @@ class Runtime:
         first = self._duplicate(g, rid, int(e.index))
         if first is not None:
             # a duplicated forward or a re-proposal: applied once, answered as the first was
-            self.duplicates_skipped += 1
+            self.duplicates_skipped += not replay
             fut = g.proposals.pop(rid, None)
             if fut is not None and not fut.done():
                 fut.set_result(self._answer(g, first))
@@ -976,7 +1470,11 @@ class Runtime:
         fut = g.proposals.pop(rid, None)
         if fut is not None and not fut.done():
             fut.set_result(result)
-        if self.on_applied is not None:
+            tr = self._traces.get(rid)
+            if tr is not None:
+                tr.committed = self._ready_t
+                tr.applied = self.clock()
+        if self.on_applied is not None and not replay:
             self.on_applied(g, result)
 
     # -- blank groups (docs/raft.md, "A voter that lost its disk") -------------------------
@@ -1166,25 +1664,16 @@ class Runtime:
         """The most committed-but-unapplied entries of any hosted group (O(groups))."""
         lag = 0
         for g in self.groups.values():
-            try:
-                committed = int(self.mr.raw_node(g.gid).raft.log.committed)
-            except NotFound:
-                continue
-            lag = max(lag, committed - g.applied)
+            lag = max(lag, self.mr.commit_of(g.gid) - g.applied)
         return lag
 
     def leader_of(self, g: Group) -> int | None:
-        try:
-            lead = self.mr.raw_node(g.gid).raft.lead
-        except NotFound:
-            return None
+        """The leader known here (a hibernated group is not woken)."""
+        lead = self.mr.lead_of(g.gid)
         return None if lead is None else int(lead)
 
     def is_leader(self, g: Group) -> bool:
-        try:
-            return self.mr.raw_node(g.gid).raft.role is Role.LEADER
-        except NotFound:
-            return False
+        return self.mr.is_leader(g.gid)
 
     def campaign_all(self, groups: Iterable[Group]) -> None:
         for g in groups:

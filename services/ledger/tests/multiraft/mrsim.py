@@ -42,6 +42,7 @@ class Cluster:
         heartbeat: int = 2,
         slack: int = 1,
         use_codec: bool = False,
+        hibernate_after: int = 0,
     ) -> None:
         self.rng = random.Random(seed)
         self.ids = [NodeId(i) for i in range(1, n_nodes + 1)]
@@ -54,6 +55,7 @@ class Cluster:
             cfg = MultiRaftConfig(
                 RaftConfig(nid, election_ticks=election, heartbeat_ticks=heartbeat),
                 leader_slack=slack,
+                hibernate_after_ticks=hibernate_after,
             )
 
             def factory(g: GroupId, vs: frozenset[NodeId], nid: NodeId = nid) -> MemoryStorage:
@@ -62,6 +64,9 @@ class Cluster:
                 return st
 
             mr = MultiRaft(nid, self.ids, factory, cfg)
+            # the storages stand for the durable log: a woken group reads it back
+            mr.on_hibernate = lambda g: True
+            mr.on_wake = lambda g, nid=nid: self.storages[(nid, g)]
             for g in self.groups:
                 mr.create_group(g, voters)
             self.nodes[nid] = mr
@@ -143,7 +148,7 @@ class Cluster:
     # -- views -------------------------------------------------------------------
 
     def leader(self, g: GroupId, via: NodeId) -> NodeId | None:
-        return self.nodes[via].raw_node(g).raft.lead
+        return self.nodes[via].lead_of(g)  # never wakes a hibernated group
 
     def live(self) -> list[NodeId]:
         return [n for n in self.ids if n not in self.cut]
@@ -158,7 +163,7 @@ class Cluster:
             (lead,) = leads
             if lead not in live:
                 return False
-            if self.nodes[lead].raw_node(g).raft.role is not Role.LEADER:
+            if not self.nodes[lead].is_leader(g):
                 return False
         return True
 

@@ -1,10 +1,12 @@
 """Memory per hosted repository (issue 3: idle cost target 2 KiB per repository).
 
 Three in-process runtimes host N idle groups each (created, genesis applied,
-quiesced); tracemalloc counts what the groups added, per group per node. It
-prints the figure and the largest allocation sites, and fails above a bound
-well over today's figure (docs/raft.md, "Memory per hosted repository"), so a
-regression shows. ``ENROUTE_MEMORY_GROUPS`` changes N.
+quiesced, hibernated); tracemalloc counts what the groups added, per group per
+node. It prints the figure and the largest allocation sites, and fails above a
+bound well over today's figure (docs/raft.md, "Memory per hosted repository"),
+so a regression shows. ``ENROUTE_MEMORY_GROUPS`` changes N. The timing is
+slow (50 ms ticks, 20-tick elections) so a loaded machine does not turn the
+creation into an election storm.
 """
 
 from __future__ import annotations
@@ -14,23 +16,52 @@ import gc
 import os
 import sys
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from enroute_core.base.ids import NodeId
 from enroute_core.state import MISSING, Activate
-from enroute_ledger.runtime import genesis_entry
+from enroute_ledger.logstore import open_log_store
+from enroute_ledger.runtime import Runtime, RuntimeConfig, genesis_entry
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from test_blank_runtime import Net, start, stop, until  # noqa: E402
+from test_blank_runtime import Link, Net, Node, stop  # noqa: E402
 
 GROUPS = int(os.environ.get("ENROUTE_MEMORY_GROUPS", "300"))
-BYTES_PER_GROUP_MAX = 4608
-"""Measured 3,816 bytes at 1,000 groups (6,486 before the slots, shared sets and
-leader-only progress)."""
+BYTES_PER_GROUP_MAX = 1800
+"""Measured ~1,300 bytes hibernated at 300 groups (3,787 quiet but awake; 6,486 before
+the slots, shared sets and leader-only progress)."""
+WAIT_S = 240.0
+
+
+async def start(path: Path, net: Net, i: int) -> Node:
+    store = open_log_store(path)
+    cfg = RuntimeConfig(
+        node_id=NodeId(i),
+        peers=tuple(NodeId(p) for p in (1, 2, 3) if p != i),
+        tick_interval_s=0.05,
+        election_ticks=20,
+        hibernate_after_s=0.5,
+    )
+    loop = asyncio.get_running_loop()
+    rt = Runtime(cfg, store, clock=loop.time, nonce=os.urandom(8), seed=i)
+    rt.transport = Link(net)
+    net.nodes[i] = rt
+    rt.recover()
+    return Node(rt, store, loop.create_task(rt.run()))
+
+
+async def until(cond: Callable[[], bool]) -> None:
+    for _ in range(int(WAIT_S / 0.05)):
+        if cond():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached in time")
 
 
 @pytest.mark.slow
@@ -47,7 +78,7 @@ def test_idle_group_memory_per_node(tmp_path: Path) -> None:
                 g = await rt.host(name, 1, campaign=True)
                 rid = rt.request_id()
                 act = Activate(create=True, head=b"refs/heads/main", upload_window=64)
-                await rt.propose(g, genesis_entry(rid, MISSING, act), rid, 300)
+                await rt.propose(g, genesis_entry(rid, MISSING, act), rid, WAIT_S)
 
             for i in range(10):  # one-time allocations out of the count
                 await create(f"warm{i}")
@@ -57,6 +88,8 @@ def test_idle_group_memory_per_node(tmp_path: Path) -> None:
             for lo in range(0, GROUPS, 25):
                 await asyncio.gather(*(create(f"r{i:06d}") for i in range(lo, lo + 25)))
             await until(lambda: all(n.rt.mr.active_count() == 0 for n in nodes))
+            total = GROUPS + 10
+            await until(lambda: all(n.rt.mr.hibernated_count() == total for n in nodes))
             gc.collect()
             after = tracemalloc.take_snapshot()
             tracemalloc.stop()

@@ -26,6 +26,11 @@ class FakeGroup:
     born: bool = True
     dropped: bool = False
 
+    @property
+    def version(self) -> int:
+        """As ``Group.version``: the applied state's version (no wake)."""
+        return self.state.version
+
 
 class FakeRuntime:
     def __init__(self, groups: list[FakeGroup]) -> None:

@@ -23,6 +23,12 @@ Scenarios the code keeps (docs/raft.md, duty 12):
    at most ``transfers_per_tick_max`` per tick.
 5. A peer heard from again after it was down may have lost its disk: every
    quiet group led here wakes and heartbeats it (one pass per recovery).
+6. Hibernation (docs/raft.md, "Hibernation"): a group quiet for
+   ``hibernate_after_ticks`` whose every write is durable and applied gives up
+   its Raft objects and keeps a :class:`Hibernation` record; the driver frees
+   its own state too (``on_hibernate``). Anything that needs the group (a
+   message, a proposal, a read, a transfer, a liveness event, ``raw_node``)
+   rebuilds it first from the durable log the driver hands back (``on_wake``).
 """
 
 from __future__ import annotations
@@ -37,10 +43,14 @@ from enroute_core.base.ids import LogIndex, NodeId
 from ..raft.config import RaftConfig, RandomSource, SplitMix64
 from ..raft.rawnode import RawNode
 from ..raft.storage import Storage
-from ..raft.types import ConfChange, ConfState, Message, MessageType, Role
+from ..raft.types import ConfChange, ConfState, Hibernation, Message, MessageType, Role
 from .types import Batch, GroupId, GroupMessage, GroupReady, Heartbeat, NodeReady
 
 StorageFactory = Callable[[GroupId, frozenset[NodeId]], Storage]
+HibernateHook = Callable[[GroupId], bool]
+"""The driver agrees to free ``group`` (True) after releasing its own state of it."""
+WakeHook = Callable[[GroupId], Storage]
+"""The driver rebuilds its state of ``group`` and returns the group's durable log."""
 _ZERO_INDEX = LogIndex(0)
 
 
@@ -55,6 +65,9 @@ class MultiRaftConfig:
     transfers_per_tick_max: int = 8
     transfer_candidates_per_tick_max: int = 64
     groups_max: int = 1 << 20
+    hibernate_after_ticks: int = 0
+    """Quiet this many ticks: free the group's Raft objects (0: never)."""
+    hibernations_per_tick_max: int = 1024
 
     def __post_init__(self) -> None:
         for name in (
@@ -62,11 +75,14 @@ class MultiRaftConfig:
             "transfers_per_tick_max",
             "transfer_candidates_per_tick_max",
             "groups_max",
+            "hibernations_per_tick_max",
         ):
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"{name} must be positive")
         if self.liveness_timeout_ticks < 0 or self.leader_slack < 0:
             raise InvalidArgument("liveness_timeout_ticks and leader_slack must be >= 0")
+        if self.hibernate_after_ticks < 0:
+            raise InvalidArgument("hibernate_after_ticks must be >= 0")
 
     @property
     def liveness_timeout(self) -> int:
@@ -88,6 +104,8 @@ class MultiRaftStats:
     nodes_down: int = 0
     nodes_up: int = 0
     transfers: int = 0
+    hibernated: int = 0
+    woken: int = 0
 
 
 class MultiRaft:
@@ -109,6 +127,14 @@ class MultiRaft:
         self._rand = rand if rand is not None else SplitMix64(node_id)
         self._nodes: dict[GroupId, RawNode] = {}
         self._storages: dict[GroupId, Storage] = {}
+        self._sleeping: dict[GroupId, Hibernation] = {}
+        self._quiet: dict[GroupId, int] = {}  # quiet since tick: hibernation candidates
+        self._freed = 0  # hibernations since the maps of awake groups were last rebuilt
+        # hibernated groups a liveness event wakes, a bounded number per tick: each wake
+        # reads the store, and a peer down may have led a third of all groups
+        self._to_wake: dict[GroupId, None] = {}
+        self.on_hibernate: HibernateHook | None = None
+        self.on_wake: WakeHook | None = None
         # dicts as ordered sets: iteration order must not depend on hash seeds
         self._active: dict[GroupId, None] = {}
         self._dirty: dict[GroupId, None] = {}
@@ -137,10 +163,11 @@ class MultiRaft:
         ``blank`` non-zero: this node may have been a voter of the group before it lost
         its disk; it neither votes nor counts until a READMIT naming ``blank`` applies.
         """
-        if group in self._nodes:
+        if group in self._nodes or group in self._sleeping:
             raise AlreadyExists("group exists", repo=group.repo, incarnation=group.incarnation)
-        if len(self._nodes) >= self.config.groups_max:
-            raise LimitExceeded("groups_max", len(self._nodes) + 1, self.config.groups_max)
+        hosted = len(self._nodes) + len(self._sleeping)
+        if hosted >= self.config.groups_max:
+            raise LimitExceeded("groups_max", hosted + 1, self.config.groups_max)
         members = frozenset(voters)
         storage = self._factory(group, members)
         base = self.config.raft
@@ -156,18 +183,64 @@ class MultiRaft:
         self._dirty[group] = None
 
     def drop_group(self, group: GroupId) -> None:
-        self._get(group)
+        if self._sleeping.pop(group, None) is None:
+            self._get(group)
+            del self._nodes[group], self._storages[group]
         self._set_lead(group, None)
-        del self._nodes[group], self._storages[group]
         self._active.pop(group, None)
         self._dirty.pop(group, None)
         self._transfers.pop(group, None)
+        self._quiet.pop(group, None)
+        self._to_wake.pop(group, None)
 
     def groups(self) -> Iterable[GroupId]:
-        return self._nodes.keys()
+        """Every hosted group, hibernated ones included."""
+        return [*self._nodes, *self._sleeping]
+
+    def group_count(self) -> int:
+        return len(self._nodes) + len(self._sleeping)
+
+    def hibernated_count(self) -> int:
+        return len(self._sleeping)
+
+    def is_hibernated(self, group: GroupId) -> bool:
+        return group in self._sleeping
+
+    # -- views that never wake a group -------------------------------------------------------
+
+    def lead_of(self, group: GroupId) -> NodeId | None:
+        """The leader this node knows for ``group`` (None: none, or not hosted)."""
+        h = self._sleeping.get(group)
+        if h is not None:
+            return h.lead
+        node = self._nodes.get(group)
+        return None if node is None else node.raft.lead
+
+    def is_leader(self, group: GroupId) -> bool:
+        h = self._sleeping.get(group)
+        if h is not None:
+            return h.lead == self.id
+        node = self._nodes.get(group)
+        return node is not None and node.raft.role is Role.LEADER
+
+    def term_of(self, group: GroupId) -> int:
+        """The group's current term here; -1 when not hosted."""
+        h = self._sleeping.get(group)
+        if h is not None:
+            return int(h.term)
+        node = self._nodes.get(group)
+        return -1 if node is None else int(node.raft.term)
+
+    def commit_of(self, group: GroupId) -> int:
+        """The group's commit index here; -1 when not hosted."""
+        h = self._sleeping.get(group)
+        if h is not None:
+            return int(h.commit)
+        node = self._nodes.get(group)
+        return -1 if node is None else int(node.raft.log.committed)
 
     def raw_node(self, group: GroupId) -> RawNode:
-        """The group's core, for status and tests; drive it only through this class."""
+        """The group's core, for status and tests (wakes it); drive it only through this class."""
         return self._get(group)
 
     def storage(self, group: GroupId) -> Storage:
@@ -190,11 +263,15 @@ class MultiRaft:
         """One node tick: liveness, then every awake group, then leader spreading."""
         self._ticks += 1
         self._check_liveness()
+        if self._to_wake:
+            self._wake_queued()
         stats = self.stats
+        quiet = self._quiet
         for g in list(self._active):
             node = self._nodes[g]
             if node.quiesced:
                 del self._active[g]
+                quiet[g] = self._ticks
                 continue
             # Idleness is judged before the tick: a tick that is due a heartbeat queues
             # one, and a leader with a message waiting is never idle (with
@@ -203,12 +280,14 @@ class MultiRaft:
                 stats.quiesced += 1
                 del self._active[g]
                 self._dirty[g] = None
+                quiet[g] = self._ticks
                 continue
             node.tick()
             stats.group_ticks += 1
             self._dirty[g] = None
         self._expire_transfers()
         self._rebalance()
+        self._hibernate_quiet()
 
     def step(self, batch: Batch) -> None:
         """Take one batch from a peer; heartbeats are expanded into per-group messages."""
@@ -275,7 +354,10 @@ class MultiRaft:
         if node not in self._alive:
             raise InvalidArgument("not a peer", node=node)
         for g in self._led:
-            self._nodes[g].report_unreachable(node)
+            got = self._nodes.get(g)
+            if got is None:
+                continue  # hibernated: it wakes probing every follower anyway
+            got.report_unreachable(node)
             self._dirty[g] = None
         if self._alive[node]:
             self._node_down(node)
@@ -344,19 +426,117 @@ class MultiRaft:
     def _get(self, group: GroupId) -> RawNode:
         node = self._nodes.get(group)
         if node is None:
+            if group in self._sleeping:
+                return self._wake(group)
             raise NotFound("no such group", repo=group.repo, incarnation=group.incarnation)
         return node
+
+    def wake(self, group: GroupId) -> None:
+        """Rebuild a hibernated group now (a no-op for an awake one); NotFound if not hosted."""
+        self._get(group)
+
+    def _wake(self, group: GroupId) -> RawNode:
+        """Rebuild a hibernated group from the driver's durable log and its record.
+
+        Built as at a restart (the durable hard state, the stored log), then given back
+        the quiet role the record holds when the disk agrees (``RawNode.wake_from``);
+        otherwise it keeps time from now on, as a restarted node does.
+        """
+        assert self.on_wake is not None, "a hibernated group without a wake hook"
+        h = self._sleeping.pop(group)
+        try:
+            storage = self.on_wake(group)
+        except BaseException:
+            self._sleeping[group] = h
+            raise
+        node = RawNode(self.config.raft, storage, self._rand)
+        quiet = node.wake_from(h)
+        self._nodes[group] = node
+        self._storages[group] = storage
+        self.stats.woken += 1
+        if quiet:
+            if self.config.hibernate_after_ticks:
+                self._quiet[group] = self._ticks
+        else:
+            self._active[group] = None
+            self._dirty[group] = None
+        return node
+
+    def _wake_queued(self) -> None:
+        """Scenarios 3 and 5 for hibernated groups: wake, unquiesce, and keep time."""
+        budget = self.config.hibernations_per_tick_max
+        for g in list(self._to_wake):
+            if budget == 0:
+                return
+            del self._to_wake[g]
+            if g in self._sleeping:
+                budget -= 1
+                node = self._wake(g)
+            else:
+                got = self._nodes.get(g)
+                if got is None:
+                    continue  # dropped meanwhile
+                node = got
+            node.unquiesce()
+            self._quiet.pop(g, None)
+            self._active[g] = None
+            self._dirty[g] = None
+
+    def _hibernate_quiet(self) -> None:
+        """Scenario 6: free groups quiet for long enough, a bounded number per tick."""
+        after = self.config.hibernate_after_ticks
+        if not after or not self._quiet or self._outstanding or self.on_hibernate is None:
+            return
+        horizon = self._ticks - after
+        budget = self.config.hibernations_per_tick_max
+        retry: list[GroupId] = []
+        for g, since in list(self._quiet.items()):
+            if since > horizon or budget == 0:
+                break
+            del self._quiet[g]
+            budget -= 1
+            node = self._nodes.get(g)
+            if node is None or not node.quiesced:
+                continue  # dropped, or awake again (it is queued anew when quiet)
+            if g in self._dirty and node.has_ready():
+                retry.append(g)
+                continue
+            h = node.hibernation()
+            if h is None or g in self._transfers or not self.on_hibernate(g):
+                retry.append(g)
+                continue
+            del self._nodes[g], self._storages[g]
+            self._dirty.pop(g, None)
+            self._active.pop(g, None)
+            self._sleeping[g] = h
+            self.stats.hibernated += 1
+            self._freed += 1
+        for g in retry:
+            self._quiet[g] = self._ticks
+        if self._freed > max(1024, 2 * len(self._nodes)):
+            # a dict keeps its largest table: after a start (every group awake) or a
+            # wake storm, the maps of awake groups would cost ~40 bytes a hosted group each
+            self._freed = 0
+            self._nodes = dict(self._nodes)
+            self._storages = dict(self._storages)
+            self._active = dict(self._active)
+            self._dirty = dict(self._dirty)
+            self._quiet = dict(self._quiet)
 
     def _touch(self, group: GroupId) -> None:
         self._dirty[group] = None
         if not self._nodes[group].quiesced:
             self._active[group] = None
+        elif self.config.hibernate_after_ticks:
+            self._quiet[group] = self._ticks
 
     def _step_group(self, group: GroupId, m: Message) -> None:
         node = self._nodes.get(group)
         if node is None:
-            self.stats.messages_dropped += 1
-            return
+            if group not in self._sleeping:
+                self.stats.messages_dropped += 1
+                return
+            node = self._wake(group)  # a message for a hibernated group: wake it first
         try:
             node.step(m)
         except InvalidArgument:
@@ -388,6 +568,9 @@ class MultiRaft:
         """Scenario 3: one pass over the groups per failure, not per tick."""
         self._alive[peer] = False
         self.stats.nodes_down += 1
+        for g, h in self._sleeping.items():
+            if h.lead == peer:
+                self._to_wake[g] = None  # woken a bounded number per tick
         for g, node in self._nodes.items():
             if node.quiesced and node.raft.lead == peer:
                 node.unquiesce()
@@ -400,6 +583,9 @@ class MultiRaft:
         self._alive[peer] = True
         self.stats.nodes_up += 1
         for g in self._led:
+            if g in self._sleeping:
+                self._to_wake[g] = None
+                continue
             node = self._nodes[g]
             if node.quiesced:
                 node.unquiesce()
@@ -436,7 +622,7 @@ class MultiRaft:
             to = self._transfer_target(g, live, pending, fair)
             if to is None:
                 continue
-            self._nodes[g].transfer_leader(to)
+            self._get(g).transfer_leader(to)
             self._touch(g)
             self._transfers[g] = (to, self._ticks)
             pending[to] = pending.get(to, 0) + 1
@@ -447,6 +633,16 @@ class MultiRaft:
     def _transfer_target(
         self, group: GroupId, live: list[NodeId], pending: dict[NodeId, int], fair: int
     ) -> NodeId | None:
+        best_h: tuple[int, NodeId] | None = None
+        h = self._sleeping.get(group)
+        if h is not None:
+            # an idle leader: every member holds the whole log; waking is left to the move
+            for p in live:
+                if p in h.voters:
+                    load = self._lead_counts[p] + pending.get(p, 0)
+                    if load < fair and (best_h is None or (load, p) < best_h):
+                        best_h = (load, p)
+            return None if best_h is None else best_h[1]
         r = self._nodes[group].raft
         if r.role is not Role.LEADER or r.lead_transferee is not None:
             return None

@@ -47,6 +47,7 @@ from .types import (
     Entry,
     EntryType,
     HardState,
+    Hibernation,
     Message,
     MessageType,
     ReadState,
@@ -936,6 +937,85 @@ class Raft:
         for node in self.tracker.progress:
             if node != self.id:
                 self._send(MT.HEARTBEAT, node, commit=self.log.committed, quiesce=True)
+        return True
+
+    # -- hibernation (docs/raft.md, "Hibernation") ---------------------------------------------
+
+    def can_hibernate(self) -> bool:
+        """Quiet with nothing volatile worth keeping: all it knows is durable and applied.
+
+        The caller must also have persisted every Ready handed out (no Ready outstanding).
+        """
+        if not self.quiesced or self.blank or self.msgs or self.read_states:
+            return False
+        if self.pending_read_msgs or len(self.read_only) or self.lead_transferee is not None:
+            return False
+        log = self.log
+        if log.unstable.entries or log.unstable.snapshot is not None:
+            return False
+        if not log.applied == log.committed == log.last_index():
+            return False
+        if self.role is Role.LEADER:
+            return self.is_idle()
+        return self.role is Role.FOLLOWER and self.lead is not None
+
+    def hibernation(self) -> Hibernation:
+        assert self.can_hibernate(), "hibernating a node that holds volatile work"
+        last = self.log.last_index()
+        assert self.lead is not None
+        return Hibernation(
+            self.term,
+            self.vote,
+            last,
+            self.log.term(last),
+            self.lead,
+            self.tracker.voters,
+            self.tracker.learners,
+        )
+
+    def wake_from(self, h: Hibernation) -> bool:
+        """Take back the quiet role ``h`` describes; call it on a node just built from storage.
+
+        Built like a restart, the node already holds its durable hard state. The
+        commit index ``h`` knew is taken when the log still holds that entry (a
+        commit index alone may not have reached the disk yet). The role (the quiet
+        leader of its term, or the quiet follower of a known leader) comes back only
+        when the durable term and vote are the ones it hibernated with and the log
+        ends where it did: it never votes or leads with less than its disk says.
+        False: it stays a plain follower that keeps time, as after a restart.
+        """
+        log = self.log
+        if log.last_index() >= h.commit and log.term_or_zero(h.commit) == h.last_term:
+            log.commit_to(LogIndex(max(h.commit, log.committed)))
+            log.applied_to(h.commit)
+        if self.term != h.term or self.vote != h.vote or log.last_index() != h.commit:
+            return False
+        if log.committed != h.commit or log.applied != h.commit:
+            return False
+        tr = self.tracker
+        tr.voters, tr.learners = h.voters, h.learners  # conf changes after the snapshot
+        if h.lead != self.id:
+            self.become_follower(self.term, h.lead)
+            self.quiesced = True
+            return True
+        if self.id not in h.voters:
+            return False
+        # the leader of this term it was (at most one per term), with every member
+        # known to hold the whole log (it was idle); probing re-checks that cheaply
+        self._reset(self.term)
+        self.lead = self.id
+        self.role = Role.LEADER
+        nxt = LogIndex(h.commit + 1)
+        tr.progress = {
+            n: tr.new_progress(nxt, is_learner=n in h.learners)
+            for n in sorted(h.voters | h.learners)
+        }
+        for pr in tr.progress.values():
+            pr.match = h.commit
+            pr.recent_active = True
+        tr.progress[self.id].become_replicate()
+        self.pending_conf_index = h.commit
+        self.quiesced = True
         return True
 
     # -- output ------------------------------------------------------------------------------------

@@ -30,9 +30,11 @@ from .types import (
     Entry,
     EntryType,
     HardState,
+    Hibernation,
     Message,
     MessageType,
     Ready,
+    Role,
     SoftState,
 )
 
@@ -161,6 +163,28 @@ class RawNode:
     def unquiesce(self) -> None:
         """Resume keeping time (the driver suspects the leader, or has work)."""
         self.raft.unquiesce()
+
+    # -- hibernation -------------------------------------------------------------------------
+
+    def hibernation(self) -> Hibernation | None:
+        """What this node keeps if the caller frees it now; None while it holds volatile work."""
+        if self._outstanding or not self.raft.can_hibernate():
+            return None
+        return self.raft.hibernation()
+
+    def wake_from(self, h: Hibernation) -> bool:
+        """Take back the quiet state ``h`` on a node just built from the durable storage.
+
+        True: it is the quiet leader or follower it was, and reports no change. False: a
+        follower that keeps time (the caller ticks it); its first Ready reports the role
+        change from the one ``h`` held. See ``Raft.wake_from``.
+        """
+        quiet = self.raft.wake_from(h)
+        role = Role.LEADER if h.lead == self.raft.id else Role.FOLLOWER
+        self._prev_soft = SoftState(h.lead, role)
+        if quiet:
+            self._prev_hard = self.raft.hard_state()
+        return quiet
 
     # -- output ------------------------------------------------------------------------------
 

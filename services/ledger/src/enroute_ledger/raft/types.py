@@ -191,6 +191,24 @@ class ReadState:
 
 
 @dataclass(frozen=True, slots=True)
+class Hibernation:
+    """All a quiet node keeps while its Raft objects are gone (docs/raft.md, hibernation).
+
+    Taken only when everything it knows is durable and applied: ``commit`` is also its
+    last and applied index. ``lead`` is itself on a leader. The durable hard state wins
+    over this on wake (``Raft.wake_from``).
+    """
+
+    term: Term
+    vote: NodeId | None
+    commit: LogIndex
+    last_term: Term
+    lead: NodeId
+    voters: frozenset[NodeId]
+    learners: frozenset[NodeId]
+
+
+@dataclass(frozen=True, slots=True)
 class Ready:
     """One batch of work for the caller; see docs/raft.md for the order of duties."""
 

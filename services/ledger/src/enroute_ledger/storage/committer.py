@@ -38,8 +38,10 @@ class Committer:
         self._clock = clock
         self.round_seconds = 0.0
         """Time spent in write rounds (each one fsync); 0 unless a clock was given."""
+        self.queue_seconds = 0.0
+        """Time batches waited between submit and the start of their round (with a clock)."""
         self._run_round = run_round
-        self._queue: deque[tuple[WriteBatch, Future[None]]] = deque()
+        self._queue: deque[tuple[WriteBatch, Future[None], float]] = deque()
         self._cond = threading.Condition()
         self._closing = False
         self._failure: BaseException | None = None
@@ -65,7 +67,7 @@ class Committer:
                     self._limits.ledger_queue_batches_max,
                 )  # fmt: skip
             batch.submitted = True
-            self._queue.append((batch, fut))
+            self._queue.append((batch, fut, self._clock() if self._clock is not None else 0.0))
             self._cond.notify()
         return fut
 
@@ -83,7 +85,7 @@ class Committer:
         err.__cause__ = self._failure
         return err
 
-    def _take(self) -> list[tuple[WriteBatch, Future[None]]] | None:
+    def _take(self) -> list[tuple[WriteBatch, Future[None], float]] | None:
         with self._cond:
             while not self._queue and not self._closing:
                 self._cond.wait()
@@ -105,22 +107,24 @@ class Committer:
             if taken is None:
                 return
             if self._failure is not None:
-                for _, fut in taken:
+                for _, fut, _ in taken:
                     fut.set_exception(self._failed())
                 continue
             t = self._clock() if self._clock is not None else 0.0
+            if self._clock is not None:
+                self.queue_seconds += sum(t - queued for _, _, queued in taken)
             try:
-                results = self._run_round([b for b, _ in taken])
+                results = self._run_round([b for b, _, _ in taken])
             except BaseException as e:  # an I/O error, or a bug: either way, stop writing
                 self._failure = e
-                for _, fut in taken:
+                for _, fut, _ in taken:
                     fut.set_exception(self._failed())
                 continue
             self.rounds += 1
             if self._clock is not None:
                 self.round_seconds += self._clock() - t
             assert len(results) == len(taken)
-            for (_, fut), res in zip(taken, results, strict=True):
+            for (_, fut, _), res in zip(taken, results, strict=True):
                 if res is None:
                     fut.set_result(None)
                 else:

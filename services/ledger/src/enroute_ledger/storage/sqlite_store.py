@@ -179,6 +179,9 @@ class SqliteStore:
         self._pending_sql: str | None = None
         self._pending_rows: list[tuple[Any, ...]] = []
         self._closed = False
+        self._clock = clock
+        self.commit_seconds = 0.0
+        """Seconds in COMMIT (the WAL write and its fsync), when opened with a clock."""
         path.mkdir(parents=True, exist_ok=True)
         self._lockfd = os.open(path / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -348,6 +351,11 @@ class SqliteStore:
     def rounds(self) -> int:
         """Write rounds so far, each one fsync; batches per round show the group commit."""
         return self._committer.rounds
+
+    @property
+    def queue_seconds(self) -> float:
+        """Seconds batches waited for their round to start, when opened with a clock."""
+        return self._committer.queue_seconds
 
     @property
     def round_seconds(self) -> float:
@@ -532,8 +540,11 @@ class SqliteStore:
             except BaseException:
                 self._w.execute("ROLLBACK")
                 raise
+            t = self._clock() if self._clock is not None else 0.0
             with self._lock:
                 self._w.execute("COMMIT")
+                if self._clock is not None:
+                    self.commit_seconds += self._clock() - t
                 self._publish(stages)
             return [failed.get(k) for k in range(len(batches))]
         raise AssertionError("a round restarts at most once per batch")

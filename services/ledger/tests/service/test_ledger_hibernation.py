@@ -1,0 +1,118 @@
+"""Hibernated groups in real ledger processes (docs/raft.md, "Hibernation").
+
+Three voters host a dozen repositories, commit once to each and stay idle
+past the hibernation delay (``RuntimeConfig.hibernate_after_s``, 3 s by
+default): their groups give up their Raft objects and applied state. Then a
+listing answers from the summaries, a read barrier and a commit wake their
+groups, and after a voter is killed (SIGKILL) the other two elect in every
+group it led, commit to every repository and list them all.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+
+from enroute_core.state import OutcomeCode, decode_change
+from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from conftest import LedgerProc  # noqa: E402
+from test_ledger_idle import metrics, three  # noqa: E402
+from test_ledger_service import MAIN, commit, create, oid  # noqa: E402
+
+REPOS = 12
+HIBERNATE_AFTER_S = 3.0  # RuntimeConfig's default
+DEADLINE_S = 30.0
+
+
+def name(k: int) -> str:
+    return f"hib/{k:02d}"
+
+
+def propose_until_ok(p: LedgerProc, repo: str, cmd: bytes, rid: bytes) -> int:
+    """Propose with one request id until an answer (a retry of the same id applies once)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        req = ledger_pb2.ProposeRequest(repo=repo, incarnation=1, command=cmd, request_id=rid)
+        try:
+            resp = p.ledger.Propose(req, timeout=10)
+        except grpc.RpcError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            continue
+        assert decode_change(resp.effects).outcome.code is OutcomeCode.OK, repo
+        return int(resp.version)
+
+
+def rid(tag: str, k: int) -> bytes:
+    return f"{tag}-{k:02d}".encode().ljust(16, b"-")
+
+
+def listed(p: LedgerProc) -> dict[str, int]:
+    resp = p.ledger.List(ledger_pb2.ListRequest(limit=1000), timeout=10)
+    return {r.name: int(r.version) for r in resp.repositories}
+
+
+def hibernated(nodes: list[LedgerProc]) -> bool:
+    """All groups hibernated, where /metrics says (else: waited past the delay)."""
+    ms = [metrics(n) for n in nodes]
+    return all(m.get("groups_hibernated", REPOS) == REPOS for m in ms)
+
+
+@pytest.mark.slow
+def test_hibernated_groups_list_read_commit_and_survive_a_leader_kill(
+    tmp_path: Path, procs: list[LedgerProc]
+) -> None:
+    nodes = three(tmp_path, procs)
+    with ThreadPoolExecutor(6) as ex:
+        incs = list(ex.map(lambda k: create(nodes[k % 3], name(k)).state.incarnation, range(REPOS)))
+    assert incs == [1] * REPOS
+    versions = {}
+    for k in range(REPOS):
+        versions[name(k)] = propose_until_ok(
+            nodes[k % 3], name(k), commit(1, MAIN, None, oid(1)), rid("first", k)
+        )
+
+    time.sleep(HIBERNATE_AFTER_S + 1.5)
+    deadline = time.monotonic() + DEADLINE_S
+    while not hibernated(nodes) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert hibernated(nodes)
+
+    # a listing answers from what hibernated groups keep
+    for n in nodes:
+        assert listed(n) == versions
+
+    # a read barrier and a commit wake their groups
+    b = nodes[2].ledger.Barrier(ledger_pb2.BarrierRequest(repo=name(0)), timeout=10)
+    assert (b.incarnation, b.version, b.deleted) == (1, versions[name(0)], False)
+    versions[name(1)] = propose_until_ok(
+        nodes[1], name(1), commit(1, MAIN, oid(1), oid(2)), rid("second", 1)
+    )
+    last = {name(k): oid(1) for k in range(REPOS)}
+    last[name(1)] = oid(2)
+
+    # voter 1 dies: the groups it led wake on the others and elect; every repository
+    # takes a commit through voter 2, and voter 3 lists and reads them all
+    nodes[0].kill()
+    for k in range(REPOS):
+        repo = name(k)
+        cmd = commit(1, MAIN, last[repo], oid(9))
+        versions[repo] = propose_until_ok(nodes[1], repo, cmd, rid("after-kill", k))
+    deadline = time.monotonic() + DEADLINE_S
+    while listed(nodes[2]) != versions and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert listed(nodes[2]) == versions
+    for k in range(REPOS):
+        b = nodes[2].ledger.Barrier(ledger_pb2.BarrierRequest(repo=name(k)), timeout=10)
+        assert b.version == versions[name(k)]
