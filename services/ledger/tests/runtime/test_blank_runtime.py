@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
+
+from memnet import MemNet, until
 
 from enroute_core.base.ids import NodeId, ObjectId
 from enroute_core.state import MISSING, Activate, Commit, RefUpdate, encode_command
 from enroute_ledger.logstore import open_log_store
-from enroute_ledger.multiraft import Batch
 from enroute_ledger.runtime import Group, Runtime, RuntimeConfig, command_entry, genesis_entry
 from enroute_ledger.runtime import store_gid as sgid
 from enroute_ledger.storage import LogStore
@@ -39,29 +40,8 @@ class Node:
     task: asyncio.Task[None]
 
 
-class Net:
-    def __init__(self) -> None:
-        self.nodes: dict[int, Runtime] = {}
-        self.cut: set[int] = set()
-
-    def deliver(self, batch: Batch) -> None:
-        if int(batch.to_node) in self.cut or int(batch.from_node) in self.cut:
-            return
-        rt = self.nodes.get(int(batch.to_node))
-        if rt is not None:
-            asyncio.get_running_loop().call_soon(rt.step, batch)
-
-
-class Link:
-    def __init__(self, net: Net) -> None:
-        self.net = net
-
-    def send(self, batch: Batch) -> None:
-        self.net.deliver(batch)
-
-
 async def start(
-    path: Path, net: Net, i: int, *, blank_id: int = 0, blank_repos: Iterable[str] = ()
+    path: Path, net: MemNet, i: int, *, blank_id: int = 0, blank_repos: Iterable[str] = ()
 ) -> Node:
     store = open_log_store(path)
     cfg = RuntimeConfig(
@@ -79,7 +59,7 @@ async def start(
         blank_id=blank_id,
         blank_repos=blank_repos,
     )
-    rt.transport = Link(net)
+    rt.transport = net.link()
     net.nodes[i] = rt
     rt.recover()
     return Node(rt, store, asyncio.get_running_loop().create_task(rt.run()))
@@ -89,14 +69,6 @@ async def stop(n: Node) -> None:
     n.rt.stop()
     await asyncio.wait_for(n.task, WAIT_S)
     n.store.close()
-
-
-async def until(cond: Callable[[], bool]) -> None:
-    for _ in range(int(WAIT_S / 0.01)):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 async def commit(rt: Runtime, g: Group, n: int) -> None:
@@ -110,7 +82,7 @@ def test_a_wiped_voter_joins_blank_stays_blank_until_readmitted_then_counts(
     tmp_path: Path,
 ) -> None:
     async def main() -> None:
-        net = Net()
+        net = MemNet()
         nodes = [await start(tmp_path / f"log{i}", net, i) for i in (1, 2, 3)]
         try:
             first = nodes[0].rt

@@ -14,9 +14,10 @@ import concurrent.futures
 import dataclasses
 import os
 import random
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from memnet import MemNet, until
 
 from enroute_core.base.ids import Incarnation, LogIndex, NodeId, ObjectId, Term
 from enroute_core.state import MISSING, Activate, Commit, OutcomeCode, RefUpdate, encode_command
@@ -36,14 +37,6 @@ def commit(n: int, have: int | None) -> bytes:
     old = None if have is None else ObjectId(have.to_bytes(20, "big"))
     new = ObjectId(n.to_bytes(20, "big"))
     return encode_command(Commit(1, (RefUpdate(MAIN, old, new),), None, n, False))
-
-
-async def until(cond: Callable[[], bool]) -> None:
-    for _ in range(int(WAIT_S / 0.01)):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 class GatedStore:
@@ -73,30 +66,7 @@ class GatedStore:
             out.set_result(None)
 
 
-class Net:
-    def __init__(self) -> None:
-        self.nodes: dict[int, Runtime] = {}
-        self.seen: list[Batch] = []
-        self.drop: Callable[[Batch], bool] = lambda b: False
-
-    def send(self, batch: Batch) -> None:
-        self.seen.append(batch)
-        if self.drop(batch):
-            return
-        rt = self.nodes.get(int(batch.to_node))
-        if rt is not None:
-            asyncio.get_running_loop().call_soon(rt.step, batch)
-
-
-class Link:
-    def __init__(self, net: Net) -> None:
-        self.net = net
-
-    def send(self, batch: Batch) -> None:
-        self.net.send(batch)
-
-
-async def three(tmp_path: Path, net: Net, *, retry_s: float = 0.5) -> list[tuple[Runtime, Any]]:
+async def three(tmp_path: Path, net: MemNet, *, retry_s: float = 0.5) -> list[tuple[Runtime, Any]]:
     loop = asyncio.get_running_loop()
     out = []
     for i in (1, 2, 3):
@@ -111,7 +81,7 @@ async def three(tmp_path: Path, net: Net, *, retry_s: float = 0.5) -> list[tuple
             propose_retry_s=retry_s,
         )
         rt = Runtime(cfg, store, clock=loop.time, nonce=i.to_bytes(8, "big"), seed=i)
-        rt.transport = Link(net)
+        rt.transport = net.link()
         net.nodes[i] = rt
         out.append((rt, loop.create_task(rt.run())))
     return out
@@ -146,7 +116,7 @@ def test_the_leader_replicates_during_its_fsync_and_reveals_nothing_before_it(
     tmp_path: Path,
 ) -> None:
     async def main() -> None:
-        net = Net()
+        net = MemNet(record=True)
         nodes = await three(tmp_path, net)
         try:
             _, groups = await started_group(nodes)
@@ -188,7 +158,7 @@ def test_the_leader_replicates_during_its_fsync_and_reveals_nothing_before_it(
 
 def test_a_follower_acknowledges_only_what_it_made_durable(tmp_path: Path) -> None:
     async def main() -> None:
-        net = Net()
+        net = MemNet(record=True)
         nodes = await three(tmp_path, net)
         try:
             _, groups = await started_group(nodes)
@@ -225,7 +195,7 @@ def test_a_follower_acknowledges_only_what_it_made_durable(tmp_path: Path) -> No
 
 def test_the_leader_does_not_propose_its_own_entry_again_on_a_timer(tmp_path: Path) -> None:
     async def main() -> None:
-        net = Net()
+        net = MemNet(record=True)
         nodes = await three(tmp_path, net, retry_s=0.02)
         try:
             _, groups = await started_group(nodes)
@@ -233,8 +203,10 @@ def test_the_leader_does_not_propose_its_own_entry_again_on_a_timer(tmp_path: Pa
             # the followers' acknowledgements are lost for a while: no commit for many
             # retry intervals, no change of term (heartbeats still pass)
             net.drop = lambda b: (
-                b.from_node != 1
+                None
+                if b.from_node != 1
                 and any(gm.message.type is MessageType.APP_RESP for gm in b.messages)
+                else b
             )
             rid = lead.request_id()
             call = asyncio.ensure_future(
@@ -242,7 +214,7 @@ def test_the_leader_does_not_propose_its_own_entry_again_on_a_timer(tmp_path: Pa
             )
             await asyncio.sleep(0.5)
             assert not call.done()
-            net.drop = lambda b: False
+            net.drop = lambda b: b
             got = await asyncio.wait_for(call, WAIT_S)
             assert got.outcome.code is OutcomeCode.OK
             assert lead.reproposals == 0

@@ -12,11 +12,12 @@ import asyncio
 import dataclasses
 import os
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from memnet import MemNet, until
 
 from enroute_core.base.errors import CorruptData
 from enroute_core.base.ids import LogIndex, NodeId, ObjectId, Term
@@ -191,14 +192,6 @@ async def create(rt: Runtime) -> Group:
     return g
 
 
-async def until(cond: Callable[[], bool]) -> None:
-    for _ in range(int(WAIT_S / 0.01)):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached in time")
-
-
 async def copy_through_log(rt: Runtime, g: Group, entry: bytes) -> None:
     """Append a copy of an applied entry to the log itself (``Runtime.propose`` answers a
     caller's retry of an applied id from the window without the log): applied once."""
@@ -352,41 +345,12 @@ def test_a_snapshot_that_holds_a_waiting_entry_answers_its_waiter(tmp_path: Path
 # -- three voters in process: a lost proposal is proposed again ------------------------------
 
 
-class Net:
-    """Delivers batches between in-process runtimes; ``drop`` filters them."""
-
-    def __init__(self) -> None:
-        self.nodes: dict[int, Runtime] = {}
-        self.drop: Callable[[Batch], Batch | None] = lambda b: b
-        self.dropped = 0
-
-    def transport(self) -> _Link:
-        return _Link(self)
-
-    def deliver(self, batch: Batch) -> None:
-        got = self.drop(batch)
-        if got is None:
-            self.dropped += 1
-            return
-        rt = self.nodes.get(int(got.to_node))
-        if rt is not None:
-            asyncio.get_running_loop().call_soon(rt.step, got)
-
-
-class _Link:
-    def __init__(self, net: Net) -> None:
-        self.net = net
-
-    def send(self, batch: Batch) -> None:
-        self.net.deliver(batch)
-
-
-async def three(tmp_path: Path, net: Net, *, retry_s: float) -> list[Node]:
+async def three(tmp_path: Path, net: MemNet, *, retry_s: float) -> list[Node]:
     nodes = []
     for i in (1, 2, 3):
         peers = tuple(p for p in (1, 2, 3) if p != i)
         n = await start_node(tmp_path / f"log{i}", node_id=i, peers=peers, retry_s=retry_s)
-        n.rt.transport = net.transport()
+        n.rt.transport = net.link()
         net.nodes[i] = n.rt
         nodes.append(n)
     return nodes
@@ -422,7 +386,7 @@ def test_a_lost_proposal_is_proposed_again_and_applied_once(tmp_path: Path, lost
     elect a new one, and the proposer re-proposes on the change of term."""
 
     async def main() -> None:
-        net = Net()
+        net = MemNet()
         nodes = await three(tmp_path, net, retry_s=0.2 if lost == "forward" else 30.0)
         try:
             groups = {i + 1: await n.rt.host("r", 1) for i, n in enumerate(nodes)}

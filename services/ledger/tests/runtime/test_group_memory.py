@@ -14,23 +14,18 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import sys
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from memnet import MemNet
+from test_blank_runtime import Node, stop
 
 from enroute_core.base.ids import NodeId
 from enroute_core.state import MISSING, Activate
 from enroute_ledger.logstore import open_log_store
 from enroute_ledger.runtime import Runtime, RuntimeConfig, genesis_entry
-
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
-
-from test_blank_runtime import Link, Net, Node, stop  # noqa: E402
 
 GROUPS = int(os.environ.get("ENROUTE_MEMORY_GROUPS", "300"))
 BYTES_PER_GROUP_MAX = 1800
@@ -39,7 +34,7 @@ the slots, shared sets and leader-only progress)."""
 WAIT_S = 240.0
 
 
-async def start(path: Path, net: Net, i: int) -> Node:
+async def start(path: Path, net: MemNet, i: int) -> Node:
     store = open_log_store(path)
     cfg = RuntimeConfig(
         node_id=NodeId(i),
@@ -50,7 +45,7 @@ async def start(path: Path, net: Net, i: int) -> Node:
     )
     loop = asyncio.get_running_loop()
     rt = Runtime(cfg, store, clock=loop.time, nonce=os.urandom(8), seed=i)
-    rt.transport = Link(net)
+    rt.transport = net.link()
     net.nodes[i] = rt
     rt.recover()
     return Node(rt, store, loop.create_task(rt.run()))
@@ -67,7 +62,7 @@ async def until(cond: Callable[[], bool]) -> None:
 @pytest.mark.slow
 def test_idle_group_memory_per_node(tmp_path: Path) -> None:
     async def main() -> int:
-        net = Net()
+        net = MemNet()
         nodes = [await start(tmp_path / f"log{i}", net, i) for i in (1, 2, 3)]
         try:
 

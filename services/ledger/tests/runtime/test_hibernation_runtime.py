@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from pathlib import Path
+
+from memnet import MemNet, until
+from test_blank_runtime import MAIN, WAIT_S, Node, commit, oid, stop
 
 from enroute_core.base.ids import NodeId
 from enroute_core.state import (
@@ -26,14 +28,8 @@ from enroute_core.state import (
 from enroute_ledger.logstore import open_log_store
 from enroute_ledger.runtime import Group, Runtime, RuntimeConfig, command_entry, genesis_entry
 
-_HERE = str(Path(__file__).resolve().parent)
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
 
-from test_blank_runtime import MAIN, WAIT_S, Link, Net, Node, commit, oid, stop, until  # noqa: E402
-
-
-async def start(path: Path, net: Net, i: int) -> Node:
+async def start(path: Path, net: MemNet, i: int) -> Node:
     store = open_log_store(path)
     cfg = RuntimeConfig(
         node_id=NodeId(i),
@@ -45,7 +41,7 @@ async def start(path: Path, net: Net, i: int) -> Node:
     # a fresh nonce per start: request ids of an earlier life must not repeat
     nonce = os.urandom(8)
     rt = Runtime(cfg, store, clock=asyncio.get_running_loop().time, nonce=nonce, seed=i)
-    rt.transport = Link(net)
+    rt.transport = net.link()
     net.nodes[i] = rt
     rt.recover()
     return Node(rt, store, asyncio.get_running_loop().create_task(rt.run()))
@@ -59,7 +55,7 @@ def test_hibernated_groups_wake_for_proposals_reads_messages_and_restarts(
     tmp_path: Path,
 ) -> None:
     async def main() -> None:
-        net = Net()
+        net = MemNet()
         nodes = [await start(tmp_path / f"log{i}", net, i) for i in (1, 2, 3)]
         try:
             first = nodes[0].rt
