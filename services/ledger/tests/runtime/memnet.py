@@ -8,10 +8,16 @@ when asked for: memory tests must not measure it).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import dataclasses
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
+from enroute_core.base.ids import NodeId
+from enroute_ledger.logstore import open_log_store
 from enroute_ledger.multiraft import Batch
-from enroute_ledger.runtime import Runtime
+from enroute_ledger.runtime import Runtime, RuntimeConfig
+from enroute_ledger.storage import LogStore
 
 WAIT_S = 10.0
 
@@ -58,3 +64,55 @@ async def until(cond: Callable[[], bool], wait_s: float = WAIT_S) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("condition not reached in time")
+
+
+@dataclasses.dataclass
+class Node:
+    rt: Runtime
+    store: LogStore
+    task: asyncio.Task[None]
+
+
+async def start(
+    path: Path,
+    net: MemNet,
+    i: int,
+    *,
+    tick_interval_s: float = 0.01,
+    election_ticks: int = 10,
+    hibernate_after_s: float = 3.0,
+    blank_id: int = 0,
+    blank_repos: Iterable[str] = (),
+) -> Node:
+    """Voter ``i`` of three (ids 1-3) on the log directory ``path``, running, in ``net``.
+
+    A fresh nonce per start: request ids of an earlier life must not repeat.
+    """
+    store = open_log_store(path)
+    cfg = RuntimeConfig(
+        node_id=NodeId(i),
+        peers=tuple(NodeId(p) for p in (1, 2, 3) if p != i),
+        tick_interval_s=tick_interval_s,
+        election_ticks=election_ticks,
+        hibernate_after_s=hibernate_after_s,
+    )
+    loop = asyncio.get_running_loop()
+    rt = Runtime(
+        cfg,
+        store,
+        clock=loop.time,
+        nonce=os.urandom(8),
+        seed=i,
+        blank_id=blank_id,
+        blank_repos=blank_repos,
+    )
+    rt.transport = net.link()
+    net.nodes[i] = rt
+    rt.recover()
+    return Node(rt, store, loop.create_task(rt.run()))
+
+
+async def stop(n: Node, wait_s: float = WAIT_S) -> None:
+    n.rt.stop()
+    await asyncio.wait_for(n.task, wait_s)
+    n.store.close()

@@ -10,19 +10,15 @@ never blank.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import shutil
-from collections.abc import Iterable
 from pathlib import Path
 
-from memnet import MemNet, until
+from memnet import MemNet, start, stop, until
 
-from enroute_core.base.ids import NodeId, ObjectId
+from enroute_core.base.ids import ObjectId
 from enroute_core.state import MISSING, Activate, Commit, RefUpdate, encode_command
-from enroute_ledger.logstore import open_log_store
-from enroute_ledger.runtime import Group, Runtime, RuntimeConfig, command_entry, genesis_entry
+from enroute_ledger.runtime import Group, Runtime, command_entry, genesis_entry
 from enroute_ledger.runtime import store_gid as sgid
-from enroute_ledger.storage import LogStore
 
 MAIN = b"refs/heads/main"
 WAIT_S = 10.0
@@ -31,44 +27,6 @@ BLANK = 0x5EED
 
 def oid(n: int) -> ObjectId:
     return ObjectId(n.to_bytes(20, "big"))
-
-
-@dataclasses.dataclass
-class Node:
-    rt: Runtime
-    store: LogStore
-    task: asyncio.Task[None]
-
-
-async def start(
-    path: Path, net: MemNet, i: int, *, blank_id: int = 0, blank_repos: Iterable[str] = ()
-) -> Node:
-    store = open_log_store(path)
-    cfg = RuntimeConfig(
-        node_id=NodeId(i),
-        peers=tuple(NodeId(p) for p in (1, 2, 3) if p != i),
-        tick_interval_s=0.01,
-        election_ticks=10,
-    )
-    rt = Runtime(
-        cfg,
-        store,
-        clock=asyncio.get_running_loop().time,
-        nonce=i.to_bytes(8, "big"),
-        seed=i,
-        blank_id=blank_id,
-        blank_repos=blank_repos,
-    )
-    rt.transport = net.link()
-    net.nodes[i] = rt
-    rt.recover()
-    return Node(rt, store, asyncio.get_running_loop().create_task(rt.run()))
-
-
-async def stop(n: Node) -> None:
-    n.rt.stop()
-    await asyncio.wait_for(n.task, WAIT_S)
-    n.store.close()
 
 
 async def commit(rt: Runtime, g: Group, n: int) -> None:

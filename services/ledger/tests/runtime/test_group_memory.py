@@ -15,17 +15,12 @@ import asyncio
 import gc
 import os
 import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-from memnet import MemNet
-from test_blank_runtime import Node, stop
+from memnet import MemNet, start, stop, until
 
-from enroute_core.base.ids import NodeId
 from enroute_core.state import MISSING, Activate
-from enroute_ledger.logstore import open_log_store
-from enroute_ledger.runtime import Runtime, RuntimeConfig, genesis_entry
+from enroute_ledger.runtime import genesis_entry
 
 GROUPS = int(os.environ.get("ENROUTE_MEMORY_GROUPS", "300"))
 BYTES_PER_GROUP_MAX = 1800
@@ -34,36 +29,20 @@ the slots, shared sets and leader-only progress)."""
 WAIT_S = 240.0
 
 
-async def start(path: Path, net: MemNet, i: int) -> Node:
-    store = open_log_store(path)
-    cfg = RuntimeConfig(
-        node_id=NodeId(i),
-        peers=tuple(NodeId(p) for p in (1, 2, 3) if p != i),
-        tick_interval_s=0.05,
-        election_ticks=20,
-        hibernate_after_s=0.5,
-    )
-    loop = asyncio.get_running_loop()
-    rt = Runtime(cfg, store, clock=loop.time, nonce=os.urandom(8), seed=i)
-    rt.transport = net.link()
-    net.nodes[i] = rt
-    rt.recover()
-    return Node(rt, store, loop.create_task(rt.run()))
-
-
-async def until(cond: Callable[[], bool]) -> None:
-    for _ in range(int(WAIT_S / 0.05)):
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not reached in time")
-
-
-@pytest.mark.slow
 def test_idle_group_memory_per_node(tmp_path: Path) -> None:
     async def main() -> int:
         net = MemNet()
-        nodes = [await start(tmp_path / f"log{i}", net, i) for i in (1, 2, 3)]
+        nodes = [
+            await start(
+                tmp_path / f"log{i}",
+                net,
+                i,
+                tick_interval_s=0.05,
+                election_ticks=20,
+                hibernate_after_s=0.5,
+            )
+            for i in (1, 2, 3)
+        ]
         try:
 
             async def create(name: str) -> None:
@@ -82,9 +61,9 @@ def test_idle_group_memory_per_node(tmp_path: Path) -> None:
             before = tracemalloc.take_snapshot()
             for lo in range(0, GROUPS, 25):
                 await asyncio.gather(*(create(f"r{i:06d}") for i in range(lo, lo + 25)))
-            await until(lambda: all(n.rt.mr.active_count() == 0 for n in nodes))
+            await until(lambda: all(n.rt.mr.active_count() == 0 for n in nodes), WAIT_S)
             total = GROUPS + 10
-            await until(lambda: all(n.rt.mr.hibernated_count() == total for n in nodes))
+            await until(lambda: all(n.rt.mr.hibernated_count() == total for n in nodes), WAIT_S)
             gc.collect()
             after = tracemalloc.take_snapshot()
             tracemalloc.stop()
@@ -94,7 +73,7 @@ def test_idle_group_memory_per_node(tmp_path: Path) -> None:
             return sum(s.size_diff for s in diff) // (GROUPS * 3)
         finally:
             for n in nodes:
-                await stop(n)
+                await stop(n, WAIT_S)
 
     per_group = asyncio.run(main())
     print(f"{per_group} bytes per idle group per node ({GROUPS} groups)")

@@ -10,13 +10,11 @@ intact, so nothing is applied twice.
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
-from memnet import MemNet, until
-from test_blank_runtime import MAIN, WAIT_S, Node, commit, oid, stop
+from memnet import WAIT_S, MemNet, Node, start, stop, until
+from test_blank_runtime import MAIN, commit, oid
 
-from enroute_core.base.ids import NodeId
 from enroute_core.state import (
     MISSING,
     Activate,
@@ -25,26 +23,7 @@ from enroute_core.state import (
     RefUpdate,
     encode_command,
 )
-from enroute_ledger.logstore import open_log_store
-from enroute_ledger.runtime import Group, Runtime, RuntimeConfig, command_entry, genesis_entry
-
-
-async def start(path: Path, net: MemNet, i: int) -> Node:
-    store = open_log_store(path)
-    cfg = RuntimeConfig(
-        node_id=NodeId(i),
-        peers=tuple(NodeId(p) for p in (1, 2, 3) if p != i),
-        tick_interval_s=0.01,
-        election_ticks=10,
-        hibernate_after_s=0.1,
-    )
-    # a fresh nonce per start: request ids of an earlier life must not repeat
-    nonce = os.urandom(8)
-    rt = Runtime(cfg, store, clock=asyncio.get_running_loop().time, nonce=nonce, seed=i)
-    rt.transport = net.link()
-    net.nodes[i] = rt
-    rt.recover()
-    return Node(rt, store, asyncio.get_running_loop().create_task(rt.run()))
+from enroute_ledger.runtime import Group, Runtime, command_entry, genesis_entry
 
 
 def asleep(nodes: list[Node], repo: str) -> bool:
@@ -56,7 +35,9 @@ def test_hibernated_groups_wake_for_proposals_reads_messages_and_restarts(
 ) -> None:
     async def main() -> None:
         net = MemNet()
-        nodes = [await start(tmp_path / f"log{i}", net, i) for i in (1, 2, 3)]
+        nodes = [
+            await start(tmp_path / f"log{i}", net, i, hibernate_after_s=0.1) for i in (1, 2, 3)
+        ]
         try:
             first = nodes[0].rt
             for n in nodes[1:]:
@@ -120,7 +101,7 @@ def test_hibernated_groups_wake_for_proposals_reads_messages_and_restarts(
 
             # a restarted peer's messages wake the others; it commits with them
             await stop(nodes[1])
-            nodes[1] = await start(tmp_path / "log2", net, 2)
+            nodes[1] = await start(tmp_path / "log2", net, 2, hibernate_after_s=0.1)
             g2 = nodes[1].rt.by_repo["r"]
             await commit_next(nodes[1].rt, g2, 6)
             for n in nodes:
