@@ -493,10 +493,18 @@ def check(workload: Workload, final_dir: Path) -> Report:
         mirrors[repo] = final_dir / repo
         workload.final_read(repo, mirrors[repo])
     records = list(workload.history.records)
-    # tokens of writes whose answer was lost: find the commit that carries them
+    # tokens of writes whose answer was lost: find the commit that carries them, in
+    # the final mirrors and in every client's repository (a write of unknown outcome
+    # that took effect and was then overwritten or deleted is only where it was read)
     resolve: dict[str, str] = {}
     token_of = dict(workload.tokens)
-    for mirror in mirrors.values():
+    clients = [
+        local
+        for client_dir in sorted(workload.work.glob("c*"))
+        for local in sorted(client_dir.iterdir())
+        if local.name != "home" and (local / "HEAD").exists()
+    ]
+    for mirror in [*mirrors.values(), *clients]:
         log = _git_plain(["log", "--all", "--format=%H %s"], mirror, home)
         for line in log.stdout.decode().splitlines():
             oid, _, subject = line.partition(" ")
@@ -525,14 +533,11 @@ def check(workload: Workload, final_dir: Path) -> Report:
         fsck = _git_plain(["fsck", "--no-progress", "--no-dangling"], mirror, home)
         if fsck.returncode != 0:
             problems.append(f"final mirror {repo}: fsck: {fsck.stderr.decode()[-300:]!r}")
-    for client_dir in sorted(workload.work.glob("c*")):
-        for local in sorted(client_dir.iterdir()):
-            if local.name in ("home",) or not (local / "HEAD").exists():
-                continue
-            fsck = _git_plain(["fsck", "--no-progress", "--no-dangling", "--connectivity-only"],
-                              local, home)  # fmt: skip
-            if fsck.returncode != 0:
-                problems.append(f"{local}: fsck: {fsck.stderr.decode()[-300:]!r}")
+    for local in clients:
+        fsck = _git_plain(["fsck", "--no-progress", "--no-dangling", "--connectivity-only"],
+                          local, home)  # fmt: skip
+        if fsck.returncode != 0:
+            problems.append(f"{local}: fsck: {fsck.stderr.decode()[-300:]!r}")
     # deleted incarnations
     by_op = {r.token: r for r in records if r.token}
     for repo, mirror in mirrors.items():
