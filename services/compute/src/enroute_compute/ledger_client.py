@@ -40,6 +40,7 @@ from enroute_compute.rpc.convert import CREATE_MODES, summary_from_pb
 from enroute_compute.rpc.errors import error_from_rpc
 from enroute_core.base.errors import EnrouteError, Timeout, Unavailable
 from enroute_core.state import Command, decode_change, decode_state, encode_command
+from enroute_proto.channels import open_channel
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 from enroute_proto.request_id import REQUEST_ID_BYTES, new_request_id
 
@@ -64,7 +65,7 @@ class GrpcLedger:
         if not addresses:
             raise Unavailable("no ledger members configured (ledger.members)")
         self._addresses = tuple(addresses)
-        self._channels = [grpc.aio.insecure_channel(a) for a in addresses]
+        self._channels = [open_channel(a) for a in addresses]
         self._retiring: dict[asyncio.Task[None], grpc.aio.Channel] = {}
         self._stubs = [ledger_pb2_grpc.LedgerStub(c) for c in self._channels]
         self._next = 0
@@ -86,9 +87,7 @@ class GrpcLedger:
         old = dict(zip(self._addresses, self._channels, strict=True))
         current = self._addresses[self._next] if self._addresses else None
         self._addresses = tuple(addresses)
-        self._channels = [
-            old.pop(a) if a in old else grpc.aio.insecure_channel(a) for a in addresses
-        ]
+        self._channels = [old.pop(a) if a in old else open_channel(a) for a in addresses]
         self._stubs = [ledger_pb2_grpc.LedgerStub(c) for c in self._channels]
         # keep talking to the member that answered last, when it stays
         self._next = self._addresses.index(current) if current in self._addresses else 0

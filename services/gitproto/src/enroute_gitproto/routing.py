@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 import grpc
 
 from enroute_core.base.errors import Unavailable
+from enroute_proto.channels import open_channel
 from enroute_proto.gen.enroute.compute.v1.compute_pb2_grpc import ComputeStub
 
 if TYPE_CHECKING:
@@ -39,9 +40,12 @@ def rendezvous_order(key: str, members: Sequence[str]) -> list[str]:
 class ComputePool:
     """One gRPC channel per compute member, created lazily inside the serving event loop."""
 
-    def __init__(self, members: Sequence[str], retire_grace_s: float = 60.0) -> None:
+    def __init__(
+        self, members: Sequence[str], retire_grace_s: float = 60.0, ready_wait_s: float = 3.0
+    ) -> None:
         self.members: tuple[str, ...] = tuple(dict.fromkeys(members))
         self.retire_grace_s = retire_grace_s
+        self.ready_wait_s = ready_wait_s
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, ComputeAsyncStub] = {}
         self._retiring: dict[asyncio.Task[None], grpc.aio.Channel] = {}
@@ -65,12 +69,16 @@ class ComputePool:
     def order(self, key: str) -> list[str]:
         return rendezvous_order(key, self.members)
 
+    def _channel(self, member: str) -> grpc.aio.Channel:
+        channel = self._channels.get(member)
+        if channel is None:
+            channel = self._channels[member] = open_channel(member)
+        return channel
+
     def stub(self, member: str) -> ComputeAsyncStub:
         stub = self._stubs.get(member)
         if stub is None:
-            channel = grpc.aio.insecure_channel(member)
-            self._channels[member] = channel
-            stub = self._stubs[member] = ComputeStub(channel)
+            stub = self._stubs[member] = ComputeStub(self._channel(member))
         return stub
 
     async def close(self) -> None:
@@ -85,18 +93,39 @@ class ComputePool:
         """Run ``attempt`` on the member that owns ``key``, then on the next while UNAVAILABLE.
 
         ``attempt`` must have sent nothing to the client when it raises: only
-        then is trying another member safe.
+        then is trying another member safe. When every member refused, the
+        call waits (at most ``ready_wait_s``) for a member's channel to connect
+        and tries them all once more: right after computes restart, their
+        channels are still between reconnect attempts and would refuse at once
+        a call that a moment later succeeds.
         """
+        order = self.order(key)
+        if not order:
+            raise Unavailable("no compute members are configured (compute.members)")
         last: grpc.aio.AioRpcError | None = None
-        for member in self.order(key):
-            if last is not None:
-                self.failovers_total += 1
-            try:
-                return await attempt(self.stub(member))
-            except grpc.aio.AioRpcError as error:
-                if error.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise
-                last = error
-        if last is not None:
-            raise last
-        raise Unavailable("no compute members are configured (compute.members)")
+        for final in (False, True):
+            for member in order:
+                if last is not None:
+                    self.failovers_total += 1
+                try:
+                    return await attempt(self.stub(member))
+                except grpc.aio.AioRpcError as error:
+                    if error.code() != grpc.StatusCode.UNAVAILABLE:
+                        raise
+                    last = error
+            if final or not await self._any_ready(order):
+                break
+        assert last is not None
+        raise last
+
+    async def _any_ready(self, members: Sequence[str]) -> bool:
+        """Whether a channel to one of ``members`` connects within ``ready_wait_s``."""
+        waits = [asyncio.ensure_future(self._channel(m).channel_ready()) for m in members]
+        try:
+            done, _ = await asyncio.wait(
+                waits, timeout=self.ready_wait_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for wait in waits:
+                wait.cancel()
+        return bool(done)

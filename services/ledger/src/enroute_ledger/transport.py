@@ -20,10 +20,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-import grpc
-
 from enroute_core.base.errors import EnrouteError
 from enroute_core.base.ids import NodeId
+from enroute_proto.channels import open_channel
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
 
 from .multiraft import Batch, GroupMessage, MultiRaft
@@ -153,7 +152,7 @@ class GrpcTransport:
         q = self._queues[node]
         backoff = 0.05
         while True:
-            channel = grpc.aio.insecure_channel(self.addresses[node])
+            channel = open_channel(self.addresses[node])
             try:
                 call = ledger_pb2_grpc.RaftTransportStub(channel).Send()
                 carry: tuple[float, Batch] | None = None
@@ -181,7 +180,7 @@ class GrpcTransport:
     async def _run_snapshots(self, node: NodeId) -> None:
         """One chunked SendSnapshot call at a time to ``node``; each outcome reported."""
         sq = self._snaps[node]
-        channel = grpc.aio.insecure_channel(self.addresses[node])
+        channel = open_channel(self.addresses[node])
         try:
             stub = ledger_pb2_grpc.RaftTransportStub(channel)
             while True:

@@ -1,0 +1,36 @@
+"""Client channels between Enroute processes, with a bounded reconnect backoff.
+
+gRPC's default reconnect backoff starts at 1 s and grows by 1.6x up to two
+minutes; while a channel waits out its backoff, every call on it fails at
+once with UNAVAILABLE. After a peer restarts (a compute rolled, every process
+restarted at once) a long-lived channel could then refuse calls for tens of
+seconds although the peer is back. Our peers are a handful of processes on a
+local network, so reconnect attempts are cheap: the backoff here starts at
+:data:`RECONNECT_MIN_MS` and never exceeds :data:`RECONNECT_MAX_MS`
+(docs/rpc.md, "Channels").
+"""
+
+from __future__ import annotations
+
+import grpc
+
+__all__ = ["RECONNECT_MAX_MS", "RECONNECT_MIN_MS", "channel_options", "open_channel"]
+
+RECONNECT_MIN_MS = 100
+"""First reconnect delay after a connection fails."""
+
+RECONNECT_MAX_MS = 1000
+"""Longest delay between reconnect attempts: a restarted peer is reached within it."""
+
+
+def channel_options() -> list[tuple[str, int]]:
+    return [
+        ("grpc.initial_reconnect_backoff_ms", RECONNECT_MIN_MS),
+        ("grpc.min_reconnect_backoff_ms", RECONNECT_MIN_MS),
+        ("grpc.max_reconnect_backoff_ms", RECONNECT_MAX_MS),
+    ]
+
+
+def open_channel(address: str) -> grpc.aio.Channel:
+    """An asyncio channel to another Enroute process (plaintext inside the cluster)."""
+    return grpc.aio.insecure_channel(address, options=channel_options())
