@@ -27,7 +27,7 @@ from cluster_scenario import (
 
 from enroute_testing.cluster import COMPUTES, LEDGERS, NAMES, Cluster
 from enroute_testing.faultproxy import LinkMode
-from enroute_testing.gitcli import run_git
+from enroute_testing.gitcli import GitFailed, run_git
 from enroute_testing.workload import Workload, WorkloadConfig
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -208,6 +208,16 @@ def test_delete_and_recreate_under_load(cluster: Cluster, tmp_path: Path, seed: 
     assert deletes, f"no delete ran (seed {seed})"
 
 
+def _probe_clone(url: str, dest: Path, timeout_s: float) -> int:
+    """1 when a clone of ``url`` completes within ``timeout_s``, else 0."""
+    try:
+        run_git(["clone", "-q", "--bare", url, str(dest)], cwd=dest.parent, timeout_s=timeout_s)
+    except GitFailed as e:  # GitTimeout included
+        print(f"probe clone during the outage failed: {e}")
+        return 0
+    return 1
+
+
 @pytest.mark.parametrize("seed", seeds())
 def test_s3_unavailable(cluster: Cluster, tmp_path: Path, seed: int) -> None:
     """Every S3 request of every process answers 503 (or hangs) for 5 s (30 s nightly):
@@ -224,10 +234,14 @@ def test_s3_unavailable(cluster: Cluster, tmp_path: Path, seed: int) -> None:
         print(f"S3 {'hangs' if hang else 'answers 503'} for {outage_s:g} s (data: {written})")
         start = w.history.now()
         c.s3_outage(delay_s=8.0 if hang else 0.0)
-        time.sleep(outage_s)
+        # the clients may all be in pushes that wait for S3: a clone of our own
+        # makes sure a read is tried while it is out
+        time.sleep(0.5)
+        probed = _probe_clone(c.git_url(w.config.repos[0]), tmp_path / "probe", outage_s - 1.5)
+        time.sleep(max(0.0, start + outage_s - w.history.now()))
         end = w.history.now()
         c.heal()
-        reads.append(ops_between(w, ("fetch", "ls_refs", "clone"), start, end))
+        reads.append(ops_between(w, ("fetch", "ls_refs", "clone"), start, end) + probed)
         time.sleep(3.0)  # and some load after it is back
         w.stop()
 
