@@ -8,10 +8,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from enroute_testing.faultproxy import LinkMode, TcpProxy
+from enroute_testing.gitcli import run_git
 from enroute_testing.history import (
     PENDING,
     Recorder,
@@ -21,6 +23,7 @@ from enroute_testing.history import (
     rejected_but_applied,
 )
 from enroute_testing.linearizability import UNKNOWN, Verdict
+from enroute_testing.workload import token_commits
 
 A, B, C = "a" * 40, "b" * 40, "c" * 40
 MAIN = "refs/heads/main"
@@ -227,3 +230,30 @@ def test_rejected_but_applied_names_the_wrong_answers() -> None:
     _seq(rec, "push", ("cas", MAIN, None, B), "ok", False)  # rejected and never seen
     assert not check_records(rec.records, {}).ok
     assert [w.input[3] for w in rejected_but_applied(rec.records)] == [A]
+
+
+def test_unknown_write_resolved_from_a_client_repository(tmp_path: Path) -> None:
+    """Failure 7 of docs/reliability.md: an API commit of unknown outcome took effect, was
+    read, then its branch was deleted. Its commit is only in the client that fetched it;
+    resolving tokens there too keeps the read explainable."""
+    home = tmp_path / "home"
+    home.mkdir()
+    mirror, client = tmp_path / "mirror", tmp_path / "client"
+    for repo in (mirror, client):
+        run_git(["init", "-q", "--bare", str(repo)], cwd=tmp_path)
+    tree = run_git(["mktree"], cwd=client, input=b"").decode().strip()
+    lost = run_git(["commit-tree", tree, "-m", "t7"], cwd=client).decode().strip()
+    run_git(["update-ref", "refs/remotes/origin/main", lost], cwd=client)
+
+    rec = Recorder()
+    pending = rec.invoke(0, "api_commit", "r", ("cas", MAIN, None, PENDING), token="t7")
+    rec.complete(pending, "info", None)
+    _seq(rec, "fetch", ("read",), "ok", ((MAIN, lost),))
+    _seq(rec, "push", ("cas", MAIN, lost, None), "ok", True)  # main deleted: not in the mirror
+
+    from_mirror, _ = token_commits([mirror], home)
+    resolve, token_of = token_commits([mirror, client], home)
+    assert "t7" not in from_mirror
+    assert resolve["t7"] == lost and token_of[lost] == "t7"
+    assert not check_records(rec.records, from_mirror).ok  # the read names a value nobody wrote
+    assert check_records(rec.records, resolve).ok

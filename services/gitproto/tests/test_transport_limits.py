@@ -48,7 +48,8 @@ class RecordingCompute(compute_pb2_grpc.ComputeServicer):
             with self.lock:
                 self.ended += 1
 
-        context.add_callback(done)
+        if not context.add_callback(done):  # cancelled before the handler ran
+            done()
         next(requests)
         body = b"".join(r.body for r in requests)
         yield compute_pb2.GitResponse(body=b"ok:" + str(len(body)).encode())

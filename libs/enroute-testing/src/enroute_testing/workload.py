@@ -32,7 +32,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -474,6 +474,25 @@ def _git_plain(args: list[str], cwd: Path, home: Path) -> subprocess.CompletedPr
     )  # fmt: skip
 
 
+def token_commits(repos: Sequence[Path], home: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(token -> commit, commit -> token) of every commit reachable in ``repos``.
+
+    The tokens of writes whose answer was lost are resolved here. A write of
+    unknown outcome that took effect and was then overwritten or deleted is
+    gone from the final mirrors and only in the client repositories that read
+    it, so ``repos`` must include those too (docs/reliability.md, failure 7).
+    """
+    resolve: dict[str, str] = {}
+    token_of: dict[str, str] = {}
+    for repo in repos:
+        log = _git_plain(["log", "--all", "--format=%H %s"], repo, home)
+        for line in log.stdout.decode().splitlines():
+            oid, _, subject = line.partition(" ")
+            resolve.setdefault(subject, oid)
+            token_of.setdefault(oid, subject)
+    return resolve, token_of
+
+
 def check(workload: Workload, final_dir: Path) -> Report:
     """Read the final state of every repository and check the recorded history.
 
@@ -493,23 +512,15 @@ def check(workload: Workload, final_dir: Path) -> Report:
         mirrors[repo] = final_dir / repo
         workload.final_read(repo, mirrors[repo])
     records = list(workload.history.records)
-    # tokens of writes whose answer was lost: find the commit that carries them, in
-    # the final mirrors and in every client's repository (a write of unknown outcome
-    # that took effect and was then overwritten or deleted is only where it was read)
-    resolve: dict[str, str] = {}
-    token_of = dict(workload.tokens)
     clients = [
         local
         for client_dir in sorted(workload.work.glob("c*"))
         for local in sorted(client_dir.iterdir())
         if local.name != "home" and (local / "HEAD").exists()
     ]
-    for mirror in [*mirrors.values(), *clients]:
-        log = _git_plain(["log", "--all", "--format=%H %s"], mirror, home)
-        for line in log.stdout.decode().splitlines():
-            oid, _, subject = line.partition(" ")
-            resolve.setdefault(subject, oid)
-            token_of.setdefault(oid, subject)
+    resolve, token_of = token_commits([*mirrors.values(), *clients], home)
+    for oid, token in workload.tokens.items():
+        token_of[oid] = token
     result = check_records(records, resolve)
     # acknowledged writes present
     acked = acknowledged_writes(records)
