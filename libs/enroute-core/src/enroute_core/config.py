@@ -217,6 +217,12 @@ class ComputeConfig(_Section):
         description="On SIGTERM, how long a compute waits for in-flight Git calls after it "
         "stops taking new ones.",
     )
+    pack_writers: int = Field(
+        default=64,
+        ge=1,
+        description="Packs one compute streams to clients at once; each holds a thread of its "
+        "own while its client reads, so slow clients never starve other work. More wait for one.",
+    )
 
 
 class StoreConfig(_Section):

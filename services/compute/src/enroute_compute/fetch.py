@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from enroute_compute.host import RepositoryHost, Snapshot
 from enroute_core.base.errors import EnrouteError, MissingObject, ProtocolError
@@ -37,12 +38,19 @@ QUEUE_PIECES = 16
 class Fetcher:
     """The read side of the Git protocol over a :class:`RepositoryHost`."""
 
-    def __init__(self, host: RepositoryHost) -> None:
+    def __init__(self, host: RepositoryHost, *, pack_writers: int = 64) -> None:
         self.host = host
+        # pack writers wait on their clients: on asyncio's default pool (a few threads)
+        # slow clients would starve planning, layer loads and object-store calls
+        self._writers = ThreadPoolExecutor(pack_writers, thread_name_prefix="pack-writer")
         self._refs: dict[str, tuple[RepoState, RefSnapshot]] = {}
         self._plans: dict[str, tuple[RepoState, tuple[object, ...], serve.PackPlan]] = {}
         """The last plan per repository, by the state its view was set with (one view
         per state): clones of an unchanged repository ask the same and get the same."""
+
+    def close(self) -> None:
+        """Let the pack writers end with their streams; no new ones start."""
+        self._writers.shutdown(wait=False, cancel_futures=True)
 
     def _ref_snapshot(self, snap: Snapshot) -> RefSnapshot:
         """The refs with their peeled values, made once per state of a repository (every
@@ -262,7 +270,7 @@ class Fetcher:
             except BaseException as exc:
                 put(exc)
 
-        worker = loop.run_in_executor(None, run)
+        worker = loop.run_in_executor(self._writers, run)
         try:
             while True:
                 item = await queue.get()

@@ -134,9 +134,9 @@ def _token_name(token: str) -> str:
 
 
 class ComputeServicer(compute_pb2_grpc.ComputeServicer):
-    def __init__(self, host: RepositoryHost) -> None:
+    def __init__(self, host: RepositoryHost, *, pack_writers: int = 64) -> None:
         self.host = host
-        self.fetcher = Fetcher(host)
+        self.fetcher = Fetcher(host, pack_writers=pack_writers)
         self.pusher = Pusher(host)
 
     async def _git(
