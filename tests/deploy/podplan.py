@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from dockerrules import DOCKERFILE, effective, exec_form, parse, stages
 
-from enroute_testing.s3servers import free_port
+from enroute_testing.ports import free_port
 
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _LISTEN = re.compile(r"^(0\.0\.0\.0|\[::\]|)?:(\d+)$")

@@ -410,7 +410,7 @@ class Trio:
 
 @pytest.fixture
 def trio(tmp_path: Path) -> Iterator[Trio]:
-    from enroute_testing.ledgers import free_port
+    from enroute_testing.ports import free_port
 
     ports = [free_port() for _ in range(3)]
     real = [f"127.0.0.1:{p}" for p in ports]

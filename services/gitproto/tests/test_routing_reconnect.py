@@ -7,7 +7,6 @@ Real gRPC on 127.0.0.1: a Compute server that is down while calls are tried
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import grpc
@@ -16,6 +15,7 @@ import pytest
 from enroute_gitproto.routing import ComputePool
 from enroute_proto.channels import RECONNECT_MAX_MS
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
+from enroute_testing.ports import free_port
 
 
 class _Compute(compute_pb2_grpc.ComputeServicer):
@@ -23,12 +23,6 @@ class _Compute(compute_pb2_grpc.ComputeServicer):
         self, request: compute_pb2.GetRepositoryRequest, context: grpc.aio.ServicerContext
     ) -> compute_pb2.GetRepositoryResponse:
         return compute_pb2.GetRepositoryResponse()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _serve(port: int) -> grpc.aio.Server:
@@ -54,7 +48,7 @@ async def _back_off(pool: ComputePool, seconds: float) -> None:
 
 @pytest.mark.asyncio
 async def test_call_waits_for_a_restarting_compute() -> None:
-    port = _free_port()
+    port = free_port()
     pool = ComputePool([f"127.0.0.1:{port}"], ready_wait_s=0.2)
     try:
         await _back_off(pool, 4.0)
@@ -73,7 +67,7 @@ async def test_call_waits_for_a_restarting_compute() -> None:
 @pytest.mark.asyncio
 async def test_reconnect_backoff_is_bounded() -> None:
     """Without the ready wait, calls succeed again within the bounded backoff."""
-    port = _free_port()
+    port = free_port()
     pool = ComputePool([f"127.0.0.1:{port}"], ready_wait_s=0.0)
     try:
         await _back_off(pool, 4.0)
@@ -95,7 +89,7 @@ async def test_reconnect_backoff_is_bounded() -> None:
 
 @pytest.mark.asyncio
 async def test_all_members_down_fails_within_the_wait() -> None:
-    pool = ComputePool([f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"], ready_wait_s=0.5)
+    pool = ComputePool([f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"], ready_wait_s=0.5)
     try:
         started = time.monotonic()
         with pytest.raises(grpc.aio.AioRpcError) as failed:

@@ -46,6 +46,7 @@ import yaml
 
 from enroute_testing.env import service_env
 from enroute_testing.faultproxy import FaultKind, FaultProxy, FaultRule, LinkMode, TcpProxy
+from enroute_testing.ports import free_port
 from enroute_testing.s3servers import (
     _SEAWEED_PORTS,
     ACCESS_KEY_ID,
@@ -53,7 +54,6 @@ from enroute_testing.s3servers import (
     SECRET_ACCESS_KEY,
     S3Endpoint,
     create_bucket,
-    free_port,
     seaweedfs_command,
     weed_binary,
 )

@@ -8,7 +8,6 @@ through Raft.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -22,15 +21,10 @@ import grpc
 from enroute_proto import find_error_detail
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
 from enroute_testing.env import service_env
+from enroute_testing.ports import free_port
 
 READY_PREFIX = "enroute ledger ready: "
 START_TIMEOUT_S = 120.0  # generous: a loaded CI machine starts Python slowly
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -14,7 +14,6 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,8 @@ import botocore.config  # type: ignore[import-untyped]
 import botocore.session  # type: ignore[import-untyped]
 from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 from moto.server import ThreadedMotoServer
+
+from enroute_testing.ports import free_port
 
 ACCESS_KEY_ID = "enroute-test"
 SECRET_ACCESS_KEY = "enroute-test-secret"
@@ -62,14 +63,6 @@ class S3Endpoint:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free right now (the kernel may hand it out again; callers bind soon)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager
