@@ -199,6 +199,18 @@ class LedgerConfig(_Section):
         description="Find ledger members in the EndpointSlices of a Service instead (keys: "
         "service, namespace, port_name, api_url, watch_timeout); used by computes.",
     )
+    call_timeout: Seconds = Field(
+        default=10.0,
+        gt=0,
+        description="Longest a compute waits for the ledger to answer one call (a Propose, a "
+        "Barrier, a read), over every member it tries; then the call fails with a timeout.",
+    )
+    attempt_timeout: Seconds = Field(
+        default=2.0,
+        gt=0,
+        description="A Propose or Barrier unanswered this long by one member is also sent to "
+        "the next (same request id, so it applies once); at most call_timeout.",
+    )
 
 
 class ComputeConfig(_Section):

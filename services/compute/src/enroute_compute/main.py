@@ -216,11 +216,19 @@ async def serve(config: Config) -> None:
     )
     discovery: asyncio.Task[None] | None = None
     source = member_source(tuple(config.ledger.members), config.ledger.discovery)
+
+    def connect(members: tuple[str, ...]) -> GrpcLedger:
+        return GrpcLedger(
+            members,
+            timeout_s=config.ledger.call_timeout,
+            attempt_timeout_s=config.ledger.attempt_timeout,
+        )
+
     if config.ledger.discovery is None:
-        ledger = GrpcLedger(tuple(config.ledger.members))
+        ledger = connect(tuple(config.ledger.members))
     else:  # one list, then one watch for the life of the process
         updates = source.updates()
-        ledger = GrpcLedger(await first_members(updates))
+        ledger = connect(await first_members(updates))
         discovery = asyncio.get_running_loop().create_task(follow(updates, ledger.set_members))
     host = RepositoryHost(
         ledger,
