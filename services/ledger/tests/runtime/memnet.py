@@ -10,16 +10,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from enroute_core.base.ids import NodeId
+from enroute_core.state import MISSING, Activate
 from enroute_ledger.logstore import open_log_store
 from enroute_ledger.multiraft import Batch
-from enroute_ledger.runtime import Runtime, RuntimeConfig
+from enroute_ledger.runtime import Group, Runtime, RuntimeConfig, genesis_entry
 from enroute_ledger.storage import LogStore
 
 WAIT_S = 10.0
+MAIN = b"refs/heads/main"
 
 
 class MemNet:
@@ -116,3 +118,15 @@ async def stop(n: Node, wait_s: float = WAIT_S) -> None:
     n.rt.stop()
     await asyncio.wait_for(n.task, wait_s)
     n.store.close()
+
+
+async def genesis(runtimes: Sequence[Runtime], repo: str = "r") -> Group:
+    """Host ``repo`` on every runtime, elect the first, apply the genesis; the first's group."""
+    first = runtimes[0]
+    for rt in runtimes[1:]:
+        await rt.host(repo, 1)
+    g = await first.host(repo, 1, campaign=True)
+    rid = first.request_id()
+    act = Activate(create=True, head=MAIN, upload_window=64)
+    await first.propose(g, genesis_entry(rid, MISSING, act), rid, WAIT_S)
+    return g

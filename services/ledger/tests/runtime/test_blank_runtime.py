@@ -13,15 +13,13 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from memnet import MemNet, start, stop, until
+from memnet import MAIN, WAIT_S, MemNet, genesis, start, stop, until
 
 from enroute_core.base.ids import ObjectId
-from enroute_core.state import MISSING, Activate, Commit, RefUpdate, encode_command
-from enroute_ledger.runtime import Group, Runtime, command_entry, genesis_entry
+from enroute_core.state import Commit, RefUpdate, encode_command
+from enroute_ledger.runtime import Group, Runtime, command_entry
 from enroute_ledger.runtime import store_gid as sgid
 
-MAIN = b"refs/heads/main"
-WAIT_S = 10.0
 BLANK = 0x5EED
 
 
@@ -44,12 +42,7 @@ def test_a_wiped_voter_joins_blank_stays_blank_until_readmitted_then_counts(
         nodes = [await start(tmp_path / f"log{i}", net, i) for i in (1, 2, 3)]
         try:
             first = nodes[0].rt
-            for n in nodes[1:]:
-                await n.rt.host("r", 1)
-            g1 = await first.host("r", 1, campaign=True)
-            rid = first.request_id()
-            act = Activate(create=True, head=MAIN, upload_window=64)
-            await first.propose(g1, genesis_entry(rid, MISSING, act), rid, WAIT_S)
+            g1 = await genesis([n.rt for n in nodes])
             for n in range(1, 6):
                 await commit(first, g1, n)
 

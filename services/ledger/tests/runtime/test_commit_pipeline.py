@@ -17,20 +17,18 @@ import random
 from pathlib import Path
 from typing import Any
 
-from memnet import MemNet, until
+from memnet import MAIN, WAIT_S, MemNet, genesis, until
 
 from enroute_core.base.ids import Incarnation, LogIndex, NodeId, ObjectId, Term
-from enroute_core.state import MISSING, Activate, Commit, OutcomeCode, RefUpdate, encode_command
+from enroute_core.state import Commit, OutcomeCode, RefUpdate, encode_command
 from enroute_ledger.logstore import open_log_store
 from enroute_ledger.multiraft import Batch, GroupId, GroupMessage, Heartbeat
 from enroute_ledger.raft.types import Entry, EntryType, Message, MessageType
-from enroute_ledger.runtime import Group, Runtime, RuntimeConfig, command_entry, genesis_entry
+from enroute_ledger.runtime import Group, Runtime, RuntimeConfig, command_entry
 from enroute_ledger.storage import LogStore, WriteBatch
 from enroute_ledger.transport import MERGE_BYTES_MAX, MERGE_MESSAGES_MAX, merge_queued
 
 Future = concurrent.futures.Future
-MAIN = b"refs/heads/main"
-WAIT_S = 10.0
 
 
 def commit(n: int, have: int | None) -> bytes:
@@ -97,13 +95,8 @@ async def stop(nodes: list[tuple[Runtime, Any]]) -> None:
 
 async def started_group(nodes: list[tuple[Runtime, Any]]) -> tuple[int, dict[int, Group]]:
     """Host "r" on all three, elect node 1, apply the genesis; (leader id, groups)."""
-    groups = {i + 1: await rt.host("r", 1) for i, (rt, _) in enumerate(nodes)}
-    nodes[0][0].campaign_all([groups[1]])
-    rt1 = nodes[0][0]
-    await until(lambda: all(rt.leader_of(groups[i + 1]) == 1 for i, (rt, _) in enumerate(nodes)))
-    rid = rt1.request_id()
-    act = Activate(create=True, head=MAIN, upload_window=64)
-    await rt1.propose(groups[1], genesis_entry(rid, MISSING, act), rid, WAIT_S)
+    await genesis([rt for rt, _ in nodes])
+    groups = {i + 1: rt.by_repo["r"] for i, (rt, _) in enumerate(nodes)}
     await until(lambda: all(g.born for g in groups.values()))
     return 1, groups
 

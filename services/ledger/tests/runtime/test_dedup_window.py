@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from memnet import MemNet, until
+from memnet import MAIN, WAIT_S, MemNet, until
 
 from enroute_core.base.errors import CorruptData
 from enroute_core.base.ids import LogIndex, NodeId, ObjectId, Term
@@ -50,9 +50,6 @@ from enroute_ledger.runtime import (
     store_gid,
 )
 from enroute_ledger.storage import LogStore
-
-MAIN = b"refs/heads/main"
-WAIT_S = 10.0
 
 
 def oid(n: int) -> ObjectId:

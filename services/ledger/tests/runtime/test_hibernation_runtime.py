@@ -12,18 +12,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from memnet import WAIT_S, MemNet, Node, start, stop, until
+from memnet import WAIT_S, MemNet, Node, genesis, start, stop, until
 from test_blank_runtime import MAIN, commit, oid
 
 from enroute_core.state import (
-    MISSING,
-    Activate,
     Commit,
     OutcomeCode,
     RefUpdate,
     encode_command,
 )
-from enroute_ledger.runtime import Group, Runtime, command_entry, genesis_entry
+from enroute_ledger.runtime import Group, Runtime, command_entry
 
 
 def asleep(nodes: list[Node], repo: str) -> bool:
@@ -40,12 +38,7 @@ def test_hibernated_groups_wake_for_proposals_reads_messages_and_restarts(
         ]
         try:
             first = nodes[0].rt
-            for n in nodes[1:]:
-                await n.rt.host("r", 1)
-            g1 = await first.host("r", 1, campaign=True)
-            rid = first.request_id()
-            act = Activate(create=True, head=MAIN, upload_window=64)
-            await first.propose(g1, genesis_entry(rid, MISSING, act), rid, WAIT_S)
+            g1 = await genesis([n.rt for n in nodes])
             for k in range(1, 4):
                 await commit(first, g1, k)
             version = g1.state.version
