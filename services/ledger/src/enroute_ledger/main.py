@@ -64,6 +64,13 @@ def membership(config: Config, grpc_addr: str) -> tuple[NodeId, dict[NodeId, str
     if not 1 <= me <= len(members):
         raise InvalidArgument("node.id is not a position in ledger.members", id=nid)
     peers = {NodeId(i + 1): a for i, a in enumerate(members) if i + 1 != me}
+    if len(members) % 2 == 0:
+        log.warning(
+            "ledger.members lists %d voters: a majority of an even count tolerates no more "
+            "failures than one voter fewer, and with 2 a voter that loses its disk cannot be "
+            "readmitted (docs/raft.md, 'A voter that lost its disk'); use 3 or 5",
+            len(members),
+        )
     return NodeId(me), peers
 
 
