@@ -7,7 +7,9 @@ Real gRPC on 127.0.0.1: a Compute server that is down while calls are tried
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -46,18 +48,18 @@ async def _back_off(pool: ComputePool, seconds: float) -> None:
         assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
-@pytest.mark.asyncio
-async def test_call_waits_for_a_restarting_compute() -> None:
+@contextlib.asynccontextmanager
+async def _restarted_compute(ready_wait_s: float) -> AsyncIterator[ComputePool]:
+    """A pool whose one compute was down for 4 s of calls (its channel backed off) and is
+    now up again on the same port."""
     port = free_port()
     pool = ComputePool([f"127.0.0.1:{port}"], ready_wait_s=0.2)
     try:
         await _back_off(pool, 4.0)
         server = await _serve(port)
+        pool.ready_wait_s = ready_wait_s
         try:
-            pool.ready_wait_s = 3.0
-            started = time.monotonic()
-            await pool.call("r", _get)  # would fail at once inside a default backoff
-            assert time.monotonic() - started < 3.0
+            yield pool
         finally:
             await server.stop(None)
     finally:
@@ -65,26 +67,25 @@ async def test_call_waits_for_a_restarting_compute() -> None:
 
 
 @pytest.mark.asyncio
+async def test_call_waits_for_a_restarting_compute() -> None:
+    async with _restarted_compute(ready_wait_s=3.0) as pool:
+        started = time.monotonic()
+        await pool.call("r", _get)  # would fail at once inside a default backoff
+        assert time.monotonic() - started < 3.0
+
+
+@pytest.mark.asyncio
 async def test_reconnect_backoff_is_bounded() -> None:
     """Without the ready wait, calls succeed again within the bounded backoff."""
-    port = free_port()
-    pool = ComputePool([f"127.0.0.1:{port}"], ready_wait_s=0.0)
-    try:
-        await _back_off(pool, 4.0)
-        server = await _serve(port)
-        try:
-            deadline = time.monotonic() + RECONNECT_MAX_MS / 1000 * 1.2 + 0.5
-            while True:
-                try:
-                    await pool.call("r", _get)
-                    break
-                except grpc.aio.AioRpcError:
-                    assert time.monotonic() < deadline, "still backing off after the bound"
-                    await asyncio.sleep(0.02)
-        finally:
-            await server.stop(None)
-    finally:
-        await pool.close()
+    async with _restarted_compute(ready_wait_s=0.0) as pool:
+        deadline = time.monotonic() + RECONNECT_MAX_MS / 1000 * 1.2 + 0.5
+        while True:
+            try:
+                await pool.call("r", _get)
+                break
+            except grpc.aio.AioRpcError:
+                assert time.monotonic() < deadline, "still backing off after the bound"
+                await asyncio.sleep(0.02)
 
 
 @pytest.mark.asyncio
