@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator
 
@@ -76,16 +77,32 @@ async def test_call_waits_for_a_restarting_compute() -> None:
 
 @pytest.mark.asyncio
 async def test_reconnect_backoff_is_bounded() -> None:
-    """Without the ready wait, calls succeed again within the bounded backoff."""
-    async with _restarted_compute(ready_wait_s=0.0) as pool:
-        deadline = time.monotonic() + RECONNECT_MAX_MS / 1000 * 1.2 + 0.5
+    """A peer that takes connections and closes them at once (a proxy whose upstream is
+    down) is tried again at least every RECONNECT_MAX_MS: in 5 s of calls, gRPC's default
+    backoff (1 s growing 1.6x, jittered 20%) makes at most 4 attempts, ours at least 7."""
+    attempts = 0
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", free_port()))
+    listener.listen(64)
+    listener.setblocking(False)
+
+    async def accept() -> None:
+        nonlocal attempts
+        loop = asyncio.get_running_loop()
         while True:
-            try:
-                await pool.call("r", _get)
-                break
-            except grpc.aio.AioRpcError:
-                assert time.monotonic() < deadline, "still backing off after the bound"
-                await asyncio.sleep(0.02)
+            conn, _ = await loop.sock_accept(listener)
+            attempts += 1
+            conn.close()
+
+    counting = asyncio.ensure_future(accept())
+    pool = ComputePool([f"127.0.0.1:{listener.getsockname()[1]}"], ready_wait_s=0.0)
+    try:
+        await _back_off(pool, 5.0)
+    finally:
+        counting.cancel()
+        listener.close()
+        await pool.close()
+    assert attempts >= 5_000 // RECONNECT_MAX_MS + 2, attempts
 
 
 @pytest.mark.asyncio
