@@ -350,7 +350,7 @@ def check_response(sent: list[dict[str, Any]], request: str) -> int:
     return int(status)
 
 
-@fuzz_settings(300)
+@fuzz_settings(300, deadline=None)  # real HTTP calls: load, not the code, sets their time
 @given(
     app=st.sampled_from(["anonymous", "anonymous", "tokens"]),
     operation=requests(),
