@@ -31,6 +31,7 @@ import asyncio
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,10 +48,12 @@ from enroute_core.base.ids import ObjectId
 from enroute_core.state import Commit, OutcomeCode, RefUpdate, decode_change, encode_command
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 from enroute_testing.ledgers import LedgerProc, start_three
+from enroute_testing.ports import free_port
 
 MAIN = b"refs/heads/main"
 CALL_TIMEOUT_S = 30.0
 ACTIVATE_CONCURRENCY = 32
+FLOOR_PROPOSERS = 64
 ACTIVATE_TIMEOUT_S = 10.0
 GROUPS_BUDGET_S = 120.0
 IDLE_CPU_WINDOW_S = 10.0
@@ -82,9 +85,8 @@ def pct(samples: Sequence[float], q: float) -> float:
 class Client:
     """One aio channel per member; a repository's calls go to its leader when known."""
 
-    def __init__(self, nodes: list[LedgerProc]) -> None:
-        self.nodes = nodes
-        self.channels = [grpc.aio.insecure_channel(n.grpc_addr) for n in nodes]
+    def __init__(self, addresses: Sequence[str]) -> None:
+        self.channels = [grpc.aio.insecure_channel(a) for a in addresses]
         # aio stubs: the generated annotations describe the blocking ones
         self.stubs: list[Any] = [ledger_pb2_grpc.LedgerStub(c) for c in self.channels]
         self.leader: dict[str, int] = {}
@@ -124,9 +126,10 @@ class Client:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return time.perf_counter() - t
 
-    def learn_leaders(self) -> None:
-        """Map repositories to the member index of their group leader (Raft id - 1)."""
-        groups = self.nodes[0].status()["raft_groups"]
+    def learn_leaders(self, node: LedgerProc) -> None:
+        """Map repositories to the member index of their group leader (Raft id - 1), as
+        ``node``'s /status tells."""
+        groups = node.status()["raft_groups"]
         assert isinstance(groups, list)
         for g in groups:
             if not g["deleted"] and g["leader"]:
@@ -304,6 +307,58 @@ async def measured(
     return r, where_time_went(m0, m1, t0, t1, result=r, title=title)
 
 
+@dataclass(frozen=True)
+class Floor:
+    result: Result
+    server_ms: float
+    client_ms: float
+
+
+async def floor(seconds: float) -> Floor:
+    """The same client and proposers against ``bench.ledger_floor``, whose ``Propose``
+    answers at once: the rate and CPU of the calls alone, on this machine."""
+    addr = f"127.0.0.1:{free_port()}"
+    argv = [sys.executable, "-m", "bench.ledger_floor", "--listen", addr]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        if not (await asyncio.to_thread(proc.stdout.readline)).startswith("floor ready"):
+            raise RuntimeError("bench.ledger_floor exited before it served")
+        c = Client([addr])
+        repos = [f"f/{i:05d}" for i in range(FLOOR_PROPOSERS)]
+        c.incarnation.update(dict.fromkeys(repos, 1))
+        try:
+            await c.commit(repos[0], MAIN)  # connected before the clock starts
+            lanes = [repos_lane(c, repos[k::FLOOR_PROPOSERS]) for k in range(FLOOR_PROPOSERS)]
+            pids = [proc.pid, os.getpid()]
+            t0 = [cpu_ticks(p) for p in pids]
+            r = await drive(lanes, seconds)
+            t1 = [cpu_ticks(p) for p in pids]
+        finally:
+            await c.close()
+    finally:
+        proc.kill()
+        proc.wait()
+    server_ms, client_ms = (
+        (b - a) / CLK_TCK / max(r.commits, 1) * 1e3 for a, b in zip(t0, t1, strict=True)
+    )
+    return Floor(r, server_ms, client_ms)
+
+
+def floor_lines(f: Floor, best: float) -> list[str]:
+    cores = (f.server_ms + f.client_ms) * 2000 / 1e3
+    return [
+        f"Floor: the same client with {FLOOR_PROPOSERS} proposers against "
+        "`bench.ledger_floor`, one process whose `Propose` answers at once (no Raft, no "
+        f"store, no peers): {f.result.per_s:,.0f} calls/s, p50 "
+        f"{pct(f.result.latencies_s, 0.5) * 1e3:.1f} ms; CPU per call {f.server_ms:.2f} ms "
+        f"in the server and {f.client_ms:.2f} ms in the client. At 2,000 commits/s the "
+        f"calls alone would take {cores:.2f} of this machine's {os.cpu_count()} cores, "
+        "before the three voters' Raft, replication, fsync and apply; the best aggregate "
+        f"above is {best / f.result.per_s:.0%} of the floor's rate.",
+    ]
+
+
 def loadavg() -> str:
     return " / ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -318,10 +373,12 @@ def cpu_share(pids: Sequence[int], seconds: float) -> list[float]:
 
 
 async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float) -> list[str]:
-    c = Client(nodes)
+    c = Client([n.grpc_addr for n in nodes])
     pids = [n.pid for n in nodes]
     load_start = loadavg()
     empty_cpu = cpu_share(pids, IDLE_CPU_WINDOW_S / 2)  # no group yet: the process's own
+    base = await floor(seconds)
+    print(f"floor {base.result.per_s:,.0f} calls/s", flush=True)
     out = [
         "Three ledger voters (`python -m enroute_ledger`, default `ledger.*` timing) on "
         "127.0.0.1, each with its own data directory on the local disk (SQLite WAL, "
@@ -337,7 +394,7 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
     ]
     try:
         await c.activate("one")
-        c.learn_leaders()
+        c.learn_leaders(nodes[0])
         wheres: list[str] = [
             "Where the time went, per case and member: Ready rounds written per second and "
             "groups per round; the proposer's phases in ms per commit (queue: proposed until "
@@ -372,7 +429,7 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
         cut = "" if len(many) == groups else f" (stopped at {len(many):,}: time budget)"
         groups = len(many)
         print(f"activated {groups} groups in {took:.1f} s", flush=True)
-        c.learn_leaders()
+        c.learn_leaders(nodes[0])
         spread = [0, 0, 0]
         for repo in many:
             spread[c.leader.get(repo, 0)] += 1
@@ -393,6 +450,8 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
             f"leaders per member {spread[0]} / {spread[1]} / {spread[2]}. "
             f"Best aggregate {best:,.0f} commits/s; target at least 2,000 "
             f"({'met' if best >= 2000 else 'NOT met'}).",
+            "",
+            *floor_lines(base, best),
             "",
             *wheres,
         ]
