@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 import time
 import urllib.error
 import urllib.request
@@ -134,3 +135,15 @@ def test_invalid_paths_are_refused_with_the_path_named(
     assert run_git(["ls-remote", f"{enroute_url}/{name}.git"], cwd=tmp_path).split()[0] == (
         first["oid"].encode()
     )
+
+
+def test_a_commit_over_grpcs_default_message_bound_lands(enroute_url: str, tmp_path: Path) -> None:
+    """A 6 MB file, within ``transport.api_body_max``: gitproto hands it to the compute in
+    one message, over gRPC's default 4 MiB bound, which refused it with a raw
+    RESOURCE_EXHAUSTED before the ``rpc_message_bytes_max`` limit (docs/rpc.md,
+    "Message size")."""
+    name = new_repo(enroute_url)
+    data = random.Random(6).randbytes(6_000_000)
+    status, made = commit(enroute_url, name, None, [add("big.bin", data)])
+    assert status == 201, made
+    assert tree_of(enroute_url, name, tmp_path / "clone") == [("100644", "big.bin", data)]

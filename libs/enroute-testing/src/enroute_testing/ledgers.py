@@ -18,7 +18,9 @@ from typing import Any
 
 import grpc
 
+from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_proto import find_error_detail
+from enroute_proto.channels import channel_options
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
 from enroute_testing.env import service_env
 from enroute_testing.ports import free_port
@@ -67,7 +69,9 @@ class LedgerProc:
             raise AssertionError(f"ledger did not start: {line} {''.join(self.stderr)[-3000:]}")
         parts = dict(p.split("=", 1) for p in line[0][len(READY_PREFIX) :].split())
         self.grpc_addr, self.http_addr = parts["grpc"], parts["http"]
-        self.channel = grpc.insecure_channel(self.grpc_addr)
+        # the message bound a compute's channel has (a subscribed change can be large)
+        bound = DEFAULT_LIMITS.rpc_message_bytes_max
+        self.channel = grpc.insecure_channel(self.grpc_addr, options=channel_options(bound))
         return self
 
     def start(self) -> LedgerProc:

@@ -39,6 +39,7 @@ from enroute_compute.ledger_port import (
 from enroute_compute.rpc.convert import CREATE_MODES, summary_from_pb
 from enroute_compute.rpc.errors import error_from_rpc
 from enroute_core.base.errors import EnrouteError, Timeout, Unavailable
+from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_core.state import Command, decode_change, decode_state, encode_command
 from enroute_proto.channels import open_channel
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
@@ -61,11 +62,13 @@ class GrpcLedger:
         timeout_s: float = CALL_TIMEOUT_S,
         attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
+        message_bytes_max: int = DEFAULT_LIMITS.rpc_message_bytes_max,
     ) -> None:
         if not addresses:
             raise Unavailable("no ledger members configured (ledger.members)")
         self._addresses = tuple(addresses)
-        self._channels = [open_channel(a) for a in addresses]
+        self._message_bytes_max = message_bytes_max
+        self._channels = [self._open(a) for a in addresses]
         self._retiring: dict[asyncio.Task[None], grpc.aio.Channel] = {}
         self._stubs = [ledger_pb2_grpc.LedgerStub(c) for c in self._channels]
         self._next = 0
@@ -75,6 +78,9 @@ class GrpcLedger:
         # open Subscribe calls by member address; those given up on a silent member
         self._subs: dict[str, set[Any]] = {}
         self._abandoned: set[Any] = set()
+
+    def _open(self, address: str) -> grpc.aio.Channel:
+        return open_channel(address, message_bytes_max=self._message_bytes_max)
 
     def set_members(self, addresses: tuple[str, ...]) -> None:
         """Swap the member set (discovery); channels of members that stay are kept.
@@ -87,7 +93,7 @@ class GrpcLedger:
         old = dict(zip(self._addresses, self._channels, strict=True))
         current = self._addresses[self._next] if self._addresses else None
         self._addresses = tuple(addresses)
-        self._channels = [old.pop(a) if a in old else open_channel(a) for a in addresses]
+        self._channels = [old.pop(a) if a in old else self._open(a) for a in addresses]
         self._stubs = [ledger_pb2_grpc.LedgerStub(c) for c in self._channels]
         # keep talking to the member that answered last, when it stays
         self._next = self._addresses.index(current) if current in self._addresses else 0

@@ -34,6 +34,7 @@ from enroute_core.config import Config, load_config
 from enroute_core.discovery import first_members, follow, member_source
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import open_store
+from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2_grpc
 
 DEFAULT_GRPC = "127.0.0.1:7100"
@@ -222,6 +223,7 @@ async def serve(config: Config) -> None:
             members,
             timeout_s=config.ledger.call_timeout,
             attempt_timeout_s=config.ledger.attempt_timeout,
+            message_bytes_max=limits.rpc_message_bytes_max,
         )
 
     if config.ledger.discovery is None:
@@ -240,7 +242,9 @@ async def serve(config: Config) -> None:
     )
     metrics = ComputeMetrics()
     gate = CallGate(metrics)
-    server = grpc.aio.server(interceptors=[gate])
+    server = grpc.aio.server(
+        interceptors=[gate], options=server_options(limits.rpc_message_bytes_max)
+    )
     servicer = ComputeServicer(host, pack_writers=config.compute.pack_writers)
     compute_pb2_grpc.add_ComputeServicer_to_server(servicer, server)
     grpc_host, grpc_port = split_address(config.listen.grpc, DEFAULT_GRPC)

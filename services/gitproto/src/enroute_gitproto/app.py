@@ -27,7 +27,7 @@ from enroute_core.base.errors import (
     Timeout,
     Unavailable,
 )
-from enroute_core.base.limits import MiB
+from enroute_core.base.limits import DEFAULT_LIMITS, MiB
 from enroute_gitproto.api import PREFIX, ApiHandler
 from enroute_gitproto.auth import REMOTE, Authorizer, TokenFile
 from enroute_gitproto.githttp import (
@@ -64,6 +64,8 @@ class TransportLimits:
     body_idle_timeout_s: float = 60.0
     api_body_bytes_max: int = 64 * MiB
     connections_max: int = 1024
+    rpc_message_bytes_max: int = DEFAULT_LIMITS.rpc_message_bytes_max
+    """One gRPC message to or from a compute (the ``rpc_message_bytes_max`` limit)."""
 
 
 class Admission:
@@ -183,8 +185,8 @@ class GitprotoApp:
         transport: TransportLimits | None = None,
     ) -> None:
         self.metrics = Metrics()
-        self.pool = ComputePool(members)
         self.transport = transport or TransportLimits()
+        self.pool = ComputePool(members, message_bytes_max=self.transport.rpc_message_bytes_max)
         self.admission = Admission(self.transport)
         self.authorizer = Authorizer(
             anonymous,

@@ -129,6 +129,7 @@ def transport_limits(config: Config) -> tuple[GitHttpLimits, TransportLimits]:
         body_idle_timeout_s=t.body_idle_timeout,
         api_body_bytes_max=t.api_body_max,
         connections_max=t.connections_max,
+        rpc_message_bytes_max=config.resource_limits().rpc_message_bytes_max,
     )
     return git, every
 

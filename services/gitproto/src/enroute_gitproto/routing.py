@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 import grpc
 
 from enroute_core.base.errors import Unavailable
+from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_proto.channels import open_channel
 from enroute_proto.gen.enroute.compute.v1.compute_pb2_grpc import ComputeStub
 
@@ -41,9 +42,15 @@ class ComputePool:
     """One gRPC channel per compute member, created lazily inside the serving event loop."""
 
     def __init__(
-        self, members: Sequence[str], retire_grace_s: float = 60.0, ready_wait_s: float = 3.0
+        self,
+        members: Sequence[str],
+        retire_grace_s: float = 60.0,
+        ready_wait_s: float = 3.0,
+        *,
+        message_bytes_max: int = DEFAULT_LIMITS.rpc_message_bytes_max,
     ) -> None:
         self.members: tuple[str, ...] = tuple(dict.fromkeys(members))
+        self.message_bytes_max = message_bytes_max
         self.retire_grace_s = retire_grace_s
         self.ready_wait_s = ready_wait_s
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -72,7 +79,9 @@ class ComputePool:
     def _channel(self, member: str) -> grpc.aio.Channel:
         channel = self._channels.get(member)
         if channel is None:
-            channel = self._channels[member] = open_channel(member)
+            channel = self._channels[member] = open_channel(
+                member, message_bytes_max=self.message_bytes_max
+            )
         return channel
 
     def stub(self, member: str) -> ComputeAsyncStub:

@@ -23,6 +23,7 @@ from enroute_core.base.errors import EnrouteError, InvalidArgument
 from enroute_core.base.ids import NodeId
 from enroute_core.config import Config, load_config
 from enroute_core.storage.objectstore import open_store
+from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
 
 from .checkpoints import Checkpointer
@@ -108,7 +109,9 @@ async def serve(config: Config) -> int:
         blank_id=life.blank_id,
         blank_repos=life.blank_repos,
     )
-    transport = GrpcTransport(rt.mr, peers, wake=rt.wake)
+    transport = GrpcTransport(
+        rt.mr, peers, wake=rt.wake, message_bytes_max=limits.rpc_message_bytes_max
+    )
     rt.transport = transport
     lc = Lifecycle(
         rt,
@@ -127,7 +130,7 @@ async def serve(config: Config) -> int:
         except EnrouteError as e:
             log.warning("group %s/%s not replayed: %s", g.repo, g.incarnation, e)
 
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=server_options(limits.rpc_message_bytes_max))
     ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerServicer(lc), server)
     ledger_pb2_grpc.add_RaftTransportServicer_to_server(RaftTransportServicer(rt), server)
     bound = server.add_insecure_port(f"{ghost}:{gport}")

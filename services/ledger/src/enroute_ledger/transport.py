@@ -11,6 +11,14 @@ on its own ``SendSnapshot`` call in chunks (header, 1 MiB data chunks, SHA-256
 trailer), one at a time per peer; the outcome is reported to the group
 (``report_snapshot``), so a failed transfer is retried by the leader later.
 Raft tolerates the reordering against the peer's ``Send`` stream.
+
+A batch holds every group's messages of one Ready round for the peer, so its
+size has no bound of its own (many groups each appending a large entry).
+Each stream write carries at most :data:`MERGE_BYTES_MAX` of entries, or one
+message over it: a larger batch goes out in pieces (:func:`split_batch`).
+One message is at most one entry over Raft's ``msg_bytes_max``, and one
+entry at most a log record, within the ``rpc_message_bytes_max`` limit both
+ends enforce (docs/rpc.md, "Message size").
 """
 
 from __future__ import annotations
@@ -20,8 +28,11 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+import grpc
+
 from enroute_core.base.errors import EnrouteError
 from enroute_core.base.ids import NodeId
+from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_proto.channels import open_channel
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
 
@@ -36,11 +47,40 @@ SNAPSHOT_TIMEOUT_S = 120.0
 """One snapshot transfer at most (64 MiB at about 0.5 MiB/s)."""
 MERGE_MESSAGES_MAX = 512
 MERGE_BYTES_MAX = 1 << 20
-"""Bounds of batches merged into one stream write (a gRPC message is at most 4 MiB)."""
+"""Bounds of one stream write: batches merged into one, or the pieces of a split one."""
+
+
+def _message_bytes(gm: GroupMessage) -> int:
+    return sum(len(e.data) for e in gm.message.entries)
 
 
 def _entry_bytes(batch: Batch) -> int:
-    return sum(len(e.data) for gm in batch.messages for e in gm.message.entries)
+    return sum(_message_bytes(gm) for gm in batch.messages)
+
+
+def split_batch(batch: Batch, bytes_max: int = MERGE_BYTES_MAX) -> list[Batch]:
+    """``batch`` as pieces in order, each with at most ``bytes_max`` of entries or one
+    message; the heartbeats and responses ride in the last piece, so the receiver steps
+    everything in the order one batch would have it (messages, heartbeats, responses)."""
+    pieces: list[Batch] = []
+    start = size = 0
+    messages = batch.messages
+    for i, gm in enumerate(messages):
+        more = _message_bytes(gm)
+        if i > start and size + more > bytes_max:
+            pieces.append(Batch(batch.from_node, batch.to_node, messages[start:i]))
+            start, size = i, 0
+        size += more
+    if not pieces:
+        return [batch]
+    last = Batch(
+        batch.from_node,
+        batch.to_node,
+        messages[start:],
+        batch.heartbeats,
+        batch.heartbeat_responses,
+    )
+    return [*pieces, last]
 
 
 def merge_queued(
@@ -82,9 +122,11 @@ class GrpcTransport:
         addresses: dict[NodeId, str],
         *,
         wake: Callable[[], None] | None = None,
+        message_bytes_max: int = DEFAULT_LIMITS.rpc_message_bytes_max,
     ) -> None:
         self.mr = mr
         self.addresses = addresses
+        self._message_bytes_max = message_bytes_max
         self._wake = wake
         self._queues: dict[NodeId, asyncio.Queue[tuple[float, Batch]]] = {
             n: asyncio.Queue(QUEUE_MAX) for n in addresses
@@ -101,6 +143,9 @@ class GrpcTransport:
         self.write_seconds = 0.0
         """Time spent writing batches to their streams."""
         self._time = asyncio.get_running_loop().time
+
+    def _open(self, node: NodeId) -> grpc.aio.Channel:
+        return open_channel(self.addresses[node], message_bytes_max=self._message_bytes_max)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -152,7 +197,7 @@ class GrpcTransport:
         q = self._queues[node]
         backoff = 0.05
         while True:
-            channel = open_channel(self.addresses[node])
+            channel = self._open(node)
             try:
                 call = ledger_pb2_grpc.RaftTransportStub(channel).Send()
                 carry: tuple[float, Batch] | None = None
@@ -161,7 +206,8 @@ class GrpcTransport:
                     batch, carry = merge_queued(batch, q)
                     t = self._time()
                     self.queue_seconds += t - queued
-                    await call.write(batch_to_proto(batch))
+                    for piece in split_batch(batch):
+                        await call.write(batch_to_proto(piece))
                     self.write_seconds += self._time() - t
                     backoff = 0.05
             except asyncio.CancelledError:
@@ -180,7 +226,7 @@ class GrpcTransport:
     async def _run_snapshots(self, node: NodeId) -> None:
         """One chunked SendSnapshot call at a time to ``node``; each outcome reported."""
         sq = self._snaps[node]
-        channel = open_channel(self.addresses[node])
+        channel = self._open(node)
         try:
             stub = ledger_pb2_grpc.RaftTransportStub(channel)
             while True:

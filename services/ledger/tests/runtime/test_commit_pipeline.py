@@ -26,7 +26,12 @@ from enroute_ledger.multiraft import Batch, GroupId, GroupMessage, Heartbeat
 from enroute_ledger.raft.types import Entry, EntryType, Message, MessageType
 from enroute_ledger.runtime import Group, Runtime, RuntimeConfig, command_entry
 from enroute_ledger.storage import LogStore, WriteBatch
-from enroute_ledger.transport import MERGE_BYTES_MAX, MERGE_MESSAGES_MAX, merge_queued
+from enroute_ledger.transport import (
+    MERGE_BYTES_MAX,
+    MERGE_MESSAGES_MAX,
+    merge_queued,
+    split_batch,
+)
 
 Future = concurrent.futures.Future
 
@@ -227,14 +232,24 @@ def _step_order(batches: list[Batch]) -> list[object]:
     return out
 
 
-def test_merged_stream_writes_keep_the_step_order() -> None:
+def _entry_bytes(b: Batch) -> int:
+    return sum(len(e.data) for gm in b.messages for e in gm.message.entries)
+
+
+def test_stream_writes_keep_the_step_order_and_their_bound() -> None:
+    """Queued batches merged (``merge_queued``), then each cut into pieces
+    (``split_batch``): the receiver steps what it would have stepped from the batches
+    as sent, and every piece is within the bound or one message. One Ready's batch had
+    no bound: 60 groups appending 1 MB entries made a write over gRPC's 4 MiB, which
+    the peer refused again and again (docs/rpc.md, "Message size")."""
+    split_max = 120_000  # small, so that the random batches are often cut
     value = int(os.environ.get("ENROUTE_SEED", random.randrange(1 << 32)))
     print(f"ENROUTE_SEED={value}")
     rng = random.Random(value)
     gid = GroupId(b"r", Incarnation(1))
 
     def message(n: int) -> GroupMessage:
-        data = b"x" * rng.choice((0, 10, 50_000))
+        data = b"x" * rng.choice((0, 10, 50_000, 150_000))
         entries = (Entry(Term(1), LogIndex(n), EntryType.NORMAL, data),) if data else ()
         m = Message(MessageType.APP, NodeId(2), NodeId(1), Term(1), index=LogIndex(n))
         return GroupMessage(gid, dataclasses.replace(m, entries=entries))
@@ -259,11 +274,14 @@ def test_merged_stream_writes_keep_the_step_order() -> None:
             while carry is not None or not q.empty():
                 _, b = carry if carry is not None else q.get_nowait()
                 b, carry = merge_queued(b, q)
-                written.append(b)
-                size = sum(len(e.data) for gm in b.messages for e in gm.message.entries)
                 assert len(b.messages) <= MERGE_MESSAGES_MAX
-                assert size <= MERGE_BYTES_MAX + 40 * 50_000  # one batch is never split
+                assert _entry_bytes(b) <= MERGE_BYTES_MAX + 40 * 150_000  # one batch, whole
+                pieces = split_batch(b, split_max)
+                assert _step_order(pieces) == _step_order([b])
+                for piece in pieces:
+                    assert _entry_bytes(piece) <= split_max or len(piece.messages) == 1
+                    assert piece.messages or piece is pieces[-1]
+                written += pieces
             assert _step_order(written) == _step_order(sent)
-            assert len(written) <= len(sent)
 
     asyncio.run(main())

@@ -52,6 +52,11 @@ class Limits:
     ledger_commit_bytes_max: int = 64 * MiB
     ledger_commit_batches_max: int = 4096
     ledger_queue_batches_max: int = 65536
+    # RPC between Enroute processes (enroute_proto.channels): one gRPC message, sent or
+    # received. gRPC's own default (4 MiB) is below what the bounds above let through
+    # (a log command or record, a subscribed change, an API commit's contents), so that
+    # a legal request would fail as RESOURCE_EXHAUSTED; the bounds above bind first.
+    rpc_message_bytes_max: int = 160 * MiB
     # engine/ingest.py: one pushed pack turned into one pushed layer (seed 004 "Pages and
     # memory": a 128 MiB cache per concurrent ingest)
     ingest_objects_max: int = 50_000_000
