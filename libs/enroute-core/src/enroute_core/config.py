@@ -20,7 +20,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -488,7 +488,8 @@ def render_config_reference() -> str:
         lines += ["| key | default | meaning |", "|---|---|---|"]
         for key, sub in model.model_fields.items():
             default = sub.get_default(call_default_factory=True)
-            shown = "unset" if default is None else f"`{_show(default)}`"
+            size = _takes_size(sub.annotation) or any(_is_size_parser(m) for m in sub.metadata)
+            shown = "unset" if default is None else f"`{_show(default, size=size)}`"
             lines.append(f"| `{section}.{key}` | {shown} | {sub.description or ''} |")
     lines += [
         "",
@@ -503,19 +504,37 @@ def render_config_reference() -> str:
         "|---|---|",
     ]
     for f in dataclasses.fields(Limits):
-        lines.append(f"| `limits.{f.name}` | `{_show(getattr(DEFAULT_LIMITS, f.name))}` |")
+        shown = _show(getattr(DEFAULT_LIMITS, f.name), size="bytes" in f.name)
+        lines.append(f"| `limits.{f.name}` | `{shown}` |")
     return "\n".join(lines) + "\n"
 
 
-def _show(value: object) -> str:
+def _is_size_parser(meta: object) -> bool:
+    return getattr(meta, "func", None) is parse_bytes
+
+
+def _takes_size(annotation: object) -> bool:
+    """Whether a field's type is :data:`Bytes` (alone or in a union), so its default
+    reads best in KiB/MiB/GiB; a count of 1024 is not "1KiB"."""
+    if get_origin(annotation) is Annotated:
+        return any(_is_size_parser(m) for m in get_args(annotation)[1:])
+    return any(_takes_size(a) for a in get_args(annotation))
+
+
+def _show(value: object, *, size: bool = False) -> str:
+    """A default as the reference shows it: sizes in the largest whole unit, other
+    integers with ``_`` between thousands from 10,000 on."""
     if value == "":
         return '""'
-    if isinstance(value, bool) or not isinstance(value, int) or value < KiB:
-        return str(value) if not isinstance(value, tuple) else "[]" if not value else str(value)
-    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if value % size == 0:
-            return f"{value // size}{unit}"
-    return f"{value:,}".replace(",", "_")
+    if isinstance(value, tuple):
+        return str(value) if value else "[]"
+    if isinstance(value, bool) or not isinstance(value, int):
+        return str(value)
+    if size:
+        for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+            if value >= scale and value % scale == 0:
+                return f"{value // scale}{unit}"
+    return f"{value:,}".replace(",", "_") if value >= 10_000 else str(value)
 
 
 if __name__ == "__main__":
