@@ -235,6 +235,12 @@ class ComputeConfig(_Section):
         description="Packs one compute streams to clients at once; each holds a thread of its "
         "own while its client reads, so slow clients never starve other work. More wait for one.",
     )
+    failover_wait: Seconds = Field(
+        default=3.0,
+        description="When every compute refused a call as unavailable, how long gitproto waits "
+        "for a channel to one of them to connect before it tries them once more; only then "
+        "does the client see the error (a restarting compute delays a request, not fails it).",
+    )
 
 
 class StoreConfig(_Section):

@@ -183,10 +183,15 @@ class GitprotoApp:
         node_id: str = "",
         limits: GitHttpLimits | None = None,
         transport: TransportLimits | None = None,
+        failover_wait_s: float = 3.0,
     ) -> None:
         self.metrics = Metrics()
         self.transport = transport or TransportLimits()
-        self.pool = ComputePool(members, message_bytes_max=self.transport.rpc_message_bytes_max)
+        self.pool = ComputePool(
+            members,
+            ready_wait_s=failover_wait_s,
+            message_bytes_max=self.transport.rpc_message_bytes_max,
+        )
         self.admission = Admission(self.transport)
         self.authorizer = Authorizer(
             anonymous,

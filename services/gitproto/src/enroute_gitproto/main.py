@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             node_id=config.node.id,
             limits=git_limits,
             transport=transport,
+            failover_wait_s=config.compute.failover_wait,
         )
         sock = bind(host, port)
     except (EnrouteError, OSError) as error:
