@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from enroute_core.base.errors import InvalidArgument, MissingObject
-from enroute_core.base.ids import LogIndex, ObjectId, oid_from_hex
+from enroute_core.base.ids import ObjectId, oid_from_hex
 from enroute_core.engine import serve
-from enroute_core.engine.ingest import ingest_pack
 from enroute_core.engine.serve import (
     BlobLimit,
     BlobNone,
@@ -30,11 +29,8 @@ from enroute_core.engine.serve import (
 )
 from enroute_core.engine.view import View
 from enroute_core.git.object_type import ObjectType
-from enroute_core.git.source import BytesSource
-from enroute_core.state.model import LayerEntry
-from enroute_core.state.model import LayerKind as ManifestKind
-from enroute_core.storage.layer import LayerReader
 from enroute_testing.gitcli import run_git
+from enroute_testing.pushed import history_cuts, rev_list_objects, rev_parse, three_pushes
 from enroute_testing.repogen import (
     GeneratedRepo,
     RepoSpec,
@@ -52,40 +48,6 @@ _SPEC = RepoSpec(seed=23, commits=30, branches=2, merge_every=5, files=16, file_
 # -- the view: three pushes, ids as the state assigns them --------------------------------------
 
 
-def _rev_parse(repo: Path, rev: str) -> ObjectId:
-    return oid_from_hex(run_git(["rev-parse", rev], cwd=repo).strip())
-
-
-def _rev_list_objects(repo: Path, *args: str) -> set[ObjectId]:
-    out = run_git(["rev-list", "--objects", *args], cwd=repo)
-    return {oid_from_hex(line.split(b" ", 1)[0]) for line in out.splitlines() if line}
-
-
-def _cuts(repo: Path) -> tuple[str, str]:
-    count = int(run_git(["rev-list", "--count", "--first-parent", "main"], cwd=repo))
-    return f"main~{count * 2 // 3}", f"main~{count // 3}"
-
-
-def _build_view(repo: GeneratedRepo) -> View:
-    first, second = _cuts(repo.path)
-    a, b = _rev_parse(repo.path, first), _rev_parse(repo.path, second)
-    tips = [oid_from_hex(v) for v in repo.refs.values()]
-    steps = [([a.hex()], [], [a]), ([b.hex()], [a.hex()], [b]), (["--all"], [b.hex()], tips)]
-    layers: list[tuple[LayerEntry, LayerReader]] = []
-    next_id = 0
-    for revs, exclude, step_tips in steps:
-        pack = pack_objects(repo.path, revs=revs, exclude=exclude, thin=bool(exclude))
-        result = ingest_pack(BytesSource(pack), step_tips, View(layers))
-        assert result.data is not None and result.sealed is not None
-        s = result.sealed
-        reader = LayerReader.open(BytesSource(result.data), meta_size=s.meta_size)
-        entry = LayerEntry(ManifestKind.INLINE, next_id, s.id_count, s.object_count, 0,
-                           s.file_size, s.meta_size, s.root, LogIndex(len(layers) + 1))  # fmt: skip
-        layers.append((entry, reader))
-        next_id = entry.end_id
-    return View(layers)
-
-
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> GeneratedRepo:
     return generate_repo(tmp_path_factory.mktemp("serve") / "full.git", _SPEC)
@@ -93,7 +55,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> GeneratedRepo:
 
 @pytest.fixture(scope="module")
 def view(repo: GeneratedRepo) -> View:
-    return _build_view(repo)
+    return View(three_pushes(repo))
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +64,7 @@ def old_repo(repo: GeneratedRepo, tmp_path_factory: pytest.TempPathFactory) -> P
     path = tmp_path_factory.mktemp("client") / "old.git"
     path.mkdir()
     run_git(["init", "--quiet", "--bare", "."], cwd=path)
-    old = _rev_parse(repo.path, _cuts(repo.path)[1]).hex()
+    old = rev_parse(repo.path, history_cuts(repo.path)[1]).hex()
     run_git(["index-pack", "--stdin"], cwd=path, input=pack_objects(repo.path, revs=[old]))
     return path
 
@@ -146,7 +108,7 @@ def test_full_clone_passes_strict_checks(
     repo: GeneratedRepo, view: View, tmp_path: Path, ofs_delta: bool
 ) -> None:
     plan = plan_fetch(view, _tips(repo), ofs_delta=ofs_delta)
-    assert _oids(view, plan) == _rev_list_objects(repo.path, "--all")
+    assert _oids(view, plan) == rev_list_objects(repo.path, "--all")
     pack, stats, events = _write(view, plan)
     assert stats.object_count == plan.object_count and stats.pack_bytes == len(pack)
     assert stats.thin_kept == 0
@@ -154,7 +116,7 @@ def test_full_clone_passes_strict_checks(
     assert len(events) == plan.object_count // 50 + (plan.object_count % 50 != 0)
     _strict_check(pack, tmp_path, repo.refs)
     entries = verify_pack(pack, tmp_path)
-    assert {oid_from_hex(e.oid) for e in entries} == _rev_list_objects(repo.path, "--all")
+    assert {oid_from_hex(e.oid) for e in entries} == rev_list_objects(repo.path, "--all")
     kinds = {e.pack_type for e in entries}
     if ofs_delta:
         assert stats.ofs_rewritten > 0 and b"ofs-delta" in kinds and b"ref-delta" not in kinds
@@ -207,10 +169,10 @@ def test_pieces_are_bounded_and_make_the_same_pack(
 def test_incremental_thin_fetch_is_fixable(
     repo: GeneratedRepo, view: View, old_repo: Path, tmp_path: Path
 ) -> None:
-    old = _rev_parse(repo.path, _cuts(repo.path)[1])
-    new = _rev_parse(repo.path, "main")
+    old = rev_parse(repo.path, history_cuts(repo.path)[1])
+    new = rev_parse(repo.path, "main")
     plan = plan_fetch(view, [new], [old], thin=True)
-    want = _rev_list_objects(repo.path, new.hex(), "--not", old.hex())
+    want = rev_list_objects(repo.path, new.hex(), "--not", old.hex())
     assert _oids(view, plan) == want
     pack, stats, _ = _write(view, plan)
     assert stats.thin_kept > 0, "deltas against the client's objects stay thin"
@@ -221,8 +183,8 @@ def test_incremental_thin_fetch_is_fixable(
 def test_incremental_fetch_without_thin_is_self_contained(
     repo: GeneratedRepo, view: View, tmp_path: Path
 ) -> None:
-    old = _rev_parse(repo.path, _cuts(repo.path)[1])
-    new = _rev_parse(repo.path, "main")
+    old = rev_parse(repo.path, history_cuts(repo.path)[1])
+    new = rev_parse(repo.path, "main")
     plan = plan_fetch(view, [new], [old], thin=False)
     pack, stats, _ = _write(view, plan)
     assert stats.thin_kept == 0 and stats.resolved > 0
@@ -231,7 +193,7 @@ def test_incremental_fetch_without_thin_is_self_contained(
 
 
 def test_up_to_date_fetch_is_empty(repo: GeneratedRepo, view: View, tmp_path: Path) -> None:
-    main = _rev_parse(repo.path, "main")
+    main = rev_parse(repo.path, "main")
     plan = plan_fetch(view, [main], [main])
     assert plan.object_count == 0
     pack, stats, _ = _write(view, plan)
@@ -241,7 +203,7 @@ def test_up_to_date_fetch_is_empty(repo: GeneratedRepo, view: View, tmp_path: Pa
 def test_unknown_haves_are_ignored_and_unknown_wants_refused(
     repo: GeneratedRepo, view: View
 ) -> None:
-    main = _rev_parse(repo.path, "main")
+    main = rev_parse(repo.path, "main")
     stranger = ObjectId(b"\x02" * 20)
     assert plan_fetch(view, [main], [stranger]).ids == plan_fetch(view, [main]).ids
     with pytest.raises(MissingObject):
@@ -259,9 +221,9 @@ def test_unknown_haves_are_ignored_and_unknown_wants_refused(
 def test_filters_match_rev_list(
     repo: GeneratedRepo, view: View, tmp_path: Path, spec: FetchFilter, git_spec: str
 ) -> None:
-    main = _rev_parse(repo.path, "main")
+    main = rev_parse(repo.path, "main")
     plan = plan_fetch(view, [main], filter=spec)
-    want = _rev_list_objects(repo.path, f"--filter={git_spec}", "main")
+    want = rev_list_objects(repo.path, f"--filter={git_spec}", "main")
     assert _oids(view, plan) == want
     pack, _, _ = _write(view, plan)
     entries = verify_pack(pack, tmp_path)
@@ -272,7 +234,7 @@ def test_filters_match_rev_list(
 
 
 def test_blob_limit_zero_is_blob_none(repo: GeneratedRepo, view: View) -> None:
-    main = _rev_parse(repo.path, "main")
+    main = rev_parse(repo.path, "main")
     assert (
         plan_fetch(view, [main], filter=BlobLimit(0)).ids
         == plan_fetch(view, [main], filter=BlobNone()).ids
@@ -283,9 +245,9 @@ def test_blob_limit_zero_is_blob_none(repo: GeneratedRepo, view: View) -> None:
 
 
 def test_deepen_1_is_the_tip_and_its_tree(repo: GeneratedRepo, view: View, tmp_path: Path) -> None:
-    main = _rev_parse(repo.path, "main")
+    main = rev_parse(repo.path, "main")
     plan = plan_fetch(view, [main], deepen=1)
-    assert _oids(view, plan) == _rev_list_objects(repo.path, "--no-walk", "main")
+    assert _oids(view, plan) == rev_list_objects(repo.path, "--no-walk", "main")
     assert plan.shallow == (main,)
     pack, _, _ = _write(view, plan)
     assert {oid_from_hex(e.oid) for e in verify_pack(pack, tmp_path)} == _oids(view, plan)
@@ -293,7 +255,7 @@ def test_deepen_1_is_the_tip_and_its_tree(repo: GeneratedRepo, view: View, tmp_p
 
 @pytest.mark.parametrize("depth", [2, 4])
 def test_deepen_n_matches_a_shallow_clone(repo: GeneratedRepo, view: View, depth: int) -> None:
-    main = _rev_parse(repo.path, "main")
+    main = rev_parse(repo.path, "main")
     plan = plan_fetch(view, [main], deepen=depth)
     commits = run_git(["rev-list", "--first-parent", f"--max-count={depth}", "main"], cwd=repo.path)
     # Commits within ``depth`` by the shortest path; merges bring their other parents too.
@@ -304,7 +266,7 @@ def test_deepen_n_matches_a_shallow_clone(repo: GeneratedRepo, view: View, depth
         level = list(dict.fromkeys(p for c in level for p in parents[c] if p not in seen))
         seen.update(level)
     assert set(commits.split()) <= seen
-    want = _rev_list_objects(repo.path, "--no-walk", *(c.decode() for c in seen))
+    want = rev_list_objects(repo.path, "--no-walk", *(c.decode() for c in seen))
     assert _oids(view, plan) == want
     cut = {oid_from_hex(c) for c in level if parents[c]}
     assert set(plan.shallow) == cut
@@ -312,7 +274,7 @@ def test_deepen_n_matches_a_shallow_clone(repo: GeneratedRepo, view: View, depth
 
 def test_deepen_must_be_positive(repo: GeneratedRepo, view: View) -> None:
     with pytest.raises(InvalidArgument):
-        plan_fetch(view, [_rev_parse(repo.path, "main")], deepen=0)
+        plan_fetch(view, [rev_parse(repo.path, "main")], deepen=0)
 
 
 # -- include-tag ---------------------------------------------------------------------------------
@@ -328,7 +290,7 @@ def test_include_tag_sends_tags_of_sent_commits(repo: GeneratedRepo, view: View)
     added = set(plan.ids) - set(without.ids)
     expected: set[int | None] = set()
     for t in annotated:
-        target = _rev_parse(repo.path, t.hex() + "^{}")
+        target = rev_parse(repo.path, t.hex() + "^{}")
         if (view.id_of_oid(target) or -1) in without.ids:
             expected.add(view.id_of_oid(t))
     assert expected and added == expected
@@ -341,15 +303,15 @@ def test_include_tag_sends_tags_of_sent_commits(repo: GeneratedRepo, view: View)
 def test_tree_and_blob_wants_are_sent_despite_the_filter(
     repo: GeneratedRepo, view: View, spec: FetchFilter | None
 ) -> None:
-    tree = _rev_parse(repo.path, "main^{tree}")
-    blob = _rev_parse(repo.path, "main~1:" + _first_blob_path(repo.path))
+    tree = rev_parse(repo.path, "main^{tree}")
+    blob = rev_parse(repo.path, "main~1:" + _first_blob_path(repo.path))
     plan = plan_fetch(view, [tree, blob], filter=spec)
     git_filter = [] if spec is None else ["--filter=blob:none"]
-    want = _rev_list_objects(repo.path, *git_filter, tree.hex()) | {blob}
+    want = rev_list_objects(repo.path, *git_filter, tree.hex()) | {blob}
     if isinstance(spec, TreeDepth):
         want = {tree, blob}  # the given objects alone: tree:0 keeps nothing below them
     elif isinstance(spec, BlobLimit):
-        want = _rev_list_objects(repo.path, "--filter=blob:limit=1", tree.hex()) | {blob}
+        want = rev_list_objects(repo.path, "--filter=blob:limit=1", tree.hex()) | {blob}
     assert _oids(view, plan) == want
 
 
@@ -394,7 +356,7 @@ def test_shallow_client_deepens_as_with_git(
     client = _shallow_clone(repo.path, tmp_path / "client.git", "--depth=2")
     before, shallow_before = _all_objects(client), _shallow_file(client)
     assert shallow_before
-    main = _rev_parse(repo.path, "main")
+    main = rev_parse(repo.path, "main")
     plan = plan_fetch(view, [main], [main], client_shallow=sorted(shallow_before), **kwargs)  # type: ignore[arg-type]
     run_git(["fetch", "--quiet", *fetch_args, "origin"], cwd=client)
     assert _oids(view, plan) == _all_objects(client) - before
@@ -411,7 +373,7 @@ def test_shallow_client_without_deepen_gets_what_it_lacks(
     """A depth-1 client of an older commit fetches main: ``closure(haves)`` would hide
     objects behind its boundary that it lacks."""
     url = "file://" + str(repo.path)
-    old, main = _rev_parse(repo.path, "main~3"), _rev_parse(repo.path, "main")
+    old, main = rev_parse(repo.path, "main~3"), rev_parse(repo.path, "main")
     client = tmp_path / "client.git"
     client.mkdir()
     run_git(["init", "--quiet", "--bare", "."], cwd=client)
@@ -429,7 +391,7 @@ def test_shallow_client_without_deepen_gets_what_it_lacks(
 def test_shallow_since_and_exclude_match_git(
     repo: GeneratedRepo, view: View, tmp_path: Path
 ) -> None:
-    main = _rev_parse(repo.path, "main")
+    main = rev_parse(repo.path, "main")
     since = int(run_git(["log", "-1", "--format=%ct", "main~3"], cwd=repo.path))
     client = _shallow_clone(repo.path, tmp_path / "since.git", f"--shallow-since={since}")
     plan = plan_fetch(view, [main], deepen_since=since)
@@ -447,7 +409,7 @@ def test_shallow_since_and_exclude_match_git(
 
 
 def test_deepen_since_selecting_nothing_is_refused(repo: GeneratedRepo, view: View) -> None:
-    main = _rev_parse(repo.path, "main")
+    main = rev_parse(repo.path, "main")
     with pytest.raises(InvalidArgument):
         plan_fetch(view, [main], deepen_since=2**40)
     with pytest.raises(InvalidArgument):

@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 
 from enroute_core.base.errors import CorruptData
-from enroute_core.base.ids import LogIndex, ObjectId, oid_from_hex
+from enroute_core.base.ids import oid_from_hex
 from enroute_core.engine import serve
-from enroute_core.engine.ingest import ingest_pack
 from enroute_core.engine.serve import (
     BlobNone,
     PackPlan,
@@ -28,22 +27,16 @@ from enroute_core.engine.serve import (
     write_pack,
 )
 from enroute_core.engine.view import View
-from enroute_core.git.source import BytesSource
-from enroute_core.state.model import LayerEntry
-from enroute_core.state.model import LayerKind as ManifestKind
 from enroute_core.storage.layer import LayerReader
 from enroute_core.storage.layer.format import REF_NONE
 from enroute_testing.gitcli import run_git
-from enroute_testing.repogen import GeneratedRepo, RepoSpec, generate_repo, pack_objects
+from enroute_testing.pushed import rev_parse, three_pushes
+from enroute_testing.repogen import GeneratedRepo, RepoSpec, generate_repo
 
 pytestmark = pytest.mark.interop
 
 _SPEC = RepoSpec(seed=41, commits=40, branches=2, merge_every=6, files=30, file_bytes=700,
                  rename_rate=0.1, annotated_tags=2, lightweight_tags=1)  # fmt: skip
-
-
-def _rev(repo: Path, rev: str) -> ObjectId:
-    return oid_from_hex(run_git(["rev-parse", rev], cwd=repo).strip())
 
 
 @pytest.fixture(scope="module")
@@ -54,24 +47,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> GeneratedRepo:
 @pytest.fixture(scope="module")
 def view(repo: GeneratedRepo) -> View:
     """Three pushed layers: the first pack, then two thin packs ingested against the view."""
-    count = int(run_git(["rev-list", "--count", "--first-parent", "main"], cwd=repo.path))
-    a = _rev(repo.path, f"main~{count * 2 // 3}")
-    b = _rev(repo.path, f"main~{count // 3}")
-    tips = [oid_from_hex(v) for v in repo.refs.values()]
-    steps = [([a.hex()], [], [a]), ([b.hex()], [a.hex()], [b]), (["--all"], [b.hex()], tips)]
-    layers: list[tuple[LayerEntry, LayerReader]] = []
-    next_id = 0
-    for revs, exclude, step_tips in steps:
-        pack = pack_objects(repo.path, revs=revs, exclude=exclude, thin=bool(exclude))
-        result = ingest_pack(BytesSource(pack), step_tips, View(layers))
-        assert result.data is not None and result.sealed is not None
-        s = result.sealed
-        reader = LayerReader.open(BytesSource(result.data), meta_size=s.meta_size)
-        entry = LayerEntry(ManifestKind.INLINE, next_id, s.id_count, s.object_count, 0,
-                           s.file_size, s.meta_size, s.root, LogIndex(len(layers) + 1))  # fmt: skip
-        layers.append((entry, reader))
-        next_id = entry.end_id
-    return View(layers)
+    return View(three_pushes(repo))
 
 
 def _write(view: View, plan: PackPlan) -> tuple[bytes, WriteStats, list[ProgressEvent]]:
@@ -83,9 +59,9 @@ def _write(view: View, plan: PackPlan) -> tuple[bytes, WriteStats, list[Progress
 
 def _plans(repo: GeneratedRepo, view: View) -> dict[str, PackPlan]:
     tips = [oid_from_hex(v) for v in repo.refs.values()]
-    main = _rev(repo.path, "main")
+    main = rev_parse(repo.path, "main")
     count = int(run_git(["rev-list", "--count", "--first-parent", "main"], cwd=repo.path))
-    old = _rev(repo.path, f"main~{count // 2}")
+    old = rev_parse(repo.path, f"main~{count // 2}")
     return {
         "full-ofs": plan_fetch(view, tips),
         "full-ref": plan_fetch(view, tips, ofs_delta=False),

@@ -13,7 +13,6 @@ import dataclasses
 import itertools
 import os
 import random
-from pathlib import Path
 
 import pytest
 from pyroaring import BitMap
@@ -30,6 +29,13 @@ from enroute_core.state.model import LayerEntry
 from enroute_core.state.model import LayerKind as ManifestKind
 from enroute_core.storage.layer import Kind, LayerReader
 from enroute_testing.gitcli import run_git
+from enroute_testing.pushed import (
+    history_cuts,
+    push_layer,
+    rev_list_objects,
+    rev_parse,
+    three_pushes,
+)
 from enroute_testing.repogen import (
     GeneratedRepo,
     RepoSpec,
@@ -46,66 +52,6 @@ _TYPES = {b"commit": ObjectType.COMMIT, b"tree": ObjectType.TREE, b"blob": Objec
           b"tag": ObjectType.TAG}  # fmt: skip
 
 
-def rev_parse(repo: Path, rev: str) -> ObjectId:
-    return oid_from_hex(run_git(["rev-parse", rev], cwd=repo).strip())
-
-
-def rev_list_objects(repo: Path, *args: str) -> set[ObjectId]:
-    out = run_git(["rev-list", "--objects", *args], cwd=repo)
-    return {oid_from_hex(line.split(b" ", 1)[0]) for line in out.splitlines() if line}
-
-
-def push_layer(
-    repo: Path,
-    layers: list[tuple[LayerEntry, LayerReader]],
-    next_id: int,
-    *,
-    revs: list[str],
-    exclude: list[str],
-    tips: list[ObjectId],
-) -> tuple[LayerEntry, LayerReader]:
-    """Ingest one (thin) pack against a view of ``layers``; the range starts at ``next_id``."""
-    pack = pack_objects(repo, revs=revs, exclude=exclude, thin=bool(exclude))
-    result = ingest_pack(BytesSource(pack), tips, View(layers))
-    assert result.data is not None and result.sealed is not None
-    sealed = result.sealed
-    reader = LayerReader.open(BytesSource(result.data), meta_size=sealed.meta_size)
-    entry = LayerEntry(
-        kind=ManifestKind.INLINE,
-        first_id=next_id,
-        id_count=sealed.id_count,
-        object_count=sealed.object_count,
-        upload_gen=0,
-        file_size=sealed.file_size,
-        meta_size=sealed.meta_size,
-        root=sealed.root,
-        pin=LogIndex(len(layers) + 1),
-    )
-    return entry, reader
-
-
-def history_cuts(repo: Path) -> tuple[str, str]:
-    """Two points on main's first-parent line: about a third and two thirds of the way."""
-    count = int(run_git(["rev-list", "--count", "--first-parent", "main"], cwd=repo))
-    return f"main~{count * 2 // 3}", f"main~{count // 3}"
-
-
-def build_layers(repo: GeneratedRepo) -> list[tuple[LayerEntry, LayerReader]]:
-    first, second = history_cuts(repo.path)
-    a, b = rev_parse(repo.path, first), rev_parse(repo.path, second)
-    all_tips = [oid_from_hex(v) for v in repo.refs.values()]
-    steps = [([a.hex()], [], [a]), ([b.hex()], [a.hex()], [b]), (["--all"], [b.hex()], all_tips)]
-    layers: list[tuple[LayerEntry, LayerReader]] = []
-    next_id = 0
-    for revs, exclude, tips in steps:
-        entry, reader = push_layer(
-            repo.path, layers, next_id, revs=revs, exclude=exclude, tips=tips
-        )
-        layers.append((entry, reader))
-        next_id = entry.end_id
-    return layers
-
-
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> GeneratedRepo:
     return generate_repo(tmp_path_factory.mktemp("view") / "full.git", _SPEC)
@@ -113,7 +59,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> GeneratedRepo:
 
 @pytest.fixture(scope="module")
 def layers(repo: GeneratedRepo) -> list[tuple[LayerEntry, LayerReader]]:
-    return build_layers(repo)
+    return three_pushes(repo)
 
 
 @pytest.fixture(scope="module")

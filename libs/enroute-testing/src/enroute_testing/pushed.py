@@ -1,0 +1,83 @@
+"""Views of a generated repository pushed in parts, with ids as the state assigns them.
+
+Engine tests (view, serve) need layers that look like a repository's real life: the
+first part of main's history, then thin packs of the later parts ingested against a
+view of the earlier layers. This builds them through ``ingest_pack`` from packs of the
+real git CLI; the layers are inline, so nothing touches a store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from enroute_core.base.ids import LogIndex, ObjectId, oid_from_hex
+from enroute_core.engine.ingest import ingest_pack
+from enroute_core.engine.view import View
+from enroute_core.git.source import BytesSource
+from enroute_core.state.model import LayerEntry, LayerKind
+from enroute_core.storage.layer import LayerReader
+from enroute_testing.gitcli import run_git
+from enroute_testing.repogen import GeneratedRepo, pack_objects
+
+Layers = list[tuple[LayerEntry, LayerReader]]
+
+
+def rev_parse(repo: Path, rev: str) -> ObjectId:
+    return oid_from_hex(run_git(["rev-parse", rev], cwd=repo).strip())
+
+
+def rev_list_objects(repo: Path, *args: str) -> set[ObjectId]:
+    out = run_git(["rev-list", "--objects", *args], cwd=repo)
+    return {oid_from_hex(line.split(b" ", 1)[0]) for line in out.splitlines() if line}
+
+
+def history_cuts(repo: Path) -> tuple[str, str]:
+    """Two points on main's first-parent line: about a third and two thirds of the way."""
+    count = int(run_git(["rev-list", "--count", "--first-parent", "main"], cwd=repo))
+    return f"main~{count * 2 // 3}", f"main~{count // 3}"
+
+
+def push_layer(
+    repo: Path,
+    layers: Layers,
+    next_id: int,
+    *,
+    revs: list[str],
+    exclude: list[str],
+    tips: list[ObjectId],
+) -> tuple[LayerEntry, LayerReader]:
+    """Ingest one (thin) pack against a view of ``layers``; the range starts at ``next_id``."""
+    pack = pack_objects(repo, revs=revs, exclude=exclude, thin=bool(exclude))
+    result = ingest_pack(BytesSource(pack), tips, View(layers))
+    assert result.data is not None and result.sealed is not None
+    sealed = result.sealed
+    reader = LayerReader.open(BytesSource(result.data), meta_size=sealed.meta_size)
+    entry = LayerEntry(
+        kind=LayerKind.INLINE,
+        first_id=next_id,
+        id_count=sealed.id_count,
+        object_count=sealed.object_count,
+        upload_gen=0,
+        file_size=sealed.file_size,
+        meta_size=sealed.meta_size,
+        root=sealed.root,
+        pin=LogIndex(len(layers) + 1),
+    )
+    return entry, reader
+
+
+def three_pushes(repo: GeneratedRepo) -> Layers:
+    """Main up to the first cut; then, thin, up to the second; then every ref."""
+    first, second = history_cuts(repo.path)
+    a, b = rev_parse(repo.path, first), rev_parse(repo.path, second)
+    all_tips = [oid_from_hex(v) for v in repo.refs.values()]
+    steps = [([a.hex()], [], [a]), ([b.hex()], [a.hex()], [b]), (["--all"], [b.hex()], all_tips)]
+    layers: Layers = []
+    next_id = 0
+    for revs, exclude, tips in steps:
+        entry, reader = push_layer(
+            repo.path, layers, next_id, revs=revs, exclude=exclude, tips=tips
+        )
+        layers.append((entry, reader))
+        next_id = entry.end_id
+    return layers
