@@ -13,9 +13,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from enroute_compute.rpc.servicer import BODY_BYTES_PER_MESSAGE
 from enroute_core.base.ids import ZERO_OID, oid_from_hex
 from enroute_core.git.pktline import FLUSH_PKT
 from enroute_core.protocol.receive import PushCommand, PushRequest, encode_push_request
+from enroute_core.state import Commit, OutcomeCode, RefUpdate
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
 from enroute_testing.gitcli import run_git
 from enroute_testing.repogen import RepoSpec, generate_repo, list_refs
@@ -132,3 +134,31 @@ def test_stale_push_is_refused_with_ng(url: str, compute: object, tmp_path: Path
     assert list_refs(source.path)[branch] == source.refs[branch]
     remote = run_git(["ls-remote", f"{url}/stale.git"], cwd=tmp_path)
     assert branch in remote
+
+
+def test_a_large_advertisement_goes_out_in_bounded_messages(
+    url: str, compute: object, tmp_path: Path
+) -> None:
+    """12,000 tags with long names make a v0 advertisement of about 2 MB: it reaches
+    gitproto in messages of at most BODY_BYTES_PER_MESSAGE, and the git client lists
+    every ref. (Whole, one of about 40,000 refs was over gRPC's default 4 MiB.)"""
+    source = generate_repo(tmp_path / "source.git", RepoSpec(seed=5, commits=3, files=3))
+    run_git(["push", "--mirror", f"{url}/many.git"], cwd=source.path)
+    host = compute.host  # type: ignore[attr-defined]
+    incarnation = host._repos["many"].state.incarnation
+    tip = oid_from_hex(source.refs[b"refs/heads/main"])
+    names = [b"refs/tags/" + b"t" * 100 + b"-%05d" % i for i in range(12_000)]
+    command = Commit(incarnation, tuple(RefUpdate(n, None, tip) for n in names), None, 1, False)
+    proposed = compute.call(host.ledger.propose("many", incarnation, command))  # type: ignore[attr-defined]
+    assert proposed.change.outcome.code is OutcomeCode.OK
+    header = compute_pb2.GitRequestHeader(repo="many", service=compute_pb2.GIT_SERVICE_UPLOAD_PACK)
+    with grpc.insecure_channel(compute.address) as channel:  # type: ignore[attr-defined]
+        stub = compute_pb2_grpc.ComputeStub(channel)
+        bodies = [m.body for m in stub.InfoRefs(iter([compute_pb2.GitRequest(header=header)]))]
+    assert sum(map(len, bodies)) > BODY_BYTES_PER_MESSAGE
+    assert max(map(len, bodies)) <= BODY_BYTES_PER_MESSAGE
+    for version in ("0", "2"):
+        argv = ["-c", f"protocol.version={version}", "ls-remote", f"{url}/many.git"]
+        listed = run_git(argv, cwd=tmp_path)
+        refs = {line.split(b"\t")[1] for line in listed.splitlines()}
+        assert {r for r in refs if not r.endswith(b"^{}")} == {b"HEAD", *source.refs, *names}

@@ -39,6 +39,9 @@ from enroute_proto.request_id import find_request_id
 REQUEST_BODY_BYTES_MAX = 64 * MiB
 """Largest upload-pack request body (wants and haves), after decompression."""
 REFS_PER_MESSAGE = 1000
+BODY_BYTES_PER_MESSAGE = 1 * MiB
+"""Largest body of one GitResponse: an advertisement is built whole (one chunk), and one
+of a repository with many refs goes out in pieces, far below the message bound."""
 LIST_LIMIT_DEFAULT = 100
 LIST_LIMIT_MAX = 1000
 
@@ -153,7 +156,9 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
                     yield compute_pb2.GitResponse(
                         header=compute_pb2.GitResponseHeader(content_type=content_type)
                     )
-                yield compute_pb2.GitResponse(body=chunk)
+                for start in range(0, len(chunk), BODY_BYTES_PER_MESSAGE):
+                    piece = chunk[start : start + BODY_BYTES_PER_MESSAGE]
+                    yield compute_pb2.GitResponse(body=piece)
         except EnrouteError as exc:
             await _abort(context, exc)
         if not started:
