@@ -46,7 +46,7 @@ from enroute_gitproto.responses import (
     send_json_error,
     send_text_error,
 )
-from enroute_gitproto.routing import ComputePool
+from enroute_gitproto.routing import FAILOVER_WAIT_S, ComputePool
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class GitprotoApp:
         node_id: str = "",
         limits: GitHttpLimits | None = None,
         transport: TransportLimits | None = None,
-        failover_wait_s: float = 3.0,
+        failover_wait_s: float = FAILOVER_WAIT_S,
     ) -> None:
         self.metrics = Metrics()
         self.transport = transport or TransportLimits()

@@ -38,6 +38,10 @@ def rendezvous_order(key: str, members: Sequence[str]) -> list[str]:
     return sorted(members, key=lambda member: (-rendezvous_weight(member, key), member))
 
 
+FAILOVER_WAIT_S = 3.0
+"""Default of ``compute.failover_wait``: see :meth:`ComputePool.call`."""
+
+
 class ComputePool:
     """One gRPC channel per compute member, created lazily inside the serving event loop."""
 
@@ -45,7 +49,7 @@ class ComputePool:
         self,
         members: Sequence[str],
         retire_grace_s: float = 60.0,
-        ready_wait_s: float = 3.0,
+        ready_wait_s: float = FAILOVER_WAIT_S,
         *,
         message_bytes_max: int = DEFAULT_LIMITS.rpc_message_bytes_max,
     ) -> None:
