@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +34,9 @@ READY_TIMEOUT_S = 120.0
 NEW_COMMITS = 20
 LS_REMOTES = 100
 CONCURRENT_CLONES = 8
+SHORT_RUNS_FACTOR = 3
+"""The depth-1 clone (about 0.1 s) runs this many times as often as the rest."""
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 SECTIONS = ("push", "clone-v2", "clone-v0", "blobless", "depth1", "incremental", "ls-remote",
             "concurrent")  # fmt: skip
 
@@ -69,6 +74,22 @@ def _children(pid: int) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         found += [int(c) for c in (task / "children").read_text().split()]
     return found
+
+
+def _cpu_s(pid: int, *, reaped: bool = False) -> float:
+    """utime + stime of ``pid``; with ``reaped``, also of the children it waited for."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(f[11]) + int(f[12]) + (int(f[13]) + int(f[14]) if reaped else 0)
+    return ticks / CLK_TCK
+
+
+def _server_cpu_s(s: Server) -> float:
+    """CPU of a server so far: enroute's dev process and its roles, or the bridge with
+    the CGI processes it has waited for."""
+    pid = s.proc.pid
+    if s.name == "git":
+        return _cpu_s(pid, reaped=True)
+    return sum(_cpu_s(p) for p in [pid, *_children(pid)])
 
 
 def _hwm_kib(pid: int) -> int:
@@ -195,6 +216,7 @@ def run(
         ),
     ]
     rows: list[str] = []
+    notes: list[str] = []
     try:
         push_refs = ["refs/heads/*:refs/heads/*", "refs/tags/*:refs/tags/*"]
 
@@ -227,7 +249,9 @@ def run(
                 shutil.rmtree(dest)
                 return took
 
-            rows.append(_row(label, bench.paired(servers, clone)))
+            # a depth-1 clone takes about 0.1 s, near the noise of one run: more runs
+            more = runs * SHORT_RUNS_FACTOR if section == "depth1" else None
+            rows.append(_row(label, bench.paired(servers, clone, more)))
 
         if "incremental" in only:
             # Incremental push and fetch: one local repository gains 20 commits per run;
@@ -280,11 +304,19 @@ def run(
                 _row(f"{LS_REMOTES} sequential `git ls-remote`", bench.paired(servers, ls_remotes))
             )
 
+        cpu: dict[str, list[tuple[float, float]]] = {s.name: [] for s in servers}
+
         def concurrent(s: Server) -> float:
+            server0 = _server_cpu_s(s)
+            kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             start = time.perf_counter()
             with ThreadPoolExecutor(CONCURRENT_CLONES) as pool:
                 list(pool.map(lambda _: bench.clone(s, "main"), range(CONCURRENT_CLONES)))
-            return time.perf_counter() - start
+            took = time.perf_counter() - start
+            kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            clients = kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime
+            cpu[s.name].append((_server_cpu_s(s) - server0, clients))
+            return took
 
         if "concurrent" in only:
             rows.append(
@@ -292,6 +324,18 @@ def run(
                     f"{CONCURRENT_CLONES} concurrent full clones (wall)",
                     bench.paired(servers, concurrent),
                 )
+            )
+
+            def med(name: str, i: int) -> float:
+                return statistics.median(x[i] for x in cpu[name])
+
+            notes.append(
+                f"CPU per round of {CONCURRENT_CLONES} concurrent clones, median: the server "
+                f"{med('enroute', 0):.2f} s for enroute (its three roles) and "
+                f"{med('git', 0):.2f} s for `git http-backend` (the bridge and its CGI "
+                f"processes); the git clients {med('enroute', 1):.2f} s and "
+                f"{med('git', 1):.2f} s. On {os.cpu_count()} cores the clients' own work is "
+                "most of the wall time."
             )
         pids = [servers[0].proc.pid, *_children(servers[0].proc.pid)]
         enroute_kib = sum(_hwm_kib(p) for p in pids)
@@ -311,7 +355,8 @@ def run(
         "Enroute: `enroute dev` (ledger, compute, "
         "gitproto on loopback, file:// store). Reference: `git http-backend` behind the "
         "threaded CGI bridge `bench/http_backend.py` (one CGI process per request). "
-        f"{runs} runs each, alternating servers; wall seconds of the git client.",
+        f"{runs} runs each ({runs * SHORT_RUNS_FACTOR} of the depth-1 clone, which takes "
+        "about 0.1 s), alternating servers; wall seconds of the git client.",
         "",
         "| measurement | enroute s min / median / max | git http-backend s min / median / max"
         " | ratio of medians | paired ratio min / median / max |",
@@ -324,6 +369,7 @@ def run(
         "over one `git http-backend` process tree with its upload-pack / receive-pack and "
         "pack-objects, sampled every 20 ms).",
         "",
+        *(line for note in notes for line in (note, "")),
         "Targets (ratio enroute/git): clones at most 1.0x, initial push at most 1.5x, "
         "ls-remote at most 1.0x.",
         "",
