@@ -40,6 +40,7 @@ from enroute_core.state.names import layers_prefix, state_key, trash_key
 from enroute_core.storage.layer import Kind, LayerEntry, LayerReader, write_layer
 from enroute_core.storage.maintenance import TrashMarker, list_layer_files
 from enroute_core.storage.objectstore import ObjectStore, StoreOptions, open_store
+from enroute_testing.pushed import inline_entry
 
 REPO = "team/app"
 T0 = 1_700_000_000_000_000
@@ -198,10 +199,7 @@ def blob_layer(bodies: list[bytes]) -> tuple[bytes, ManifestEntry, LayerReader]:
     ]
     data, sealed = write_layer(entries)
     reader = LayerReader.open(BytesSource(data), meta_size=sealed.meta_size)
-    return data, ManifestEntry(
-        ManifestKind.INLINE, 0, sealed.id_count, sealed.object_count, 0,
-        sealed.file_size, sealed.meta_size, sealed.root, LogIndex(1),
-    ), reader  # fmt: skip
+    return data, inline_entry(sealed, 0, 1), reader
 
 
 def test_flush_from_plan_to_replace_layers() -> None:

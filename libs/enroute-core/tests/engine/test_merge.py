@@ -38,6 +38,7 @@ from enroute_core.state.model import LayerEntry as ManifestEntry
 from enroute_core.state.model import LayerKind as ManifestKind
 from enroute_core.storage.layer import CommitInfo, Kind, LayerEntry, LayerReader, write_layer
 from enroute_testing.gitcli import run_git
+from enroute_testing.pushed import inline_entry
 
 Layer = tuple[ManifestEntry, LayerReader]
 REF_DELTA = 7
@@ -65,17 +66,7 @@ class History:
         data, sealed = write_layer(push.entries, push.commits)
         reader = LayerReader.open(BytesSource(data), meta_size=sealed.meta_size)
         self.pin += 1
-        entry = ManifestEntry(
-            kind=ManifestKind.INLINE,
-            first_id=self.next_id,
-            id_count=sealed.id_count,
-            object_count=sealed.object_count,
-            upload_gen=0,
-            file_size=sealed.file_size,
-            meta_size=sealed.meta_size,
-            root=sealed.root,
-            pin=LogIndex(self.pin),
-        )
+        entry = inline_entry(sealed, self.next_id, self.pin)
         self.layers.append((entry, reader))
         self.next_id = entry.end_id
 

@@ -16,6 +16,7 @@ from enroute_core.engine.view import View
 from enroute_core.git.source import BytesSource
 from enroute_core.state.model import LayerEntry, LayerKind
 from enroute_core.storage.layer import LayerReader
+from enroute_core.storage.layer.writer import SealedLayer
 from enroute_testing.gitcli import run_git
 from enroute_testing.repogen import GeneratedRepo, pack_objects
 
@@ -37,6 +38,22 @@ def history_cuts(repo: Path) -> tuple[str, str]:
     return f"main~{count * 2 // 3}", f"main~{count // 3}"
 
 
+def inline_entry(sealed: SealedLayer, first_id: int, pin: int) -> LayerEntry:
+    """The manifest entry of ``sealed`` as an inline layer whose ids start at ``first_id``,
+    pinned at log index ``pin``."""
+    return LayerEntry(
+        kind=LayerKind.INLINE,
+        first_id=first_id,
+        id_count=sealed.id_count,
+        object_count=sealed.object_count,
+        upload_gen=0,
+        file_size=sealed.file_size,
+        meta_size=sealed.meta_size,
+        root=sealed.root,
+        pin=LogIndex(pin),
+    )
+
+
 def push_layer(
     repo: Path,
     layers: Layers,
@@ -52,18 +69,7 @@ def push_layer(
     assert result.data is not None and result.sealed is not None
     sealed = result.sealed
     reader = LayerReader.open(BytesSource(result.data), meta_size=sealed.meta_size)
-    entry = LayerEntry(
-        kind=LayerKind.INLINE,
-        first_id=next_id,
-        id_count=sealed.id_count,
-        object_count=sealed.object_count,
-        upload_gen=0,
-        file_size=sealed.file_size,
-        meta_size=sealed.meta_size,
-        root=sealed.root,
-        pin=LogIndex(len(layers) + 1),
-    )
-    return entry, reader
+    return inline_entry(sealed, next_id, len(layers) + 1), reader
 
 
 def three_pushes(repo: GeneratedRepo) -> Layers:
