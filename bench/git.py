@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.report import ROOT, Series, fmt3, write_section
+from bench.report import CLK_TCK, ROOT, Series, cpu_ticks, fmt3, write_section
 from enroute_testing.gitcli import git_env
 from enroute_testing.repogen import RepoSpec, generate_repo
 
@@ -36,7 +36,6 @@ LS_REMOTES = 100
 CONCURRENT_CLONES = 8
 SHORT_RUNS_FACTOR = 3
 """The depth-1 clone (about 0.1 s) runs this many times as often as the rest."""
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 SECTIONS = ("push", "clone-v2", "clone-v0", "blobless", "depth1", "incremental", "ls-remote",
             "concurrent")  # fmt: skip
 
@@ -76,20 +75,13 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _cpu_s(pid: int, *, reaped: bool = False) -> float:
-    """utime + stime of ``pid``; with ``reaped``, also of the children it waited for."""
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = int(f[11]) + int(f[12]) + (int(f[13]) + int(f[14]) if reaped else 0)
-    return ticks / CLK_TCK
-
-
 def _server_cpu_s(s: Server) -> float:
     """CPU of a server so far: enroute's dev process and its roles, or the bridge with
     the CGI processes it has waited for."""
     pid = s.proc.pid
     if s.name == "git":
-        return _cpu_s(pid, reaped=True)
-    return sum(_cpu_s(p) for p in [pid, *_children(pid)])
+        return cpu_ticks(pid, reaped=True) / CLK_TCK
+    return sum(cpu_ticks(p) for p in [pid, *_children(pid)]) / CLK_TCK
 
 
 def _hwm_kib(pid: int) -> int:

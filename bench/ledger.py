@@ -43,7 +43,7 @@ from typing import Any
 
 import grpc
 
-from bench.report import write_section
+from bench.report import CLK_TCK, cpu_ticks, write_section
 from enroute_core.base.ids import ObjectId
 from enroute_core.state import Commit, OutcomeCode, RefUpdate, decode_change, encode_command
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
@@ -58,7 +58,6 @@ ACTIVATE_TIMEOUT_S = 10.0
 GROUPS_BUDGET_S = 120.0
 IDLE_CPU_WINDOW_S = 10.0
 QUIET_S = 5.0
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def oid(n: int) -> ObjectId:
@@ -209,11 +208,6 @@ def row(title: str, r: Result, lanes: int) -> str:
         f"{pct(r.latencies_s, 0.5) * 1e3:.1f} | {pct(r.latencies_s, 0.99) * 1e3:.1f} | "
         f"{r.refused} |"
     )
-
-
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
 
 
 def rss_kib(pid: int) -> int:

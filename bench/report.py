@@ -25,6 +25,16 @@ ROOT = Path(__file__).resolve().parent.parent
 REPORT = Path(os.environ.get("ENROUTE_BENCH_REPORT") or ROOT / "docs" / "benchmarks.md")
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ticks(pid: int, *, reaped: bool = False) -> int:
+    """utime + stime of ``pid`` in clock ticks (/proc/PID/stat); with ``reaped``, also
+    those of the children it has waited for (cutime + cstime)."""
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12]) + (int(f[13]) + int(f[14]) if reaped else 0)
+
+
 @dataclass(frozen=True)
 class Series:
     """Seconds (or another unit) of repeated runs of one measurement."""
