@@ -15,6 +15,7 @@ from enroute_core.state import (
     Commit,
     OutcomeCode,
     RefUpdate,
+    RepoState,
     decode_change,
     decode_state,
     encode_command,
@@ -47,13 +48,28 @@ def leader_of(p: LedgerProc, repo: str) -> int | None:
     return None
 
 
-def current_main(p: LedgerProc, repo: str) -> tuple[ObjectId | None, int]:
-    p.ledger.Barrier(ledger_pb2.BarrierRequest(repo=repo), timeout=3)
-    call = p.ledger.Subscribe(ledger_pb2.SubscribeRequest(repo=repo), timeout=3)
+def subscribed(p: LedgerProc, repo: str, timeout_s: float = 3.0) -> tuple[RepoState, int]:
+    """The state a new subscriber starts from, after a barrier, and the bytes of the
+    inline layers sent before it."""
+    p.ledger.Barrier(ledger_pb2.BarrierRequest(repo=repo), timeout=timeout_s)
+    call = p.ledger.Subscribe(ledger_pb2.SubscribeRequest(repo=repo), timeout=timeout_s)
+    inline = 0
+    data = b""
     try:
-        st = decode_state(next(call).snapshot.data)
+        for ev in call:
+            if ev.HasField("inline_layer"):
+                inline += len(ev.inline_layer.data)
+                continue
+            data += ev.snapshot.data
+            if ev.snapshot.last:
+                break
     finally:
         call.cancel()
+    return decode_state(data), inline
+
+
+def current_main(p: LedgerProc, repo: str) -> tuple[ObjectId | None, int]:
+    st, _ = subscribed(p, repo)
     v = st.refs.get(MAIN)
     return (None if v is None else v.oid), st.version
 

@@ -15,7 +15,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import MiB
 from enroute_core.state import (
     Commit,
@@ -24,7 +23,6 @@ from enroute_core.state import (
     OutcomeCode,
     RefUpdate,
     decode_change,
-    decode_state,
     encode_command,
 )
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
@@ -35,7 +33,7 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 from conftest import LedgerProc  # noqa: E402
-from test_ledger_cluster import MAIN, leader_of, oid  # noqa: E402
+from test_ledger_cluster import MAIN, leader_of, oid, subscribed  # noqa: E402
 
 GROUPS = 48
 ENTRY_BYTES = 1_000_000
@@ -51,26 +49,6 @@ def commit_with_layer(incarnation: int, old: int | None, new: int, size: int) ->
     return encode_command(
         Commit(incarnation, (RefUpdate(MAIN, before, oid(new)),), layer, new, True)
     )
-
-
-def subscribed_main(node: LedgerProc, repo: str) -> tuple[ObjectId | None, int]:
-    """Main and the inline layers' total size, as a new subscriber receives them."""
-    node.ledger.Barrier(ledger_pb2.BarrierRequest(repo=repo), timeout=5)
-    call = node.ledger.Subscribe(ledger_pb2.SubscribeRequest(repo=repo), timeout=10)
-    inline = 0
-    data = b""
-    try:
-        for ev in call:
-            if ev.HasField("inline_layer"):
-                inline += len(ev.inline_layer.data)
-                continue
-            data += ev.snapshot.data
-            if ev.snapshot.last:
-                break
-    finally:
-        call.cancel()
-    value = decode_state(data).refs.get(MAIN)
-    return (None if value is None else value.oid), inline
 
 
 def test_concurrent_large_entries_commit_on_three_voters(
@@ -116,7 +94,11 @@ def test_concurrent_large_entries_commit_on_three_voters(
     # every voter applies it, and a subscriber receives its layer in one message
     for node in nodes:
         deadline = time.monotonic() + 20
-        while (got := subscribed_main(node, repo))[0] != oid(1000):
+        while True:
+            state, inline = subscribed(node, repo, 10.0)
+            main = state.refs.get(MAIN)
+            if main is not None and main.oid == oid(1000):
+                break
             assert time.monotonic() < deadline, f"node {node.http_addr} did not apply it"
             time.sleep(0.1)
-        assert got[1] == ENTRY_BYTES + BIG_BYTES
+        assert inline == ENTRY_BYTES + BIG_BYTES
