@@ -105,12 +105,15 @@ def make_push(
     """A push ingested against the first ``snapshot`` layers: it may store again objects
     that layers after the snapshot hold (concurrent pushes), as ingest cannot know."""
     visible: dict[bytes, bytes] = {}
+    trees: set[bytes] = set()
     tips: list[ObjectId] = []
     for _, reader in h.layers[:snapshot]:
         for local in range(reader.object_count):
             oid = reader.record(local).oid
             if reader.kind_of(local) == Kind.BLOB:
                 visible.setdefault(oid, h.bodies[oid])
+            elif reader.kind_of(local) == Kind.TREE:
+                trees.add(oid)
             elif reader.kind_of(local) == Kind.COMMIT:
                 tips.append(oid)
     push = Push()
@@ -144,8 +147,10 @@ def make_push(
     h.bodies[t.oid] = tree_body(names)
     h.bodies[c.oid] = commit_body(t.oid, parents, n)
     h.depths[t.oid] = h.depths[c.oid] = 0
-    push.entries = [c, t, *blobs]
-    segment = (c.oid, t.oid, *(e.oid for e in blobs))
+    # Ingest drops what the snapshot has: a tree equal to a visible one is not stored again.
+    new_tree = [] if t.oid in trees else [t]
+    push.entries = [c, *new_tree, *blobs]
+    segment = (c.oid, *(e.oid for e in new_tree), *(e.oid for e in blobs))
     push.commits = [CommitInfo(c.oid, t.oid, tuple(parents), 1_700_000_000 + n, segment)]
     return push
 
