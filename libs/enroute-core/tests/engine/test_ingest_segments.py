@@ -1,11 +1,11 @@
 """Ingest's segment diff equals :func:`commit_segment` (DESIGN "Layers": segments).
 
-Ingest diffs trees parsed by one regular expression into (mode, name NUL oid)
-pairs (docs/ingest.md, "Speed"); :mod:`enroute_core.engine.segments` is the
-reference. Checked: every commit of a generated repository (real git), trees
-with the modes old tools wrote (``040000``, ``100664``) and gitlinks, and a
-corruption test proving the fast parser accepts exactly what ``Tree.parse``
-accepts and raises only its typed errors. Randomised: prints its seed,
+Ingest diffs raw tree bodies in compiled code (``enroute_native.segment_diff``,
+docs/native.md); :mod:`enroute_core.engine.segments` is the reference. Checked:
+every commit of a generated repository (real git), trees with the modes old
+tools wrote (``040000``, ``100664``) and gitlinks, and corruption tests proving
+the compiled parser accepts exactly what ``Tree.parse`` accepts, reads the same
+entries, and raises only its typed errors. Randomised: prints its seed,
 replays with ``ENROUTE_SEED=``.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -34,26 +35,43 @@ def seed() -> int:
     return value
 
 
+Seen = list[tuple[ObjectId, bool, ObjectId]]
+
+
 def _both(
-    bodies: dict[ObjectId, bytes], commit: ObjectId, tree: ObjectId, parents: list[ObjectId]
-) -> tuple[list[tuple[ObjectId, bool, ObjectId]], list[tuple[ObjectId, bool, ObjectId]]]:
-    seen_ref: list[tuple[ObjectId, bool, ObjectId]] = []
-    seen_fast: list[tuple[ObjectId, bool, ObjectId]] = []
-    ref = commit_segment(
-        commit,
-        tree,
-        parents,
-        lambda t: Tree.parse(bodies[t]).entries,
-        lambda o, is_tree, via: seen_ref.append((o, is_tree, via)),
-    )
-    fast = ingest._segment(
-        commit,
-        tree,
-        parents,
-        lambda t: ingest._parse_tree(bodies[t], DEFAULT_LIMITS),
-        lambda o, is_tree, via: seen_fast.append((o, is_tree, via)),
-    )
+    bodies: dict[ObjectId, bytes],
+    commit: ObjectId,
+    tree: ObjectId,
+    parents: list[ObjectId],
+    limits: Limits = DEFAULT_LIMITS,
+) -> tuple[Seen, Seen]:
+    """Both diffs; either both raise a typed error (then two empty lists) or both agree."""
+    seen_ref: Seen = []
+    seen_fast: Seen = []
+    try:
+        ref: list[ObjectId] | None = commit_segment(
+            commit,
+            tree,
+            parents,
+            lambda t: Tree.parse(bodies[t], limits=limits).entries,
+            lambda o, is_tree, via: seen_ref.append((o, is_tree, via)),
+        )
+    except EnrouteError:
+        ref = None
+    try:
+        fast: list[ObjectId] | None = ingest._segment(
+            commit,
+            tree,
+            parents,
+            bodies.__getitem__,
+            lambda o, is_tree, via: seen_fast.append((o, is_tree, via)),
+            limits=limits,
+        )
+    except EnrouteError:
+        fast = None
     assert fast == ref
+    if ref is None:
+        return [], []
     return seen_ref, seen_fast
 
 
@@ -108,36 +126,66 @@ def test_unusual_modes_and_gitlinks_go_through_tree_parse(seed: int) -> None:
     assert {o for o, _, _ in seen_fast} == {new[0], sub_new[0], blob, sub_blob}
 
 
-def test_fast_parse_accepts_what_tree_parse_accepts(seed: int) -> None:
-    """Flip bytes and cut prefixes of good trees: same verdict, only typed errors."""
+def test_compiled_parse_accepts_what_tree_parse_accepts(seed: int) -> None:
+    """Flip bytes of and cut good trees: the same verdict and the same entries, only
+    typed errors. Diffed against the good tree (names and oids must match to be
+    skipped) and against nothing (every entry visited)."""
     rng = random.Random(seed)
     good = Tree.build(
         [TreeEntry(0o100644, b"file %d" % i, ObjectId(rng.randbytes(20))) for i in range(5)]
         + [TreeEntry(0o040000, b"dir", ObjectId(rng.randbytes(20)))]
+        + [TreeEntry(MODE_GITLINK, b"sub", ObjectId(rng.randbytes(20)))]
     ).serialize()
     cases = [good[:n] for n in range(len(good) + 1)]
-    for _ in range(300):
+    for _ in range(400):
         body = bytearray(good)
-        body[rng.randrange(len(body))] = rng.choice(b" \x000479a")
+        for _ in range(rng.randint(1, 3)):
+            body[rng.randrange(len(body))] = rng.choice(b" \x000146a/")
         cases.append(bytes(body))
+    cases += [rng.randbytes(rng.randrange(200)) for _ in range(100)]
+    old, new, commit = (ObjectId(rng.randbytes(20)) for _ in range(3))
     for body in cases:
-        try:
-            expected = [(e.name, e.oid, e.is_tree, e.mode == MODE_GITLINK) for e in
-                        Tree.parse(body).entries]  # fmt: skip
-        except EnrouteError:
-            expected = None
-        try:
-            parsed = ingest._parse_tree(body, DEFAULT_LIMITS)
-            got = [
-                (key[:-21], key[-20:], mode == b"40000", mode == b"160000")
-                for mode, key in parsed.entries
-            ]
-        except EnrouteError:
-            got = None
-        assert got == expected, body
+        bodies = defaultdict(bytes, {old: good, new: body})  # any subtree: empty
+        for parents in ([old], []):
+            seen_ref, seen_fast = _both(bodies, commit, new, parents)
+            assert seen_fast == seen_ref, body
 
 
-def test_fast_parse_keeps_the_entry_limit() -> None:
-    body = Tree.build([TreeEntry(0o100644, b"f%d" % i, ObjectId(bytes(20))) for i in range(5)])
+def test_compiled_parse_keeps_the_entry_limit() -> None:
+    body = Tree.build(
+        [TreeEntry(0o100644, b"f%d" % i, ObjectId(bytes([i]) * 20)) for i in range(5)]
+    )
+    tree, commit = ObjectId(b"t" * 20), ObjectId(b"c" * 20)
+    bodies = {tree: body.serialize()}
     with pytest.raises(EnrouteError):
-        ingest._parse_tree(body.serialize(), Limits(tree_entries_max=4))
+        ingest._segment(
+            commit, tree, [], bodies.__getitem__, lambda *a: None, limits=Limits(tree_entries_max=4)
+        )
+    assert len(_both(bodies, commit, tree, [], Limits(tree_entries_max=5))[1]) == 6
+
+
+def test_compiled_diff_keeps_the_depth_limit() -> None:
+    """A chain of trees nested over ``tree_depth_max`` raises the typed limit error."""
+    bodies: dict[ObjectId, bytes] = {}
+    leaf = Tree(()).serialize()
+    below = ObjectId(bytes(19) + b"\x01")
+    bodies[below] = leaf
+    for depth in range(6):
+        body = Tree((TreeEntry(0o040000, b"d", below),)).serialize()
+        below = ObjectId(bytes(19) + bytes([depth + 2]))
+        bodies[below] = body
+    commit = ObjectId(b"c" * 20)
+    seen: Seen = []
+    members = ingest._segment(
+        commit,
+        below,
+        [],
+        bodies.__getitem__,
+        lambda *a: seen.append(a),
+        limits=Limits(tree_depth_max=6),
+    )
+    assert len(members) == 8 and len(seen) == 7
+    with pytest.raises(EnrouteError, match="tree_depth_max"):
+        ingest._segment(
+            commit, below, [], bodies.__getitem__, lambda *a: None, limits=Limits(tree_depth_max=5)
+        )

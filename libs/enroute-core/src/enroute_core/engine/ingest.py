@@ -37,26 +37,28 @@ to the snapshot it was ingested against); DESIGN "Layers" (segments).
 Memory held (seed 004, "Pages and memory": "a 128 MiB cache per concurrent
 ingest"; docs/ingest.md): one cache budget, ``Limits.ingest_body_cache_bytes_max``,
 split in eighths: 3 for the indexer's delta bases (``pack_base_cache_bytes_max``
-is capped to it), 3 for the body cache, 2 for the parsed trees of the segment
-diff. Beside it, about 1 KiB per pack object (the indexer's per-entry words, a
-dict entry per pack oid, one order slot and context per stored object, the
-segments, the layer writer's table) and the headers of the pack's commits and
-tags. Bodies are never all held: a body needed again is rebuilt from the pack or
+is capped to it), 5 for the body cache less the tree fsck memo (1/64). Beside
+it, about 1 KiB per pack object (the indexer's per-entry words, a dict entry
+per pack oid, one order slot and context per stored object, the segments, the
+layer writer's table) and the headers of the pack's commits and tags. Bodies
+are never all held: a body needed again is rebuilt from the pack or
 read from the snapshot. Nothing holds the pack or the layer: ``source`` may be
 a file (a push's spool) and ``sink`` a file (the push's layer builder).
 
 Segments are found as :func:`~enroute_core.engine.segments.commit_segment`
-finds them (same members, same order; a test compares the two), over trees
-parsed once into (mode, name NUL oid) pairs by one regular expression, so that
-"a parent has the same oid at this path" is a set lookup.
+finds them (same members, same order; a test compares the two), by compiled
+code over raw tree bodies (``enroute_native.segment_diff``, docs/native.md): a
+push pays no Python object per tree entry, only one per member.
 """
 
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
+
+from enroute_native.segment_diff import segment
 
 from enroute_core.base.errors import (
     InvalidArgument,
@@ -65,9 +67,10 @@ from enroute_core.base.errors import (
     LimitExceeded,
     MissingObject,
 )
-from enroute_core.base.ids import OID_BYTES, ObjectId, oid_to_hex
+from enroute_core.base.ids import ObjectId, oid_to_hex
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
 from enroute_core.engine.bodies import BodyCache, ObjectBodies
+from enroute_core.engine.segments import Visit
 from enroute_core.engine.snapshot import SnapshotObjects
 from enroute_core.git.commit import Commit
 from enroute_core.git.fsck import (
@@ -109,12 +112,11 @@ LayerSink = Callable[[bytes], object]
 
 # Seed 004, "Pages and memory": one cache per concurrent ingest
 # (``Limits.ingest_body_cache_bytes_max``, 128 MiB), shared in eighths by the
-# indexer's delta bases, the body cache and the parsed trees of the segment diff.
+# indexer's delta bases and the body cache (tree bodies for the segment diff among them).
 _CACHE_SHARES = 8
 _BASE_SHARE = 3
-_BODY_SHARE = 3
-_PARSED_SHARE = 2
-# Out of the parsed share: the fsck memo of tree names and modes (fsck.TreeCheckMemo).
+_BODY_SHARE = 5
+# Out of the body share: the fsck memo of tree names and modes (fsck.TreeCheckMemo).
 _MEMO_DIVISOR = 64
 
 
@@ -264,7 +266,7 @@ def ingest_pack(
     """
     _check_pack_bounds(source, limits)
     share = limits.ingest_body_cache_bytes_max // _CACHE_SHARES
-    cache = BodyCache(share * _BODY_SHARE)
+    cache = BodyCache(share * _BODY_SHARE - _memo_bytes(limits))
     headers = _Headers(cache, limits, fsck)
     indexed = _index(source, snapshot, headers, limits)
     by_oid = _first_copies(indexed.objects)
@@ -418,7 +420,6 @@ class _Walk:
         self.loose: list[tuple[ObjectId, ObjectId | None]] = []  # new trees/blobs named by refs
         self.members = 0
         self._snapshot_trees: dict[ObjectId, ObjectId] = {}
-        self.trees = _TreeReader(bodies, limits)
 
     # classification
 
@@ -505,12 +506,7 @@ class _Walk:
         self.place(commit, self.context.get(commit))
         parent_trees = [self._tree_of(p) for p in head.parents]
         members = _segment(
-            commit,
-            head.tree,
-            parent_trees,
-            self.trees.get,
-            self._visit,
-            depth_max=self.limits.tree_depth_max,
+            commit, head.tree, parent_trees, self.bodies.tree, self._visit, limits=self.limits
         )
         self.members += len(members)
         members_max = self.limits.ingest_segment_members_max
@@ -566,16 +562,15 @@ class _Walk:
             stack = [(oid, 0)]
             while stack:
                 tree, depth = stack.pop()
-                for mode, key in self.trees.get(tree).entries:
-                    flag = _FLAG_OF_MODE[mode]
-                    entry_oid = ObjectId(key[-OID_BYTES:])
-                    if flag == _GITLINK or entry_oid in self.placed:
+                for entry in Tree.parse(self.bodies.tree(tree), limits=self.limits).entries:
+                    entry_oid = entry.oid
+                    if entry.mode == MODE_GITLINK or entry_oid in self.placed:
                         continue
                     if self.is_new(entry_oid, tree):
-                        want = ObjectType.TREE if flag == _TREE else ObjectType.BLOB
+                        want = ObjectType.TREE if entry.is_tree else ObjectType.BLOB
                         self._expect(entry_oid, want, tree)
                         self.place(entry_oid, tree)
-                        if flag == _TREE:
+                        if entry.is_tree:
                             _check_depth(depth + 1, entry_oid, self.limits.tree_depth_max)
                             stack.append((entry_oid, depth + 1))
         targets = self.headers.tags
@@ -657,164 +652,51 @@ def _unstored(by_oid: dict[ObjectId, int], walk: _Walk) -> tuple[int, int]:
     return dedup, dropped
 
 
-# -- the segment diff over parsed trees ---------------------------------------------------------
-
-_BLOB, _TREE, _GITLINK = 0, 1, 2
-_FLAG_OF_MODE = {
-    b"40000": _TREE,
-    b"100644": _BLOB,
-    b"100755": _BLOB,
-    b"120000": _BLOB,
-    b"100664": _BLOB,
-    b"160000": _GITLINK,
-}
-"""Modes as git writes them; a tree with any other mode goes through ``Tree.parse``."""
-_TREE_ENTRY = re.compile(rb"(40000|100644|100755|120000|100664|160000) ([^\0]+\0.{20})", re.DOTALL)
-_PARSED_BYTES_PER_BODY_BYTE = 8  # a parsed entry (tuple, two bytes objects) over its raw bytes
-
-
-class _ParsedTree:
-    """A tree as (mode, name NUL oid) pairs: one key says "this name has this object".
-
-    Rule 2 of :mod:`~enroute_core.engine.segments` (skip an entry a parent has at
-    the same path with the same object id) becomes one set lookup per entry.
-    """
-
-    __slots__ = ("_subtrees", "entries", "keys")
-
-    def __init__(self, entries: list[tuple[bytes, bytes]], keys: set[bytes] | None = None) -> None:
-        self.entries = entries
-        self.keys = {key for _, key in entries} if keys is None else keys
-        self._subtrees: dict[bytes, ObjectId] | None = None
-
-    def subtrees(self) -> dict[bytes, ObjectId]:
-        """Name to object id of the entries that are trees (the last one of a repeated name)."""
-        found = self._subtrees
-        if found is None:
-            found = {
-                key[: -OID_BYTES - 1]: ObjectId(key[-OID_BYTES:])
-                for mode, key in self.entries
-                if mode == b"40000"
-            }
-            self._subtrees = found
-        return found
-
-
-def _parse_tree(body: bytes, limits: Limits) -> _ParsedTree:
-    """Entries of a tree body; anything unusual is left to ``Tree.parse`` and its errors."""
-    entries: list[tuple[bytes, bytes]] = _TREE_ENTRY.findall(body)
-    if not entries:
-        if not body:
-            return _ParsedTree(entries)
-    elif len(entries) <= limits.tree_entries_max:
-        modes, keys = zip(*entries, strict=True)
-        # The matches are the whole body, one after the other, when their bytes add up
-        # to it: a skipped byte would be missing (matches never overlap).
-        if sum(map(len, modes)) + sum(map(len, keys)) + len(entries) == len(body):
-            return _ParsedTree(entries, set(keys))
-    return _ParsedTree(
-        [(_mode_token(e), e.name + b"\0" + e.oid) for e in Tree.parse(body, limits=limits).entries]
-    )
-
-
-def _mode_token(entry: TreeEntry) -> bytes:
-    """The mode git writes for what the segment diff makes of ``entry`` (gitlink, tree or not)."""
-    if entry.mode == MODE_GITLINK:
-        return b"160000"
-    return b"40000" if entry.is_tree else b"100644"
-
-
-class _TreeReader:
-    """Parsed trees by oid in an LRU bounded in (estimated) bytes; bodies come from ``bodies``."""
-
-    __slots__ = ("_bodies", "_bytes", "_items", "_limits", "_max")
-
-    def __init__(self, bodies: ObjectBodies, limits: Limits) -> None:
-        self._bodies = bodies
-        self._limits = limits
-        self._items: OrderedDict[ObjectId, tuple[_ParsedTree, int]] = OrderedDict()
-        self._bytes = 0
-        share = limits.ingest_body_cache_bytes_max // _CACHE_SHARES * _PARSED_SHARE
-        self._max = share - _memo_bytes(limits)
-
-    def get(self, oid: ObjectId) -> _ParsedTree:
-        items = self._items
-        found = items.get(oid)
-        if found is not None:
-            items.move_to_end(oid)
-            return found[0]
-        body = self._bodies.tree(oid)
-        parsed = _parse_tree(body, self._limits)
-        cost = len(body) * _PARSED_BYTES_PER_BODY_BYTE + 256
-        if cost <= self._max:
-            self._bytes += cost
-            while self._bytes > self._max:
-                _, (_, old) = items.popitem(last=False)
-                self._bytes -= old
-            items[oid] = (parsed, cost)
-        return parsed
-
-
-Visit = Callable[[ObjectId, bool, ObjectId], None]
+# -- the segment diff ---------------------------------------------------------------------------
 
 
 def _segment(
     commit: ObjectId,
     tree: ObjectId,
     parent_trees: Sequence[ObjectId],
-    read: Callable[[ObjectId], _ParsedTree],
+    body: Callable[[ObjectId], bytes],
     visit: Visit,
     *,
-    depth_max: int = DEFAULT_LIMITS.tree_depth_max,
+    limits: Limits,
 ) -> list[ObjectId]:
-    """:func:`~enroute_core.engine.segments.commit_segment` over parsed trees.
+    """:func:`~enroute_core.engine.segments.commit_segment`, compiled.
 
-    The same members in the same order (tests compare the two); per tree, only
-    the entries no parent has at the same path with the same oid are looked at.
+    The same members in the same order, and the same visits (tests compare the
+    two). ``enroute_native.segment_diff`` reads tree bodies as git writes them;
+    a tree in any other form is parsed strictly here (its typed errors and
+    limits) and handed back in that form.
     """
-    members: dict[ObjectId, None] = {commit: None}
-    if tree in parent_trees:
-        return list(members)
-    members[tree] = None
-    visit(tree, True, commit)
-    first = (tree, tuple(dict.fromkeys(parent_trees)))
-    stack = [(first, 0)]
-    diffed = {first}  # a subtree at two paths with the same parents is diffed once
-    while stack:
-        (current, parents), depth = stack.pop()
-        entries = read(current).entries
-        olds = [read(p) for p in parents]
-        if not olds:
-            changed = entries
-        else:
-            same = olds[0].keys if len(olds) == 1 else set().union(*(o.keys for o in olds))
-            changed = [e for e in entries if e[1] not in same]
-        subtrees: list[tuple[tuple[ObjectId, tuple[ObjectId, ...]], int]] = []
-        for mode, key in changed:
-            flag = _FLAG_OF_MODE[mode]
-            if flag == _GITLINK:
-                continue
-            oid = ObjectId(key[-OID_BYTES:])
-            if oid not in members:
-                members[oid] = None
-                visit(oid, flag == _TREE, current)
-            if flag == _TREE:
-                name = key[: -OID_BYTES - 1]
-                if len(olds) == 1:
-                    sub = olds[0].subtrees().get(name)
-                    below: tuple[ObjectId, ...] = () if sub is None else (sub,)
-                else:
-                    below = tuple(
-                        dict.fromkeys(
-                            sub for o in olds if (sub := o.subtrees().get(name)) is not None
-                        )
-                    )
-                if (oid, below) not in diffed:
-                    _check_depth(depth + 1, oid, depth_max)
-                    diffed.add((oid, below))
-                    subtrees.append(((oid, below), depth + 1))
-        stack.extend(reversed(subtrees))
-    return list(members)
+
+    def unusual(oid: ObjectId) -> bytes:
+        return _git_form(Tree.parse(body(oid), limits=limits))
+
+    return segment(
+        commit,
+        tree,
+        parent_trees,
+        body,
+        unusual,
+        visit,
+        partial(_check_depth, depth_max=limits.tree_depth_max),
+        limits.tree_depth_max,
+        limits.tree_entries_max,
+    )
+
+
+def _git_form(tree: Tree) -> bytes:
+    """``tree`` written with the modes the segment diff reads (gitlink, tree, or not)."""
+    return b"".join(_mode_token(e) + b" " + e.name + b"\0" + e.oid for e in tree.entries)
+
+
+def _mode_token(entry: TreeEntry) -> bytes:
+    if entry.mode == MODE_GITLINK:
+        return b"160000"
+    return b"40000" if entry.is_tree else b"100644"
 
 
 def _check_depth(depth: int, tree: ObjectId, depth_max: int) -> None:
