@@ -33,6 +33,8 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from enroute_native.pack_entry import inflate_entry
+
 from enroute_core.base.errors import InvalidPack, LimitExceeded
 from enroute_core.base.ids import OID_BYTES, ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
@@ -399,16 +401,27 @@ class PackScanner:
         limits = self._limits
         end = self._end
         pos = PACK_HEADER_BYTES
+        # Entries no bound can refuse and no zlib-bomb check applies to may take the
+        # compiled path; it answers None for anything else, which is read here.
+        usual_max = min(
+            limits.delta_bytes_max, limits.object_bytes_max, limits.pack_inflate_free_bytes
+        )
         for _ in range(self.header.count):
             if pos >= end:
                 raise InvalidPack("pack has fewer entries than its header says")
             self._fill(pos, ENTRY_HEADER_BYTES_MAX)
-            type_num, size, header_length, base_offset, base_oid = parse_entry_header(
-                self._buf, pos - self._buf_start, pos
-            )
-            if size > limits.delta_bytes_max or size > limits.object_bytes_max:
-                check_entry_size(type_num, size, limits)
-            data, entry_end = self._inflate(pos + header_length, size, pos)
+            usual = inflate_entry(self._buf, pos - self._buf_start, pos, usual_max)
+            if usual is not None:
+                type_num, size, header_length, base_offset, raw_base, data, used = usual
+                base_oid = None if raw_base is None else ObjectId(raw_base)
+                entry_end = pos + used
+            else:
+                type_num, size, header_length, base_offset, base_oid = parse_entry_header(
+                    self._buf, pos - self._buf_start, pos
+                )
+                if size > limits.delta_bytes_max or size > limits.object_bytes_max:
+                    check_entry_size(type_num, size, limits)
+                data, entry_end = self._inflate(pos + header_length, size, pos)
             yield pos, type_num, size, header_length, base_offset, base_oid, entry_end, data
             pos = entry_end
         self._check_trailer(pos)

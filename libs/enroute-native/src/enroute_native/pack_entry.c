@@ -1,0 +1,183 @@
+/*
+ * One pack entry, header and zlib stream, read in one call (gitformat-pack,
+ * "Pack file entry" and "Deltified representation").
+ *
+ * enroute_core.git.pack.PackScanner is the reference: this is its loop body
+ * for the usual entry, whose header is well formed, whose declared size is
+ * under the caller's bound and whose whole zlib stream lies in the window it
+ * was given. Anything else answers None and the scanner reads the entry
+ * itself, raising the typed error of a bad one; so this code never decides
+ * that input is bad, only that it is usual. Every read is bounds-checked.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <limits.h>
+#include <zlib.h>
+
+#define OID_BYTES 20
+#define PACK_HEADER_BYTES 12
+#define SIZE_BYTES_MAX 10
+#define OFS_BYTES_MAX 10
+#define OBJ_OFS_DELTA 6
+#define OBJ_REF_DELTA 7
+/* Inflate without the interpreter lock from this size up: others may run meanwhile. */
+#define UNLOCKED_BYTES_MIN (64 * 1024)
+
+typedef struct {
+    int type_num;
+    unsigned long long size;
+    Py_ssize_t header_length;
+    long long base_offset;
+    const unsigned char *base_oid;
+} Header;
+
+/* 1 parsed, 0 not usual (the scanner's parser decides what it is). */
+static int
+parse_header(const unsigned char *p, Py_ssize_t n, long long offset, Header *h)
+{
+    Py_ssize_t pos = 0;
+    if (pos >= n)
+        return 0;
+    unsigned char byte = p[pos++];
+    h->type_num = (byte >> 4) & 7;
+    h->size = byte & 0x0F;
+    int shift = 4;
+    while (byte & 0x80) {
+        if (pos >= n || pos >= SIZE_BYTES_MAX || shift > 57) /* the size would pass 64 bits */
+            return 0;
+        byte = p[pos++];
+        h->size |= (unsigned long long)(byte & 0x7F) << shift;
+        shift += 7;
+    }
+    h->base_offset = 0;
+    h->base_oid = NULL;
+    if (h->type_num < OBJ_OFS_DELTA) {
+        if (h->type_num == 0 || h->type_num == 5)
+            return 0;
+    }
+    else if (h->type_num == OBJ_REF_DELTA) {
+        if (pos + OID_BYTES > n)
+            return 0;
+        h->base_oid = p + pos;
+        pos += OID_BYTES;
+    }
+    else {
+        Py_ssize_t start = pos;
+        if (pos >= n)
+            return 0;
+        byte = p[pos++];
+        unsigned long long distance = byte & 0x7F;
+        while (byte & 0x80) {
+            if (pos >= n || pos - start >= OFS_BYTES_MAX || distance > (ULLONG_MAX >> 8))
+                return 0;
+            byte = p[pos++];
+            distance = ((distance + 1) << 7) | (byte & 0x7F);
+        }
+        if (distance == 0 || distance > (unsigned long long)offset ||
+            offset - (long long)distance < PACK_HEADER_BYTES)
+            return 0;
+        h->base_offset = offset - (long long)distance;
+    }
+    h->header_length = pos;
+    return 1;
+}
+
+PyDoc_STRVAR(inflate_entry_doc,
+"inflate_entry(window, pos, offset, size_max)\n"
+"--\n\n"
+"The entry at ``window[pos:]`` (pack offset ``offset``) as\n"
+"``(type, size, header_length, base_offset, base_oid, data, used)``, ``used``\n"
+"being its header and zlib bytes; or None when it is not the usual entry:\n"
+"a header the scanner must judge, a declared size over ``size_max``, a stream\n"
+"that does not end inside ``window`` or does not inflate to exactly its size.");
+
+static PyObject *
+inflate_entry(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer window;
+    Py_ssize_t pos;
+    long long offset;
+    unsigned long long size_max;
+    if (!PyArg_ParseTuple(args, "y*nLK:inflate_entry", &window, &pos, &offset, &size_max))
+        return NULL;
+    PyObject *result = NULL;
+    const unsigned char *base = (const unsigned char *)window.buf;
+    Header h;
+    if (pos < 0 || pos >= window.len || offset < PACK_HEADER_BYTES ||
+        !parse_header(base + pos, window.len - pos, offset, &h) || h.size > size_max ||
+        h.size >= (unsigned long long)PY_SSIZE_T_MAX)
+        goto usual_no;
+    Py_ssize_t in_start = pos + h.header_length;
+    Py_ssize_t in_len = window.len - in_start;
+    if (in_len <= 0 || in_len > (Py_ssize_t)UINT_MAX || h.size + 1 > UINT_MAX)
+        goto usual_no;
+    /* One byte more than declared: a stream that fills it says more than its header. */
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)h.size + 1);
+    if (data == NULL)
+        goto done;
+    z_stream zs;
+    memset(&zs, 0, sizeof(zs));
+    if (inflateInit(&zs) != Z_OK) {
+        Py_DECREF(data);
+        PyErr_SetString(PyExc_MemoryError, "zlib could not start an inflate");
+        goto done;
+    }
+    zs.next_in = (unsigned char *)(base + in_start);
+    zs.avail_in = (uInt)in_len;
+    zs.next_out = (unsigned char *)PyBytes_AS_STRING(data);
+    zs.avail_out = (uInt)(h.size + 1);
+    int ret;
+    if (h.size >= UNLOCKED_BYTES_MIN) {
+        Py_BEGIN_ALLOW_THREADS
+        ret = inflate(&zs, Z_FINISH);
+        Py_END_ALLOW_THREADS
+    }
+    else {
+        ret = inflate(&zs, Z_FINISH);
+    }
+    unsigned long got = zs.total_out, used_in = zs.total_in;
+    inflateEnd(&zs);
+    if (ret != Z_STREAM_END || got != h.size) {
+        Py_DECREF(data);
+        goto usual_no;
+    }
+    if (_PyBytes_Resize(&data, (Py_ssize_t)h.size) < 0)
+        goto done;
+    PyObject *base_oid = Py_None;
+    Py_INCREF(base_oid);
+    if (h.base_oid != NULL) {
+        Py_DECREF(base_oid);
+        base_oid = PyBytes_FromStringAndSize((const char *)h.base_oid, OID_BYTES);
+        if (base_oid == NULL) {
+            Py_DECREF(data);
+            goto done;
+        }
+    }
+    result = Py_BuildValue("(iKnLNNn)", h.type_num, h.size, h.header_length, h.base_offset,
+                           base_oid, data, h.header_length + (Py_ssize_t)used_in);
+    goto done;
+usual_no:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&window);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"inflate_entry", inflate_entry, METH_VARARGS, inflate_entry_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "enroute_native.pack_entry",
+    "One pack entry, header and zlib stream, read in one call.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit_pack_entry(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,3 @@
+def inflate_entry(
+    window: bytes | bytearray | memoryview, pos: int, offset: int, size_max: int, /
+) -> tuple[int, int, int, int, bytes | None, bytes, int] | None: ...
