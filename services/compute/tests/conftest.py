@@ -24,9 +24,11 @@ from enroute_compute.ledger_port import LedgerPort
 from enroute_compute.local_ledger import LocalLedger
 from enroute_compute.rpc.servicer import ComputeServicer
 from enroute_core.base.errors import ERROR_TABLE
+from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import open_store
 from enroute_proto import find_error_detail
+from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
 from enroute_testing.env import service_env
 
@@ -98,7 +100,8 @@ def compute(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ComputeS
         layers = LayerService(store, tmp_path / "compute")
         ledger: LedgerPort = LocalLedger() if address is None else GrpcLedger((address,))
         host = RepositoryHost(ledger, layers, WallClock(), inline_max_bytes=16 * 1024)
-        server = grpc.aio.server()
+        # The production server's message bound (main.py), so tests see what it allows.
+        server = grpc.aio.server(options=server_options(DEFAULT_LIMITS.rpc_message_bytes_max))
         compute_pb2_grpc.add_ComputeServicer_to_server(ComputeServicer(host), server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
