@@ -189,3 +189,26 @@ def test_compiled_diff_keeps_the_depth_limit() -> None:
         ingest._segment(
             commit, below, [], bodies.__getitem__, lambda *a: None, limits=Limits(tree_depth_max=5)
         )
+
+
+def test_octopus_merges_with_repeated_parent_trees_agree_with_the_reference(seed: int) -> None:
+    """Many parents, some with the same root tree or the same subtree: the repeats are
+    dropped in parent order (dict.fromkeys), as the reference drops them."""
+    rng = random.Random(seed)
+
+    def oid() -> ObjectId:
+        return ObjectId(rng.randbytes(20))
+
+    subs = [_tree([TreeEntry(0o100644, b"x", oid())]) for _ in range(3)]
+    roots = [
+        _tree([TreeEntry(0o040000, b"d", rng.choice(subs)[0]), TreeEntry(0o100644, b"f", oid())])
+        for _ in range(4)
+    ]
+    bodies = dict(subs + roots)
+    new_sub = _tree([TreeEntry(0o100644, b"x", oid())])
+    new = _tree([TreeEntry(0o040000, b"d", new_sub[0]), TreeEntry(0o100644, b"f", oid())])
+    bodies.update([new_sub, new])
+    for _ in range(20):
+        parents = [rng.choice(roots)[0] for _ in range(rng.randint(1, 12))]
+        seen_ref, seen_fast = _both(bodies, oid(), new[0], parents)
+        assert seen_fast == seen_ref

@@ -184,27 +184,32 @@ tree_find(const Tree *t, const Entry *want)
     return NULL;
 }
 
-/* `items` without repeats, first occurrence kept (dict.fromkeys). */
+/* `items` without repeats, first occurrence kept: dict.fromkeys, linear in the count. */
 static PyObject *
 unique_tuple(PyObject *items)
 {
-    PyObject *seq = PySequence_Fast(items, "parent trees must be a sequence");
-    if (seq == NULL)
+    PyObject *seen = PyDict_New();
+    if (seen == NULL)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject *out = PyList_New(0);
-    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-        int seen = PySequence_Contains(out, item);
-        if (seen < 0 || (seen == 0 && PyList_Append(out, item) < 0))
-            Py_CLEAR(out);
+    PyObject *iter = PyObject_GetIter(items);
+    PyObject *item;
+    while (iter != NULL && (item = PyIter_Next(iter)) != NULL) {
+        int rc = PyDict_SetDefault(seen, item, Py_None) == NULL ? -1 : 0;
+        Py_DECREF(item);
+        if (rc < 0)
+            Py_CLEAR(iter);
     }
-    Py_DECREF(seq);
-    if (out == NULL)
-        return NULL;
-    PyObject *tuple = PyList_AsTuple(out);
-    Py_DECREF(out);
-    return tuple;
+    PyObject *out = NULL;
+    if (iter != NULL && !PyErr_Occurred()) {
+        PyObject *keys = PyDict_Keys(seen);
+        if (keys != NULL) {
+            out = PyList_AsTuple(keys);
+            Py_DECREF(keys);
+        }
+    }
+    Py_XDECREF(iter);
+    Py_DECREF(seen);
+    return out;
 }
 
 typedef struct {
@@ -219,28 +224,34 @@ typedef struct {
 static PyObject *
 subtrees_below(const Tree *olds, Py_ssize_t n_olds, const Entry *e)
 {
-    PyObject *out = PyTuple_New(n_olds);
-    if (out == NULL)
+    if (n_olds == 1) { /* the usual commit: no repeats to drop */
+        const Entry *o = tree_find(&olds[0], e);
+        if (o == NULL || o->flag != FLAG_TREE)
+            return PyTuple_New(0);
+        PyObject *oid = PyBytes_FromStringAndSize((const char *)o->oid, OID_BYTES);
+        if (oid == NULL)
+            return NULL;
+        PyObject *out = PyTuple_Pack(1, oid);
+        Py_DECREF(oid);
+        return out;
+    }
+    PyObject *found = PyList_New(0);
+    if (found == NULL)
         return NULL;
-    Py_ssize_t k = 0;
     for (Py_ssize_t j = 0; j < n_olds; j++) {
         const Entry *o = tree_find(&olds[j], e);
         if (o == NULL || o->flag != FLAG_TREE)
             continue;
-        int repeat = 0;
-        for (Py_ssize_t i = 0; i < k && !repeat; i++)
-            repeat = memcmp(PyBytes_AS_STRING(PyTuple_GET_ITEM(out, i)), o->oid, OID_BYTES) == 0;
-        if (repeat)
-            continue;
         PyObject *oid = PyBytes_FromStringAndSize((const char *)o->oid, OID_BYTES);
-        if (oid == NULL) {
-            Py_DECREF(out);
+        if (oid == NULL || PyList_Append(found, oid) < 0) {
+            Py_XDECREF(oid);
+            Py_DECREF(found);
             return NULL;
         }
-        PyTuple_SET_ITEM(out, k++, oid);
+        Py_DECREF(oid);
     }
-    if (_PyTuple_Resize(&out, k) < 0)
-        return NULL;
+    PyObject *out = unique_tuple(found);
+    Py_DECREF(found);
     return out;
 }
 
