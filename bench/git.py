@@ -212,13 +212,37 @@ def run(
     try:
         push_refs = ["refs/heads/*:refs/heads/*", "refs/tags/*:refs/tags/*"]
 
+        cpu: dict[tuple[str, str], list[tuple[float, float]]] = {}
+
+        def with_cpu(section: str, s: Server, work: Callable[[], float]) -> float:
+            """``work``'s result; the server's and the clients' CPU kept under ``section``."""
+            server0 = _server_cpu_s(s)
+            kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            took = work()
+            kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            clients = kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime
+            cpu.setdefault((section, s.name), []).append((_server_cpu_s(s) - server0, clients))
+            return took
+
+        def cpu_note(section: str, what: str) -> str:
+            def med(name: str, i: int) -> float:
+                return statistics.median(x[i] for x in cpu[section, name])
+
+            return (
+                f"CPU per {what}, median: the server {med('enroute', 0):.2f} s for enroute "
+                f"(its three roles) and {med('git', 0):.2f} s for `git http-backend` (the "
+                f"bridge and its CGI processes); the git clients {med('enroute', 1):.2f} s "
+                f"and {med('git', 1):.2f} s."
+            )
+
         def initial_push(s: Server) -> float:
             bench.counter += 1
             url = f"{s.url}/push-{bench.counter}.git"
-            return bench.git("push", "-q", url, *push_refs, cwd=source)
+            return with_cpu("push", s, lambda: bench.git("push", "-q", url, *push_refs, cwd=source))
 
         if "push" in only:
             rows.append(_row("initial push", bench.paired(servers, initial_push)))
+            notes.append(cpu_note("push", "initial push"))
         for s in servers:
             bench.git("push", "-q", f"{s.url}/main.git", *push_refs, cwd=source)
         for section, label, flags in (
@@ -296,19 +320,14 @@ def run(
                 _row(f"{LS_REMOTES} sequential `git ls-remote`", bench.paired(servers, ls_remotes))
             )
 
-        cpu: dict[str, list[tuple[float, float]]] = {s.name: [] for s in servers}
-
         def concurrent(s: Server) -> float:
-            server0 = _server_cpu_s(s)
-            kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            start = time.perf_counter()
-            with ThreadPoolExecutor(CONCURRENT_CLONES) as pool:
-                list(pool.map(lambda _: bench.clone(s, "main"), range(CONCURRENT_CLONES)))
-            took = time.perf_counter() - start
-            kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            clients = kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime
-            cpu[s.name].append((_server_cpu_s(s) - server0, clients))
-            return took
+            def round_of_clones() -> float:
+                start = time.perf_counter()
+                with ThreadPoolExecutor(CONCURRENT_CLONES) as pool:
+                    list(pool.map(lambda _: bench.clone(s, "main"), range(CONCURRENT_CLONES)))
+                return time.perf_counter() - start
+
+            return with_cpu("concurrent", s, round_of_clones)
 
         if "concurrent" in only:
             rows.append(
@@ -317,17 +336,9 @@ def run(
                     bench.paired(servers, concurrent),
                 )
             )
-
-            def med(name: str, i: int) -> float:
-                return statistics.median(x[i] for x in cpu[name])
-
             notes.append(
-                f"CPU per round of {CONCURRENT_CLONES} concurrent clones, median: the server "
-                f"{med('enroute', 0):.2f} s for enroute (its three roles) and "
-                f"{med('git', 0):.2f} s for `git http-backend` (the bridge and its CGI "
-                f"processes); the git clients {med('enroute', 1):.2f} s and "
-                f"{med('git', 1):.2f} s. On {os.cpu_count()} cores the clients' own work is "
-                "most of the wall time."
+                cpu_note("concurrent", f"round of {CONCURRENT_CLONES} concurrent clones")
+                + f" On {os.cpu_count()} cores the clients' own work is most of the wall time."
             )
         pids = [servers[0].proc.pid, *_children(servers[0].proc.pid)]
         enroute_kib = sum(_hwm_kib(p) for p in pids)
