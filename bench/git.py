@@ -75,11 +75,18 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+REAP_WAIT_S = 5.0
+
+
 def _server_cpu_s(s: Server) -> float:
     """CPU of a server so far: enroute's dev process and its roles, or the bridge with
     the CGI processes it has waited for."""
     pid = s.proc.pid
     if s.name == "git":
+        # A CGI process ends after its response: wait until the bridge has reaped it.
+        deadline = time.monotonic() + REAP_WAIT_S
+        while _children(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
         return cpu_ticks(pid, reaped=True) / CLK_TCK
     return sum(cpu_ticks(p) for p in [pid, *_children(pid)]) / CLK_TCK
 
