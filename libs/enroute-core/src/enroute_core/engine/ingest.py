@@ -694,6 +694,7 @@ def _git_form(tree: Tree) -> bytes:
 
 
 def _mode_token(entry: TreeEntry) -> bytes:
+    """The mode git writes for what the segment diff makes of ``entry`` (gitlink, tree or not)."""
     if entry.mode == MODE_GITLINK:
         return b"160000"
     return b"40000" if entry.is_tree else b"100644"
