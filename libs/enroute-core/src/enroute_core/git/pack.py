@@ -289,6 +289,11 @@ class PackScanner:
     :func:`~enroute_core.git.zstream.deflate_bound` of its size so that the
     bytes zlib leaves unused stay proportional to the entry. Memory: one
     entry's data plus the window.
+
+    The usual entry (a sound header, a size under every bound, a stream that
+    ends inside the window) is read in one call of compiled code,
+    ``enroute_native.pack_entry`` (docs/native.md); this class reads every
+    other entry itself and is the reference a test compares it with.
     """
 
     __slots__ = (
