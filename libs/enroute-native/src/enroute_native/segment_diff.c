@@ -104,29 +104,33 @@ tree_clear(Tree *t)
     t->count = 0;
 }
 
+/* `fn(oid)` into t->body; it must answer bytes. */
+static int
+call_for_body(Tree *t, PyObject *fn, PyObject *oid)
+{
+    t->body = PyObject_CallOneArg(fn, oid);
+    if (t->body == NULL)
+        return -1;
+    if (!PyBytes_Check(t->body)) {
+        PyErr_Format(PyExc_TypeError, "%R must return bytes", fn);
+        return -1;
+    }
+    return 0;
+}
+
 /* The entries of tree `oid`: `body(oid)`, or `unusual(oid)` when it is not in git's form. */
 static int
 tree_load(Tree *t, PyObject *oid, PyObject *body, PyObject *unusual, Py_ssize_t entries_max)
 {
     memset(t, 0, sizeof(*t));
-    t->body = PyObject_CallOneArg(body, oid);
-    if (t->body == NULL)
+    if (call_for_body(t, body, oid) < 0)
         return -1;
-    if (!PyBytes_Check(t->body)) {
-        PyErr_SetString(PyExc_TypeError, "body() must return bytes");
-        return -1;
-    }
     int parsed = parse_body(t, entries_max, 0);
     if (parsed != 0)
         return parsed > 0 ? 0 : -1;
     tree_clear(t);
-    t->body = PyObject_CallOneArg(unusual, oid);
-    if (t->body == NULL)
+    if (call_for_body(t, unusual, oid) < 0)
         return -1;
-    if (!PyBytes_Check(t->body)) {
-        PyErr_SetString(PyExc_TypeError, "unusual() must return bytes");
-        return -1;
-    }
     parsed = parse_body(t, PY_SSIZE_T_MAX, 1);
     if (parsed == 0)
         PyErr_SetString(PyExc_ValueError, "unusual() answered a body not in git's form");
