@@ -582,6 +582,8 @@ class Runtime:
         self._boot_hard_state = HardState(Term(1), None, LogIndex(1))
         self.groups: dict[GroupId, Group] = {}
         self.by_repo: dict[str, Group] = {}
+        self._hosting: dict[GroupId, asyncio.Future[None]] = {}
+        """Groups whose boot rows a :meth:`host` is writing; other callers wait for it."""
         self._drops: list[Group] = []
         self._compactions: list[tuple[Group, RepoState, int]] = []
         self._wake = asyncio.Event()
@@ -799,11 +801,32 @@ class Runtime:
         return mem
 
     async def host(self, repo: str, incarnation: int, *, campaign: bool = False) -> Group:
-        """Host the group of ``repo`` at ``incarnation`` as a founder (duty 2)."""
+        """Host the group of ``repo`` at ``incarnation`` as a founder (duty 2).
+
+        One caller at a time writes a group's boot rows: the store refuses the boot
+        snapshot a second time (no newer than the one held), so callers that
+        arrive meanwhile (a Propose here and a peer's message, say) wait for that
+        write and take its group; if it failed, the next of them tries.
+        """
         gid = GroupId(repo.encode(), Incarnation(incarnation))
-        g = self.groups.get(gid)
-        if g is not None:
-            return g
+        while True:
+            g = self.groups.get(gid)
+            if g is not None:
+                return g
+            writing = self._hosting.get(gid)
+            if writing is None:
+                break
+            await asyncio.shield(writing)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._hosting[gid] = done
+        try:
+            return await self._found(gid, repo, campaign)
+        finally:
+            del self._hosting[gid]
+            done.set_result(None)
+
+    async def _found(self, gid: GroupId, repo: str, campaign: bool) -> Group:
+        """Write ``gid``'s boot rows, then install it (see :meth:`host`)."""
         meta, hs = self._boot_meta, self._boot_hard_state  # shared by every group
         # a group of a repository that existed when this node came back with a wiped
         # disk may remember it as a voter: join it blank (docs/raft.md)
@@ -814,9 +837,6 @@ class Runtime:
         if blank:
             batch.put_state(store_gid(gid), _BLANK_ROW, blank.to_bytes(8, "big"))
         await asyncio.wrap_future(self.store.submit(batch))
-        g = self.groups.get(gid)  # another caller may have won meanwhile
-        if g is not None:
-            return g
         mem = MemoryStorage()
         mem.apply_snapshot(self._boot_snapshot)
         mem.set_hard_state(hs)
