@@ -582,8 +582,8 @@ class Runtime:
         self._boot_hard_state = HardState(Term(1), None, LogIndex(1))
         self.groups: dict[GroupId, Group] = {}
         self.by_repo: dict[str, Group] = {}
-        self._hosting: dict[GroupId, asyncio.Future[None]] = {}
-        """Groups whose boot rows a :meth:`host` is writing; other callers wait for it."""
+        self._hosting: dict[GroupId, asyncio.Future[Group]] = {}
+        """Groups whose boot rows :meth:`host` is writing, by the task writing them."""
         self._drops: list[Group] = []
         self._compactions: list[tuple[Group, RepoState, int]] = []
         self._wake = asyncio.Event()
@@ -803,27 +803,27 @@ class Runtime:
     async def host(self, repo: str, incarnation: int, *, campaign: bool = False) -> Group:
         """Host the group of ``repo`` at ``incarnation`` as a founder (duty 2).
 
-        One caller at a time writes a group's boot rows: the store refuses the boot
-        snapshot a second time (no newer than the one held), so callers that
-        arrive meanwhile (a Propose here and a peer's message, say) wait for that
-        write and take its group; if it failed, the next of them tries.
+        One task writes a group's boot rows: the store refuses the boot snapshot a
+        second time (no newer than the one it holds), so callers that arrive
+        meanwhile (a Propose here and a peer's message, say) wait for that task and
+        take its group. The task runs to its end even if its callers give up, so a
+        write the store may still apply is never followed by a second one.
         """
         gid = GroupId(repo.encode(), Incarnation(incarnation))
-        while True:
-            g = self.groups.get(gid)
-            if g is not None:
-                return g
-            writing = self._hosting.get(gid)
-            if writing is None:
-                break
-            await asyncio.shield(writing)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._hosting[gid] = done
-        try:
-            return await self._found(gid, repo, campaign)
-        finally:
-            del self._hosting[gid]
-            done.set_result(None)
+        g = self.groups.get(gid)
+        if g is not None:
+            return g
+        founding = self._hosting.get(gid)
+        if founding is None:
+            founding = asyncio.ensure_future(self._found(gid, repo, campaign))
+            self._hosting[gid] = founding
+            founding.add_done_callback(functools.partial(self._founded, gid))
+        return await asyncio.shield(founding)
+
+    def _founded(self, gid: GroupId, task: asyncio.Future[Group]) -> None:
+        del self._hosting[gid]
+        if not task.cancelled():
+            task.exception()  # retrieved: the callers that still wait raise it
 
     async def _found(self, gid: GroupId, repo: str, campaign: bool) -> Group:
         """Write ``gid``'s boot rows, then install it (see :meth:`host`)."""

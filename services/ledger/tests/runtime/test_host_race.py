@@ -29,3 +29,25 @@ def test_concurrent_hosts_of_one_group_share_one_write_and_one_group(tmp_path: P
             await stop(node)
 
     asyncio.run(main())
+
+
+def test_a_host_whose_caller_gives_up_still_founds_the_group_for_the_next(
+    tmp_path: Path,
+) -> None:
+    """The first caller is cancelled while its boot rows are being written (a request
+    deadline, say); the write goes on, and the next caller takes that group instead of
+    writing the boot snapshot again."""
+
+    async def main() -> None:
+        net = MemNet()
+        node = await start(tmp_path / "log1", net, 1)
+        try:
+            first = asyncio.ensure_future(node.rt.host("a", 1))
+            await asyncio.sleep(0)  # the write has been submitted
+            first.cancel()
+            g = await node.rt.host("a", 1)
+            assert node.rt.by_repo["a"] is g
+        finally:
+            await stop(node)
+
+    asyncio.run(main())
