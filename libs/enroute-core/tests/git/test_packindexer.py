@@ -37,12 +37,15 @@ from enroute_core.git.pack import (
     encode_ofs_distance,
     encode_pack_header,
 )
-from enroute_core.git.packindexer import PackIndexResult, index_pack
+from enroute_core.git.packindexer import PackIndexer, PackIndexResult, index_pack
 from enroute_core.git.packwrite import PackWriter
 from enroute_core.git.source import BytesSource
+from enroute_core.git.thin import ExternalBaseFn
+from enroute_testing.repogen import RepoSpec, all_objects, generate_repo, pack_objects
 
 DATA = Path(__file__).resolve().parent / "testdata"
 NAMES = {OBJ_COMMIT: b"commit", OBJ_TREE: b"tree", OBJ_BLOB: b"blob", OBJ_TAG: b"tag"}
+_TYPE_NUMS = {name: type_num for type_num, name in NAMES.items()}
 
 
 def _text(n: int, tag: int = 0) -> bytes:
@@ -375,3 +378,64 @@ def test_object_ids_either_side_of_the_joined_hash_bound(size: int) -> None:
         want_body,
     ]
     assert hashlib.sha1(b"blob %d\x00" % size + body).digest() == want_body
+
+
+# -- the compiled pass (enroute_native.pack_index, docs/native.md) ----------------------------
+
+_GIT_SPEC = RepoSpec(seed=11, commits=60, branches=2, merge_every=7, files=30, file_bytes=1500,
+                     binary_files=2, large_file_bytes=200_000)  # fmt: skip
+
+
+class _Calls(list[tuple[int, ObjectId, int, bytes]]):
+    def append_call(self, index: int, oid: ObjectId, type_num: int, body: bytes) -> None:
+        self.append((index, oid, type_num, body))
+
+
+def _both(
+    pack: bytes, limits: Limits, external_base: ExternalBaseFn | None = None
+) -> PackIndexResult:
+    """Index with the compiled pass alone and with the reference alone: the same result and
+    the same ``on_object`` calls; the compiled pass must not have given up."""
+    runs = []
+    for compiled in (True, False):
+        seen = _Calls()
+        indexer = PackIndexer(
+            BytesSource(pack),
+            limits=limits,
+            external_base=external_base,
+            on_object=seen.append_call,
+            compiled=compiled,
+        )
+        result = indexer._run_compiled() if compiled else indexer.run()
+        assert result is not None, "the compiled pass gave up on a usual pack"
+        runs.append((result, seen))
+    assert runs[0] == runs[1]
+    return runs[0][0]
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("cache", [96 << 20, 4096, 0])
+def test_the_compiled_pass_indexes_git_packs_as_the_reference(tmp_path: Path, cache: int) -> None:
+    """Whole and thin packs from ``git pack-objects``, with a cache that holds every base,
+    a few, or none (every base rebuilt along its chain, thin bases asked again)."""
+    repo = generate_repo(tmp_path / "r.git", _GIT_SPEC)
+    store = {
+        ObjectId(bytes.fromhex(oid.decode())): (_TYPE_NUMS[type_], body)
+        for oid, type_, body in all_objects(repo.path)
+    }
+    limits = Limits(pack_base_cache_bytes_max=cache)
+    whole = _both(pack_objects(repo.path), limits)
+    assert len(whole.objects) == len(store)
+    thin = pack_objects(repo.path, revs=["main"], exclude=["main~20"], thin=True)
+    result = _both(thin, limits, store.get)
+    assert result.external_bases, "the thin pack left no base out"
+
+
+def test_the_compiled_pass_leaves_a_bad_delta_to_the_reference() -> None:
+    """It never judges: a delta that does not apply makes it give up, and the reference
+    raises the typed error."""
+    bad = create_delta(BASE, V1)[:-1]
+    pack = _pack([Full(OBJ_BLOB, BASE), Ofs(0, bad)])
+    assert PackIndexer(BytesSource(pack))._run_compiled() is None
+    with pytest.raises(InvalidDelta):
+        index_pack(BytesSource(pack))

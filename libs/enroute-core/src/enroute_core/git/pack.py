@@ -326,10 +326,7 @@ class PackScanner:
         self._sha = hashlib.sha1()
         self._fill(0, PACK_HEADER_BYTES)
         self.header = decode_pack_header(self._buf[:PACK_HEADER_BYTES], limits)
-        # Every entry takes at least 8 bytes (a type byte and a 7-byte zlib stream).
-        room = (self._end - PACK_HEADER_BYTES) // 8
-        if self.header.count > room:
-            raise InvalidPack(f"pack claims {self.header.count} entries in room for {room}")
+        _check_room(self.header, self._end)
 
     def _fill(self, pos: int, need: int) -> None:
         """Make the window hold ``[pos, pos + need)`` (clipped to the entry region)."""
@@ -432,13 +429,33 @@ class PackScanner:
         self._check_trailer(pos)
 
     def _check_trailer(self, pos: int) -> None:
-        end = self._end
-        if pos != end:
-            raise InvalidPack(f"pack has {end - pos} stray bytes after its last entry")
-        assert self._read_pos == end, (self._read_pos, end)
-        trailer = self._source.read_at(end, PACK_TRAILER_BYTES)
-        if len(trailer) != PACK_TRAILER_BYTES or self._sha.digest() != trailer:
-            raise InvalidPack("pack trailer does not match")
+        assert pos != self._end or self._read_pos == self._end, (self._read_pos, self._end)
+        check_pack_end(self._source, self._end, pos, self._sha.digest())
+
+
+def scan_bounds(source: ByteSource, limits: Limits = DEFAULT_LIMITS) -> tuple[PackHeader, int]:
+    """The header and where the entry region ends, checked before a scan reads an entry."""
+    end = entries_end(source, limits)
+    header = read_pack_header(source, limits)
+    _check_room(header, end)
+    return header, end
+
+
+def _check_room(header: PackHeader, end: int) -> None:
+    # Every entry takes at least 8 bytes (a type byte and a 7-byte zlib stream).
+    room = (end - PACK_HEADER_BYTES) // 8
+    if header.count > room:
+        raise InvalidPack(f"pack claims {header.count} entries in room for {room}")
+
+
+def check_pack_end(source: ByteSource, end: int, pos: int, digest: bytes) -> None:
+    """After the last entry (at ``pos``): no stray bytes, and the trailer is the SHA-1
+    (``digest``) of everything before it."""
+    if pos != end:
+        raise InvalidPack(f"pack has {end - pos} stray bytes after its last entry")
+    trailer = source.read_at(end, PACK_TRAILER_BYTES)
+    if len(trailer) != PACK_TRAILER_BYTES or digest != trailer:
+        raise InvalidPack("pack trailer does not match")
 
 
 def iter_entries(

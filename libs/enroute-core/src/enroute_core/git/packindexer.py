@@ -19,9 +19,15 @@ the pack along its chain. Chains longer than ``Limits.delta_chain_depth_max``
 raise ``LimitExceeded``. Memory is the cache, the bodies along the chain
 being resolved, and a few machine words per entry.
 
-``on_object`` sees each object once, in resolution order, before the trailer
-is checked: what it saw is provisional until :func:`index_pack` returns.
+``on_object`` sees each object in resolution order, before the trailer is
+checked: what it saw is provisional until :func:`index_pack` returns.
 docs/formats/pack.md has the whole contract and the measurements.
+
+The pass is compiled code (``enroute_native.pack_index``, docs/native.md),
+this algorithm step for step for the usual pack; on anything else it gives
+up and :class:`PackIndexer` runs the Python below, the reference, from the
+start. ``on_object`` then sees the objects it saw again, in the same order,
+so it must not mind seeing an object twice.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from enroute_native.pack_index import index_pack as _index_compiled
+
 from enroute_core.base.errors import InvalidPack, LimitExceeded
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
@@ -39,10 +47,13 @@ from enroute_core.git.delta import apply_delta
 from enroute_core.git.pack import (
     OBJ_OFS_DELTA,
     PACK_TRAILER_BYTES,
+    SCAN_WINDOW_BYTES,
     TYPE_NAMES,
     PackHeader,
     PackScanner,
+    check_pack_end,
     read_entry_at,
+    scan_bounds,
 )
 from enroute_core.git.source import ByteSource
 from enroute_core.git.thin import ExternalBaseFn, ExternalBases, missing_base
@@ -126,14 +137,17 @@ class PackIndexer:
         limits: Limits = DEFAULT_LIMITS,
         external_base: ExternalBaseFn | None = None,
         on_object: ObjectSink | None = None,
+        compiled: bool = True,
     ) -> None:
         self._source = source
         self._limits = limits
-        self._scanner = PackScanner(source, limits)
+        self._header, self._end = scan_bounds(source, limits)
+        self._external_base = external_base
         self._external = ExternalBases(external_base, limits)
         self._on_object = on_object
+        self._compiled = compiled
         self._cache = _BaseCache(limits.pack_base_cache_bytes_max)
-        count = self._scanner.header.count  # bounded by the pack's size
+        count = self._header.count  # bounded by the pack's size
         # per entry, in pack order
         self._offsets = [0] * count
         self._entries: list[tuple[int, int, int, int]] = []  # (type, size, header len, end)
@@ -149,6 +163,56 @@ class PackIndexer:
         self._waiting_on_oid: dict[ObjectId, list[int]] = {}
 
     def run(self) -> PackIndexResult:
+        if self._compiled:
+            result = self._run_compiled()
+            if result is not None:
+                return result
+        return self._run_reference()
+
+    def _run_compiled(self) -> PackIndexResult | None:
+        """The compiled pass; None when it gave up (nothing of this object was touched)."""
+        source, limits, end = self._source, self._limits, self._end
+        trailer = hashlib.sha1()
+
+        def read(offset: int, length: int) -> bytes:
+            chunk = source.read_at(offset, length)
+            if len(chunk) != length:
+                raise InvalidPack("pack is shorter than its source says")
+            return chunk
+
+        def read_in_order(offset: int, length: int) -> bytes:
+            chunk = read(offset, length)
+            trailer.update(chunk)
+            return chunk
+
+        def check_end(pos: int) -> None:
+            check_pack_end(source, end, pos, trailer.digest())
+
+        external = ExternalBases(self._external_base, limits)
+        objects = _index_compiled(
+            read_in_order,
+            read,
+            check_end,
+            external.find,
+            self._on_object,
+            hashlib.sha1,
+            PackObjectInfo,
+            self._header.count,
+            end,
+            min(limits.delta_bytes_max, limits.object_bytes_max),
+            limits.object_bytes_max,
+            limits.pack_inflate_free_bytes,
+            limits.pack_inflate_ratio_max,
+            limits.delta_chain_depth_max,
+            limits.pack_base_cache_bytes_max,
+            SCAN_WINDOW_BYTES,
+        )
+        if objects is None:
+            return None
+        checksum = source.read_at(end, PACK_TRAILER_BYTES)
+        return PackIndexResult(self._header, objects, external.used, checksum)
+
+    def _run_reference(self) -> PackIndexResult:
         offsets = self._offsets
         entries = self._entries
         by_offset = self._by_offset
@@ -156,7 +220,7 @@ class PackIndexer:
         bases = self._bases
         cache = self._cache
         settle = self._settle
-        for index, entry in enumerate(self._scanner.entries()):
+        for index, entry in enumerate(PackScanner(self._source, self._limits).entries()):
             offset, type_num, size, hlen, base_offset, base_oid, end, data = entry
             offsets[index] = offset
             by_offset[offset] = index
@@ -320,7 +384,7 @@ class PackIndexer:
             )  # fmt: skip
         end = self._source.size - PACK_TRAILER_BYTES
         checksum = self._source.read_at(end, PACK_TRAILER_BYTES)
-        return PackIndexResult(self._scanner.header, tuple(objects), self._external.used, checksum)
+        return PackIndexResult(self._header, tuple(objects), self._external.used, checksum)
 
 
 def index_pack(
@@ -329,8 +393,16 @@ def index_pack(
     limits: Limits = DEFAULT_LIMITS,
     external_base: ExternalBaseFn | None = None,
     on_object: ObjectSink | None = None,
+    compiled: bool = True,
 ) -> PackIndexResult:
-    """Index a whole pack (see the module docstring); raises only typed errors on bad input."""
+    """Index a whole pack (see the module docstring); raises only typed errors on bad input.
+
+    ``compiled=False`` runs the reference alone (tests compare the two).
+    """
     return PackIndexer(
-        source, limits=limits, external_base=external_base, on_object=on_object
+        source,
+        limits=limits,
+        external_base=external_base,
+        on_object=on_object,
+        compiled=compiled,
     ).run()

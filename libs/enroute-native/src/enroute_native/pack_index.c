@@ -1,0 +1,1095 @@
+/*
+ * Index a whole pack in one call: every entry's object id, type, sizes, delta
+ * base and depth (gitformat-pack, "Pack file entry", "Deltified
+ * representation"; what git index-pack computes).
+ *
+ * enroute_core.git.packindexer.PackIndexer is the reference, and this is its
+ * algorithm step for step: one pass in pack order, deltas applied when their
+ * base is resolved and otherwise kept waiting under it (by entry or by oid)
+ * and re-read when it arrives, depth first; bases outside the pack asked of
+ * the caller after the pass, in the order first needed; bodies in an LRU
+ * bounded in bytes, a base that fell out rebuilt along its chain. So objects
+ * reach ``on_object`` in the reference's order.
+ *
+ * It reads only the usual pack. Anything the reference would judge (a header
+ * it must parse, a size over a bound, a stream that does not inflate to its
+ * size, a delta that does not apply, a base that is not an entry, a chain
+ * too deep, a base nobody has) makes it give up and answer None: the caller
+ * then runs the reference from the start, which raises the typed error. So
+ * this code never decides that input is bad. Errors raised by the callbacks
+ * (a typed error of on_object, of the caller's store, of the trailer check)
+ * are the reference's own and pass through.
+ *
+ * I/O is the caller's: ``read_seq(offset, length)`` reads the pack in order,
+ * from offset 0 to the entry region's end, a window at a time (the caller
+ * hashes what it gives for the trailer); ``read_at`` re-reads an entry's
+ * zlib bytes. Object ids are hashed with the caller's ``sha1`` (hashlib's).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "packfmt.h"
+
+#define ENTRY_HEADER_BYTES_MAX 30
+#define NO_BASE (-1)
+#define EXTERNAL_BASE (-2)
+#define NONE (-1)
+/* Bodies up to this size are hashed with their header joined: one call. */
+#define HASH_JOIN_BYTES_MAX (64 * 1024)
+/* An inflate starts with room for this much output (or the size, if less), then doubles. */
+#define OUTPUT_BYTES_FIRST (1024 * 1024)
+
+enum { GAVE_UP = 0, DONE = 1, FAILED = -1 };
+
+typedef struct {
+    unsigned char oid[OID_BYTES];
+    int head, tail; /* children waiting, linked through next[] */
+    int live;
+} OidWait;
+
+typedef struct {
+    int child;
+    int base_type;
+    int base_depth;
+    PyObject *base_body; /* owned */
+} Pending;
+
+typedef struct {
+    /* the caller's */
+    PyObject *read_seq, *read_at, *on_object, *sha1, *find, *info_type;
+    long long end;
+    int count;
+    unsigned long long size_max, object_bytes_max, free_bytes, ratio_max;
+    long depth_max;
+    long long cache_max;
+    Py_ssize_t window;
+    /* the sequential window */
+    PyObject *win;
+    long long win_start, read_pos;
+    /* per entry, in pack order */
+    int n;
+    long long *offsets, *ends;
+    unsigned long long *sizes, *object_sizes;
+    int *hlens, *depths, *bases, *next;
+    unsigned char *types, *entry_types, *has_base_oid;
+    unsigned char *oids, *base_oids;
+    /* oid -> first entry (index + 1; 0 empty) */
+    int *by_oid;
+    size_t by_oid_mask;
+    /* waiting on an entry: lists by base index */
+    int *wait_head, *wait_tail;
+    /* waiting on an oid, in the order first needed; table: slot -> record + 1 */
+    OidWait *waits;
+    int waits_n, waits_cap;
+    int *wait_table;
+    size_t wait_mask;
+    /* the LRU of bodies by entry */
+    PyObject **bodies;
+    int *lru_prev, *lru_next;
+    int lru_head, lru_tail;
+    long long cached;
+    /* the settle stack */
+    Pending *stack;
+    int stack_n, stack_cap;
+    int *scratch; /* one list reversed */
+} Run;
+
+static PyObject *str_update, *str_digest;
+static const char *const type_names[] = {NULL, "commit", "tree", "blob", "tag"};
+
+/* -- tables ------------------------------------------------------------------------------ */
+
+static size_t
+oid_hash(const unsigned char *oid)
+{
+    /* Keyed by the interpreter's randomised hash: a pack names base oids of its choice. */
+    return (size_t)_Py_HashBytes(oid, OID_BYTES);
+}
+
+static size_t
+table_size(int count)
+{
+    size_t size = 16;
+    while (size < (size_t)count * 2 + 2)
+        size <<= 1;
+    return size;
+}
+
+static int
+lookup_oid(Run *r, const unsigned char *oid)
+{
+    size_t i = oid_hash(oid) & r->by_oid_mask;
+    for (;;) {
+        int slot = r->by_oid[i];
+        if (slot == 0)
+            return NONE;
+        if (memcmp(r->oids + (size_t)(slot - 1) * OID_BYTES, oid, OID_BYTES) == 0)
+            return slot - 1;
+        i = (i + 1) & r->by_oid_mask;
+    }
+}
+
+/* Record ``index`` as the first entry of its oid; 0 when one came before. */
+static int
+insert_oid(Run *r, int index)
+{
+    const unsigned char *oid = r->oids + (size_t)index * OID_BYTES;
+    size_t i = oid_hash(oid) & r->by_oid_mask;
+    for (;;) {
+        int slot = r->by_oid[i];
+        if (slot == 0) {
+            r->by_oid[i] = index + 1;
+            return 1;
+        }
+        if (memcmp(r->oids + (size_t)(slot - 1) * OID_BYTES, oid, OID_BYTES) == 0)
+            return 0;
+        i = (i + 1) & r->by_oid_mask;
+    }
+}
+
+static int
+find_wait(Run *r, const unsigned char *oid, size_t *slot_out)
+{
+    size_t i = oid_hash(oid) & r->wait_mask;
+    for (;;) {
+        int slot = r->wait_table[i];
+        if (slot == 0) {
+            if (slot_out != NULL)
+                *slot_out = i;
+            return NONE;
+        }
+        if (memcmp(r->waits[slot - 1].oid, oid, OID_BYTES) == 0)
+            return slot - 1;
+        i = (i + 1) & r->wait_mask;
+    }
+}
+
+static int
+wait_on_oid(Run *r, const unsigned char *oid, int child)
+{
+    size_t slot;
+    int w = find_wait(r, oid, &slot);
+    if (w == NONE) {
+        if (r->waits_n == r->waits_cap) {
+            int cap = r->waits_cap ? r->waits_cap * 2 : 16;
+            OidWait *grown = PyMem_Realloc(r->waits, (size_t)cap * sizeof(OidWait));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                return FAILED;
+            }
+            r->waits = grown;
+            r->waits_cap = cap;
+        }
+        w = r->waits_n++;
+        memcpy(r->waits[w].oid, oid, OID_BYTES);
+        r->waits[w].head = r->waits[w].tail = NONE;
+        r->waits[w].live = 1;
+        r->wait_table[slot] = w + 1;
+    }
+    OidWait *rec = &r->waits[w];
+    /* Each oid waits at most once: resolved, it is in by_oid and nothing waits on it again. */
+    r->next[child] = NONE;
+    if (rec->tail == NONE)
+        rec->head = child;
+    else
+        r->next[rec->tail] = child;
+    rec->tail = child;
+    return DONE;
+}
+
+static void
+wait_on_index(Run *r, int base, int child)
+{
+    r->next[child] = NONE;
+    if (r->wait_tail[base] == NONE)
+        r->wait_head[base] = child;
+    else
+        r->next[r->wait_tail[base]] = child;
+    r->wait_tail[base] = child;
+}
+
+/* -- the body cache (the reference's _BaseCache, by entry) -------------------------------- */
+
+static void
+lru_unlink(Run *r, int i)
+{
+    int p = r->lru_prev[i], n = r->lru_next[i];
+    if (p == NONE)
+        r->lru_head = n;
+    else
+        r->lru_next[p] = n;
+    if (n == NONE)
+        r->lru_tail = p;
+    else
+        r->lru_prev[n] = p;
+}
+
+static void
+lru_append(Run *r, int i)
+{
+    r->lru_prev[i] = r->lru_tail;
+    r->lru_next[i] = NONE;
+    if (r->lru_tail == NONE)
+        r->lru_head = i;
+    else
+        r->lru_next[r->lru_tail] = i;
+    r->lru_tail = i;
+}
+
+/* A borrowed reference to the cached body of entry ``i``, or NULL. */
+static PyObject *
+cache_get(Run *r, int i)
+{
+    PyObject *body = r->bodies[i];
+    if (body != NULL && r->lru_tail != i) {
+        lru_unlink(r, i);
+        lru_append(r, i);
+    }
+    return body;
+}
+
+static void
+cache_put(Run *r, int i, PyObject *body)
+{
+    long long size = (long long)PyBytes_GET_SIZE(body);
+    if (size > r->cache_max || r->bodies[i] != NULL)
+        return;
+    r->cached += size;
+    while (r->cached > r->cache_max && r->lru_head != NONE) {
+        int old = r->lru_head;
+        lru_unlink(r, old);
+        r->cached -= (long long)PyBytes_GET_SIZE(r->bodies[old]);
+        Py_CLEAR(r->bodies[old]);
+    }
+    Py_INCREF(body);
+    r->bodies[i] = body;
+    lru_append(r, i);
+}
+
+/* -- reading --------------------------------------------------------------------------------- */
+
+static PyObject *
+call_read(PyObject *fn, long long offset, long long length)
+{
+    PyObject *chunk = PyObject_CallFunction(fn, "LL", offset, length);
+    if (chunk != NULL && (!PyBytes_Check(chunk) || PyBytes_GET_SIZE(chunk) != length)) {
+        Py_DECREF(chunk);
+        PyErr_SetString(PyExc_ValueError, "a pack read returned other than the bytes asked");
+        return NULL;
+    }
+    return chunk;
+}
+
+/* Make the window hold [pos, pos + need), clipped to the entry region: the scanner's _fill. */
+static int
+fill(Run *r, long long pos, long long need)
+{
+    Py_ssize_t have = r->win == NULL ? 0 : PyBytes_GET_SIZE(r->win);
+    long long buf_end = r->win_start + have;
+    long long want_end = pos + need < r->end ? pos + need : r->end;
+    if (pos >= r->win_start && want_end <= buf_end)
+        return DONE;
+    Py_ssize_t keep = (r->win_start <= pos && pos < buf_end) ? (Py_ssize_t)(buf_end - pos) : 0;
+    long long start = pos + keep;
+    if (start != r->read_pos)
+        return GAVE_UP; /* not sequential: never for the usual pack */
+    long long length = want_end - start > r->window ? want_end - start : r->window;
+    if (length > r->end - start)
+        length = r->end - start;
+    PyObject *chunk = length > 0 ? call_read(r->read_seq, start, length) : PyBytes_FromString("");
+    if (chunk == NULL)
+        return FAILED;
+    r->read_pos = start + length;
+    if (keep > 0) {
+        PyObject *joined = PyBytes_FromStringAndSize(NULL, keep + (Py_ssize_t)length);
+        if (joined == NULL) {
+            Py_DECREF(chunk);
+            return FAILED;
+        }
+        memcpy(PyBytes_AS_STRING(joined), PyBytes_AS_STRING(r->win) + (have - keep), keep);
+        memcpy(PyBytes_AS_STRING(joined) + keep, PyBytes_AS_STRING(chunk), (size_t)length);
+        Py_DECREF(chunk);
+        chunk = joined;
+    }
+    Py_XSETREF(r->win, chunk);
+    r->win_start = pos;
+    return DONE;
+}
+
+/*
+ * Inflate the zlib stream at ``pos`` to exactly ``size`` bytes into a new bytes object.
+ * Sequential reads go through the window; otherwise through read_at, at most a window a
+ * time, up to ``stop``. ``*used`` is the stream's length. The reference's zlib-bomb rule
+ * (past free_bytes, output at most ratio_max times the input so far) is checked here
+ * after every step; where it would judge, this gives up.
+ */
+static int
+inflate_stream(Run *r, long long pos, long long stop, unsigned long long size, int sequential,
+               PyObject **out, long long *used)
+{
+    *out = NULL;
+    if (size >= (unsigned long long)UINT_MAX || size >= (unsigned long long)PY_SSIZE_T_MAX)
+        return GAVE_UP;
+    /* The output grows as it comes: a declared size may be a lie. */
+    Py_ssize_t room = size + 1 < OUTPUT_BYTES_FIRST ? (Py_ssize_t)size + 1 : OUTPUT_BYTES_FIRST;
+    PyObject *data = PyBytes_FromStringAndSize(NULL, room);
+    if (data == NULL)
+        return FAILED;
+    z_stream zs;
+    memset(&zs, 0, sizeof(zs));
+    if (inflateInit(&zs) != Z_OK) {
+        Py_DECREF(data);
+        PyErr_SetString(PyExc_MemoryError, "zlib could not start an inflate");
+        return FAILED;
+    }
+    int status = GAVE_UP;
+    long long at = pos;
+    PyObject *chunk = NULL;
+    for (;;) {
+        const unsigned char *in = NULL;
+        long long avail;
+        if (sequential) {
+            if (at >= r->end)
+                break; /* the stream does not end in the region */
+            if (at >= r->win_start + PyBytes_GET_SIZE(r->win)) {
+                int filled = fill(r, at, r->window);
+                if (filled != DONE) {
+                    status = filled;
+                    break;
+                }
+            }
+            avail = r->win_start + PyBytes_GET_SIZE(r->win) - at;
+            in = (const unsigned char *)PyBytes_AS_STRING(r->win) + (at - r->win_start);
+        }
+        else {
+            avail = stop - at < r->window ? stop - at : r->window;
+            if (avail > 0) {
+                Py_XSETREF(chunk, call_read(r->read_at, at, avail));
+                if (chunk == NULL) {
+                    status = FAILED;
+                    break;
+                }
+                in = (const unsigned char *)PyBytes_AS_STRING(chunk);
+            }
+        }
+        if (avail <= 0 || avail > (long long)UINT_MAX)
+            break;
+        /* The output this step may reach: the size, or past the free bytes the ratio's cap. */
+        unsigned long long cap = size;
+        if (size > r->free_bytes && r->ratio_max) {
+            unsigned long long fed = (unsigned long long)(at + avail - pos);
+            if (fed < (size - r->free_bytes) / r->ratio_max + 1) {
+                unsigned long long ratio_cap = r->free_bytes + r->ratio_max * fed;
+                if (ratio_cap < cap)
+                    cap = ratio_cap;
+            }
+        }
+        if ((Py_ssize_t)zs.total_out == room && (unsigned long long)room <= cap) {
+            room = (unsigned long long)room * 2 > cap + 1 ? (Py_ssize_t)cap + 1 : room * 2;
+            if (_PyBytes_Resize(&data, room) < 0) {
+                status = FAILED;
+                break;
+            }
+        }
+        zs.next_out = (unsigned char *)PyBytes_AS_STRING(data) + zs.total_out;
+        zs.next_in = (unsigned char *)in;
+        zs.avail_in = (uInt)avail;
+        zs.avail_out = (uInt)((unsigned long long)room < cap + 1 ? (unsigned long long)room - zs.total_out
+                                                                   : cap + 1 - zs.total_out);
+        int ret;
+        if (size >= UNLOCKED_BYTES_MIN) {
+            Py_BEGIN_ALLOW_THREADS
+            ret = inflate(&zs, Z_NO_FLUSH);
+            Py_END_ALLOW_THREADS
+        }
+        else
+            ret = inflate(&zs, Z_NO_FLUSH);
+        at += avail - (long long)zs.avail_in;
+        if ((unsigned long long)zs.total_out > cap)
+            break; /* past the size, or a zlib bomb: the reference judges */
+        if (ret == Z_STREAM_END) {
+            if (zs.total_out == size)
+                status = DONE;
+            break;
+        }
+        if (ret != Z_OK)
+            break;
+    }
+    Py_XDECREF(chunk);
+    inflateEnd(&zs);
+    if (status != DONE) {
+        Py_XDECREF(data);
+        return status;
+    }
+    if (_PyBytes_Resize(&data, (Py_ssize_t)size) < 0)
+        return FAILED;
+    *out = data;
+    *used = at - pos;
+    return DONE;
+}
+
+/* An entry's inflated data again (a full entry's body, a delta's delta). */
+static int
+reload(Run *r, int i, PyObject **out)
+{
+    long long used;
+    long long start = r->offsets[i] + r->hlens[i];
+    int status = inflate_stream(r, start, r->ends[i], r->sizes[i], 0, out, &used);
+    if (status == DONE && start + used != r->ends[i]) {
+        Py_CLEAR(*out);
+        return GAVE_UP;
+    }
+    return status;
+}
+
+/* -- deltas (enroute_core.git.delta: git's patch-delta.c checks) -------------------------- */
+
+static int
+read_size(const unsigned char *d, Py_ssize_t n, Py_ssize_t *pos, unsigned long long *value)
+{
+    unsigned long long v = 0;
+    int shift = 0;
+    for (;;) {
+        if (*pos >= n || shift > 56) /* nine bytes hold 63 bits; a longer size is judged there */
+            return 0;
+        unsigned char byte = d[(*pos)++];
+        v |= (unsigned long long)(byte & 0x7F) << shift;
+        if (!(byte & 0x80))
+            break;
+        shift += 7;
+    }
+    *value = v;
+    return 1;
+}
+
+static int
+apply_delta(Run *r, PyObject *base_obj, PyObject *delta_obj, PyObject **out)
+{
+    *out = NULL;
+    const unsigned char *base = (const unsigned char *)PyBytes_AS_STRING(base_obj);
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(delta_obj);
+    Py_ssize_t base_len = PyBytes_GET_SIZE(base_obj), n = PyBytes_GET_SIZE(delta_obj), pos = 0;
+    unsigned long long src_size, dst_size;
+    if (n < 4 || !read_size(d, n, &pos, &src_size) || !read_size(d, n, &pos, &dst_size))
+        return GAVE_UP;
+    if (src_size != (unsigned long long)base_len || dst_size > r->object_bytes_max ||
+        dst_size >= (unsigned long long)PY_SSIZE_T_MAX)
+        return GAVE_UP;
+    /* No output sized from a lie: what the instructions could ever write (_check_header). */
+    unsigned long long rest = (unsigned long long)(n - pos);
+    if (dst_size > rest * 0x7F) {
+        unsigned long long per_byte = src_size > 0x7F ? src_size : 0x7F;
+        if (per_byte > 0xFFFFFF)
+            per_byte = 0xFFFFFF;
+        if (dst_size > rest * per_byte)
+            return GAVE_UP;
+    }
+    PyObject *target = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)dst_size);
+    if (target == NULL)
+        return FAILED;
+    unsigned char *dst = (unsigned char *)PyBytes_AS_STRING(target);
+    unsigned long long written = 0;
+    while (pos < n) {
+        unsigned char op = d[pos++];
+        if (op & 0x80) {
+            unsigned long long offset = 0, length = 0;
+            for (int b = 0; b < 4; b++) {
+                if (op & (1 << b)) {
+                    if (pos >= n)
+                        goto bad;
+                    offset |= (unsigned long long)d[pos++] << (8 * b);
+                }
+            }
+            for (int b = 0; b < 3; b++) {
+                if (op & (0x10 << b)) {
+                    if (pos >= n)
+                        goto bad;
+                    length |= (unsigned long long)d[pos++] << (8 * b);
+                }
+            }
+            if (length == 0)
+                length = 0x10000;
+            if (offset + length > src_size || length > dst_size - written)
+                goto bad;
+            memcpy(dst + written, base + offset, (size_t)length);
+            written += length;
+        }
+        else if (op) {
+            if ((Py_ssize_t)op > n - pos || op > dst_size - written)
+                goto bad;
+            memcpy(dst + written, d + pos, op);
+            pos += op;
+            written += op;
+        }
+        else
+            goto bad;
+    }
+    if (written != dst_size)
+        goto bad;
+    *out = target;
+    return DONE;
+bad:
+    Py_DECREF(target);
+    return GAVE_UP;
+}
+
+/* -- resolution ------------------------------------------------------------------------------ */
+
+static int
+hash_object(Run *r, int type_num, PyObject *body, unsigned char *oid)
+{
+    char head[40];
+    Py_ssize_t size = PyBytes_GET_SIZE(body);
+    int hlen = snprintf(head, sizeof(head), "%s %zd", type_names[type_num], size) + 1;
+    PyObject *sha;
+    if (size <= HASH_JOIN_BYTES_MAX) {
+        PyObject *joined = PyBytes_FromStringAndSize(NULL, hlen + size);
+        if (joined == NULL)
+            return FAILED;
+        memcpy(PyBytes_AS_STRING(joined), head, (size_t)hlen);
+        memcpy(PyBytes_AS_STRING(joined) + hlen, PyBytes_AS_STRING(body), (size_t)size);
+        sha = PyObject_CallOneArg(r->sha1, joined);
+        Py_DECREF(joined);
+        if (sha == NULL)
+            return FAILED;
+    }
+    else {
+        PyObject *prefix = PyBytes_FromStringAndSize(head, hlen);
+        if (prefix == NULL)
+            return FAILED;
+        sha = PyObject_CallOneArg(r->sha1, prefix);
+        Py_DECREF(prefix);
+        if (sha == NULL)
+            return FAILED;
+        PyObject *none = PyObject_CallMethodOneArg(sha, str_update, body);
+        if (none == NULL) {
+            Py_DECREF(sha);
+            return FAILED;
+        }
+        Py_DECREF(none);
+    }
+    PyObject *digest = PyObject_CallMethodNoArgs(sha, str_digest);
+    Py_DECREF(sha);
+    if (digest == NULL)
+        return FAILED;
+    if (!PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != OID_BYTES) {
+        Py_DECREF(digest);
+        PyErr_SetString(PyExc_ValueError, "sha1 gave other than 20 bytes");
+        return FAILED;
+    }
+    memcpy(oid, PyBytes_AS_STRING(digest), OID_BYTES);
+    Py_DECREF(digest);
+    return DONE;
+}
+
+/*
+ * Store what entry ``index`` resolved to (the reference's _record); ``*waiting`` gets the
+ * head of the deltas that waited on it, linked through next[]: by entry, then by oid.
+ */
+static int
+record(Run *r, int index, int type_num, PyObject *body, int depth, int *waiting)
+{
+    *waiting = NONE;
+    if (depth) {
+        if (depth > r->depth_max)
+            return GAVE_UP;
+        int base = r->bases[index];
+        if (base >= 0) {
+            memcpy(r->base_oids + (size_t)index * OID_BYTES, r->oids + (size_t)base * OID_BYTES,
+                   OID_BYTES);
+            r->has_base_oid[index] = 1;
+        }
+    }
+    unsigned char *oid = r->oids + (size_t)index * OID_BYTES;
+    if (hash_object(r, type_num, body, oid) != DONE)
+        return FAILED;
+    r->types[index] = (unsigned char)type_num;
+    r->object_sizes[index] = (unsigned long long)PyBytes_GET_SIZE(body);
+    r->depths[index] = depth;
+    cache_put(r, index, body);
+    if (r->on_object != Py_None) {
+        PyObject *args[4];
+        args[0] = PyLong_FromLong(index);
+        args[1] = PyBytes_FromStringAndSize((const char *)oid, OID_BYTES);
+        args[2] = PyLong_FromLong(type_num);
+        args[3] = body;
+        PyObject *got = NULL;
+        if (args[0] != NULL && args[1] != NULL)
+            got = PyObject_Vectorcall(r->on_object, args, 4, NULL);
+        Py_XDECREF(args[0]);
+        Py_XDECREF(args[1]);
+        if (got == NULL)
+            return FAILED;
+        Py_DECREF(got);
+    }
+    int head = r->wait_head[index], tail = r->wait_tail[index];
+    r->wait_head[index] = r->wait_tail[index] = NONE;
+    if (insert_oid(r, index) && r->waits_n) {
+        int w = find_wait(r, oid, NULL);
+        if (w != NONE && r->waits[w].live) {
+            OidWait *rec = &r->waits[w];
+            rec->live = 0;
+            for (int c = rec->head; c != NONE; c = r->next[c])
+                r->bases[c] = index;
+            if (head == NONE)
+                head = rec->head;
+            else
+                r->next[tail] = rec->head;
+        }
+    }
+    *waiting = head;
+    return DONE;
+}
+
+/* Push the children of list ``head`` so that the first is popped first. */
+static int
+push_children(Run *r, int head, int base_type, PyObject *base_body, int base_depth)
+{
+    int k = 0;
+    for (int c = head; c != NONE; c = r->next[c])
+        r->scratch[k++] = c; /* a child is in one list: k <= count */
+    if (r->stack_n + k > r->stack_cap) {
+        int cap = r->stack_cap ? r->stack_cap : 64;
+        while (cap < r->stack_n + k)
+            cap *= 2;
+        Pending *grown = PyMem_Realloc(r->stack, (size_t)cap * sizeof(Pending));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return FAILED;
+        }
+        r->stack = grown;
+        r->stack_cap = cap;
+    }
+    while (k > 0) {
+        Pending *p = &r->stack[r->stack_n++];
+        p->child = r->scratch[--k];
+        p->base_type = base_type;
+        p->base_depth = base_depth;
+        Py_INCREF(base_body);
+        p->base_body = base_body;
+    }
+    return DONE;
+}
+
+/* Record a resolved entry, then every delta waiting on it, depth first (_settle). */
+static int
+settle(Run *r, int index, int type_num, PyObject *body, int depth)
+{
+    int waiting;
+    int status = record(r, index, type_num, body, depth, &waiting);
+    if (status != DONE || waiting == NONE)
+        return status;
+    int floor = r->stack_n;
+    status = push_children(r, waiting, type_num, body, depth);
+    while (status == DONE && r->stack_n > floor) {
+        Pending p = r->stack[--r->stack_n];
+        PyObject *delta, *target = NULL;
+        status = reload(r, p.child, &delta);
+        if (status == DONE) {
+            status = apply_delta(r, p.base_body, delta, &target);
+            Py_DECREF(delta);
+        }
+        if (status == DONE)
+            status = record(r, p.child, p.base_type, target, p.base_depth + 1, &waiting);
+        if (status == DONE && waiting != NONE)
+            status = push_children(r, waiting, p.base_type, target, p.base_depth + 1);
+        Py_XDECREF(target);
+        Py_DECREF(p.base_body);
+    }
+    while (r->stack_n > floor)
+        Py_DECREF(r->stack[--r->stack_n].base_body);
+    return status;
+}
+
+/* (type, body) of an oid outside the pack from the caller's store; GAVE_UP when absent. */
+static int
+find_external(Run *r, const unsigned char *oid, int *type_num, PyObject **body)
+{
+    PyObject *key = PyBytes_FromStringAndSize((const char *)oid, OID_BYTES);
+    if (key == NULL)
+        return FAILED;
+    PyObject *found = PyObject_CallOneArg(r->find, key);
+    Py_DECREF(key);
+    if (found == NULL)
+        return FAILED;
+    if (found == Py_None) {
+        Py_DECREF(found);
+        return GAVE_UP;
+    }
+    long t;
+    PyObject *b;
+    if (!PyArg_ParseTuple(found, "lO!", &t, &PyBytes_Type, &b) || t < 1 || t > 4) {
+        Py_DECREF(found);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "an external base is not (type, body)");
+        return FAILED;
+    }
+    Py_INCREF(b);
+    Py_DECREF(found);
+    *type_num = (int)t;
+    *body = b;
+    return DONE;
+}
+
+/* The body of a resolved entry that fell out of the cache, rebuilt along its chain (_body). */
+static int
+rebuild(Run *r, int index, PyObject **out)
+{
+    *out = NULL;
+    int k = 0, i = index, status;
+    PyObject *body = NULL;
+    for (;;) {
+        int base = r->bases[i];
+        if (base == NO_BASE) {
+            status = reload(r, i, &body);
+            if (status != DONE)
+                return status;
+            break;
+        }
+        r->scratch[k++] = i;
+        if (base == EXTERNAL_BASE) {
+            int type_num;
+            status = find_external(r, r->base_oids + (size_t)i * OID_BYTES, &type_num, &body);
+            if (status != DONE)
+                return status;
+            break;
+        }
+        i = base;
+        PyObject *cached = cache_get(r, i);
+        if (cached != NULL) {
+            Py_INCREF(cached);
+            body = cached;
+            break;
+        }
+    }
+    while (k > 0) {
+        PyObject *delta, *target;
+        status = reload(r, r->scratch[--k], &delta);
+        if (status == DONE) {
+            status = apply_delta(r, body, delta, &target);
+            Py_DECREF(delta);
+        }
+        Py_DECREF(body);
+        if (status != DONE)
+            return status;
+        body = target;
+    }
+    cache_put(r, index, body);
+    *out = body;
+    return DONE;
+}
+
+static int
+lower_bound(const long long *offsets, int n, long long offset)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (offsets[mid] < offset)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && offsets[lo] == offset ? lo : NONE;
+}
+
+/* The pass over the entries in pack order (the reference's run loop). */
+static int
+scan(Run *r, long long *pos_out)
+{
+    long long pos = PACK_HEADER_BYTES;
+    int status = fill(r, 0, PACK_HEADER_BYTES);
+    for (int index = 0; status == DONE && index < r->count; index++) {
+        if (pos >= r->end)
+            return GAVE_UP;
+        status = fill(r, pos, ENTRY_HEADER_BYTES_MAX);
+        if (status != DONE)
+            return status;
+        Header h;
+        Py_ssize_t rel = (Py_ssize_t)(pos - r->win_start);
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(r->win) + rel;
+        if (!parse_header(p, PyBytes_GET_SIZE(r->win) - rel, pos, &h) || h.size > r->size_max)
+            return GAVE_UP;
+        r->offsets[index] = pos;
+        r->hlens[index] = (int)h.header_length;
+        r->sizes[index] = h.size;
+        r->entry_types[index] = (unsigned char)h.type_num;
+        if (h.base_oid != NULL) {
+            memcpy(r->base_oids + (size_t)index * OID_BYTES, h.base_oid, OID_BYTES);
+            r->has_base_oid[index] = 1;
+        }
+        PyObject *data;
+        long long used;
+        status = inflate_stream(r, pos + h.header_length, r->end, h.size, 1, &data, &used);
+        if (status != DONE)
+            return status;
+        pos += h.header_length + used;
+        r->ends[index] = pos;
+        r->n = index + 1;
+        if (h.type_num < OBJ_OFS_DELTA) {
+            status = settle(r, index, h.type_num, data, 0);
+        }
+        else {
+            int base;
+            if (h.type_num == OBJ_OFS_DELTA) {
+                base = lower_bound(r->offsets, index, h.base_offset);
+                if (base == NONE)
+                    status = GAVE_UP;
+            }
+            else {
+                base = lookup_oid(r, r->base_oids + (size_t)index * OID_BYTES);
+                if (base == NONE)
+                    base = EXTERNAL_BASE;
+            }
+            if (status == DONE) {
+                r->bases[index] = base;
+                if (base >= 0 && r->types[base]) {
+                    PyObject *body = cache_get(r, base), *target = NULL;
+                    if (body != NULL)
+                        Py_INCREF(body);
+                    else
+                        status = rebuild(r, base, &body);
+                    if (status == DONE) {
+                        status = apply_delta(r, body, data, &target);
+                        Py_DECREF(body);
+                    }
+                    if (status == DONE) {
+                        status = settle(r, index, r->types[base], target, r->depths[base] + 1);
+                        Py_DECREF(target);
+                    }
+                }
+                else if (base >= 0)
+                    wait_on_index(r, base, index);
+                else
+                    status = wait_on_oid(r, r->base_oids + (size_t)index * OID_BYTES, index);
+            }
+        }
+        Py_DECREF(data);
+    }
+    *pos_out = pos;
+    return status;
+}
+
+/* Bases the pack left out, asked of the caller in the order first needed (_resolve_external). */
+static int
+resolve_external(Run *r)
+{
+    int n = r->waits_n; /* resolving adds no waits: the pass is over */
+    for (int w = 0; w < n; w++) {
+        if (!r->waits[w].live)
+            continue;
+        int type_num;
+        PyObject *body;
+        int status = find_external(r, r->waits[w].oid, &type_num, &body);
+        if (status == GAVE_UP)
+            continue;
+        if (status != DONE)
+            return status;
+        r->waits[w].live = 0;
+        int c = r->waits[w].head;
+        while (status == DONE && c != NONE) {
+            int after = r->next[c]; /* the child's own waiters relink next[] of others only */
+            PyObject *delta, *target = NULL;
+            status = reload(r, c, &delta);
+            if (status == DONE) {
+                status = apply_delta(r, body, delta, &target);
+                Py_DECREF(delta);
+            }
+            if (status == DONE) {
+                status = settle(r, c, type_num, target, 1);
+                Py_DECREF(target);
+            }
+            c = after;
+        }
+        Py_DECREF(body);
+        if (status != DONE)
+            return status;
+    }
+    for (int w = 0; w < n; w++)
+        if (r->waits[w].live)
+            return GAVE_UP; /* nobody has it: the reference says which */
+    for (int i = 0; i < r->count; i++)
+        if (!r->types[i])
+            return GAVE_UP;
+    return DONE;
+}
+
+static PyObject *
+results(Run *r)
+{
+    PyObject *objects = PyTuple_New(r->count);
+    if (objects == NULL)
+        return NULL;
+    for (int i = 0; i < r->count; i++) {
+        PyObject *base_oid;
+        if (r->bases[i] != NO_BASE)
+            base_oid = PyBytes_FromStringAndSize((const char *)r->base_oids + (size_t)i * OID_BYTES,
+                                                 OID_BYTES);
+        else {
+            base_oid = Py_None;
+            Py_INCREF(base_oid);
+        }
+        PyObject *fields = Py_BuildValue(
+            "(LNiKKLiNii)", r->offsets[i],
+            PyBytes_FromStringAndSize((const char *)r->oids + (size_t)i * OID_BYTES, OID_BYTES),
+            (int)r->types[i], r->sizes[i], r->object_sizes[i], r->ends[i] - r->offsets[i],
+            r->depths[i], base_oid, (int)r->entry_types[i], r->hlens[i]);
+        if (fields == NULL) {
+            Py_DECREF(objects);
+            return NULL;
+        }
+        /* The NamedTuple's own __new__ is tuple.__new__(cls, fields). */
+        PyObject *args = PyTuple_Pack(1, fields);
+        Py_DECREF(fields);
+        PyObject *info = args == NULL ? NULL
+                                      : PyTuple_Type.tp_new((PyTypeObject *)r->info_type, args, NULL);
+        Py_XDECREF(args);
+        if (info == NULL) {
+            Py_DECREF(objects);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(objects, i, info);
+    }
+    return objects;
+}
+
+#define ALLOC(field, n)                                                                        \
+    do {                                                                                       \
+        r->field = PyMem_Calloc((size_t)(n), sizeof(*r->field));                               \
+        if (r->field == NULL)                                                                  \
+            goto nomem;                                                                        \
+    } while (0)
+
+static int
+allocate(Run *r)
+{
+    int n = r->count > 0 ? r->count : 1;
+    ALLOC(offsets, n);
+    ALLOC(ends, n);
+    ALLOC(sizes, n);
+    ALLOC(object_sizes, n);
+    ALLOC(hlens, n);
+    ALLOC(depths, n);
+    ALLOC(bases, n);
+    ALLOC(next, n);
+    ALLOC(types, n);
+    ALLOC(entry_types, n);
+    ALLOC(has_base_oid, n);
+    ALLOC(oids, (size_t)n * OID_BYTES);
+    ALLOC(base_oids, (size_t)n * OID_BYTES);
+    ALLOC(wait_head, n);
+    ALLOC(wait_tail, n);
+    ALLOC(bodies, n);
+    ALLOC(lru_prev, n);
+    ALLOC(lru_next, n);
+    ALLOC(scratch, n);
+    r->by_oid_mask = table_size(n) - 1;
+    ALLOC(by_oid, r->by_oid_mask + 1);
+    r->wait_mask = r->by_oid_mask;
+    ALLOC(wait_table, r->wait_mask + 1);
+    for (int i = 0; i < n; i++) {
+        r->bases[i] = NO_BASE;
+        r->wait_head[i] = r->wait_tail[i] = NONE;
+    }
+    r->lru_head = r->lru_tail = NONE;
+    return DONE;
+nomem:
+    PyErr_NoMemory();
+    return FAILED;
+}
+
+static void
+release(Run *r)
+{
+    if (r->bodies != NULL)
+        for (int i = 0; i < r->count; i++)
+            Py_XDECREF(r->bodies[i]);
+    for (int i = 0; i < r->stack_n; i++)
+        Py_XDECREF(r->stack[i].base_body);
+    Py_XDECREF(r->win);
+    void *blocks[] = {r->offsets, r->ends, r->sizes, r->object_sizes, r->hlens, r->depths,
+                      r->bases, r->next, r->types, r->entry_types, r->has_base_oid, r->oids,
+                      r->base_oids, r->wait_head, r->wait_tail, r->bodies, r->lru_prev,
+                      r->lru_next, r->scratch, r->by_oid, r->wait_table, r->waits, r->stack};
+    for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++)
+        PyMem_Free(blocks[i]);
+}
+
+PyDoc_STRVAR(index_pack_doc,
+"index_pack(read_seq, read_at, check_end, find, on_object, sha1, info_type, count, end,\n"
+"           size_max, object_bytes_max, free_bytes, ratio_max, depth_max, cache_max, window)\n"
+"--\n\n"
+"Every entry of the pack as a tuple of ``info_type`` in pack order, or None\n"
+"when the pack is not the usual one (the caller then runs the reference).\n"
+"``check_end(pos)`` is called once the entries are read, with the offset\n"
+"after the last one, before any base outside the pack is asked of ``find``.");
+
+static PyObject *
+index_pack(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Run run;
+    memset(&run, 0, sizeof(run));
+    Run *r = &run;
+    PyObject *check_end;
+    long long count;
+    if (!PyArg_ParseTuple(args, "OOOOOOOLLKKKKlLn:index_pack", &r->read_seq, &r->read_at,
+                          &check_end, &r->find, &r->on_object, &r->sha1, &r->info_type, &count,
+                          &r->end, &r->size_max, &r->object_bytes_max, &r->free_bytes,
+                          &r->ratio_max, &r->depth_max, &r->cache_max, &r->window))
+        return NULL;
+    if (!PyType_Check(r->info_type) ||
+        !PyType_IsSubtype((PyTypeObject *)r->info_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "info_type must be a tuple type");
+        return NULL;
+    }
+    if (count < 0 || count >= INT_MAX / 4 || r->window <= 0 || r->end < PACK_HEADER_BYTES)
+        Py_RETURN_NONE;
+    r->count = (int)count;
+    r->n = 0;
+    PyObject *result = NULL;
+    long long pos = 0;
+    int status = allocate(r);
+    if (status == DONE)
+        status = scan(r, &pos);
+    if (status == DONE) {
+        PyObject *ok = PyObject_CallFunction(check_end, "L", pos);
+        if (ok == NULL)
+            status = FAILED;
+        Py_XDECREF(ok);
+    }
+    if (status == DONE)
+        status = resolve_external(r);
+    if (status == DONE)
+        result = results(r);
+    else if (status == GAVE_UP) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    release(r);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"index_pack", index_pack, METH_VARARGS, index_pack_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "enroute_native.pack_index",
+    "A whole pack indexed in one call: the usual pack only.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit_pack_index(void)
+{
+    str_update = PyUnicode_InternFromString("update");
+    str_digest = PyUnicode_InternFromString("digest");
+    if (str_update == NULL || str_digest == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}
