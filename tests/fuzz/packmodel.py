@@ -277,3 +277,30 @@ def reseal(pack: bytes) -> bytes:
     if len(pack) < 32:
         return pack
     return pack[:-20] + hashlib.sha1(pack[:-20]).digest()
+
+
+def edge_cases(model: PackModel, index: int) -> list[PackModel]:
+    """Entry ``index`` of ``model`` at each edge compiled code must leave to the reference:
+    lying sizes (one off, zero, past 56 and 64 bits), cut, damaged and padded streams, bad
+    types, OFS bases off their entry or gone."""
+    e = model.entries[index]
+    stream = zlib.compress(e.data)
+    variants = [
+        *(replace(e, declared=d) for d in (len(e.data) - 1, len(e.data) + 1, 0, 1 << 40)),
+        *(replace(e, declared=(1 << shift) + len(e.data)) for shift in (56, 57, 60, 63, 66)),
+        replace(e, raw_stream=stream[:-4]),
+        replace(e, raw_stream=stream[:-1] + bytes([stream[-1] ^ 1])),
+        replace(e, raw_stream=stream + b"junk"),
+        replace(e, raw_stream=b"\x78\x9c" + bytes(8)),
+        replace(e, raw_stream=b""),
+        *(replace(e, type_num=t) for t in (0, 5)),
+    ]
+    if e.type_num == 6:
+        variants += [replace(e, ofs_shift=s) for s in (-(1 << 20), 1, 1 << 20)]
+        variants.append(replace(e, base_index=None))
+    entries = list(model.entries)
+    out = []
+    for v in variants:
+        entries[index] = v
+        out.append(replace(model, entries=tuple(entries)))
+    return out

@@ -15,13 +15,12 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
-from dataclasses import replace
 
 import pytest
 from fuzzkit import fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
-from packmodel import SEED_MODELS, PackModel, build, entry_header, packs
+from packmodel import SEED_MODELS, build, edge_cases, entry_header, packs
 
 import enroute_core.git.pack as pack_module
 from enroute_core.base.errors import EnrouteError
@@ -63,31 +62,6 @@ def test_the_compiled_entry_reader_changes_nothing(
     _agree(pack, limits, window, monkeypatch)
 
 
-def _edge_cases(model: PackModel, index: int) -> list[PackModel]:
-    """Entry ``index`` of ``model`` at each edge the compiled reader must leave alone."""
-    e = model.entries[index]
-    stream = zlib.compress(e.data)
-    variants = [
-        *(replace(e, declared=d) for d in (len(e.data) - 1, len(e.data) + 1, 0, 1 << 40)),
-        *(replace(e, declared=(1 << shift) + len(e.data)) for shift in (56, 57, 60, 63, 66)),
-        replace(e, raw_stream=stream[:-4]),
-        replace(e, raw_stream=stream[:-1] + bytes([stream[-1] ^ 1])),
-        replace(e, raw_stream=stream + b"junk"),
-        replace(e, raw_stream=b"\x78\x9c" + bytes(8)),
-        replace(e, raw_stream=b""),
-        *(replace(e, type_num=t) for t in (0, 5)),
-    ]
-    if e.type_num == 6:
-        variants += [replace(e, ofs_shift=s) for s in (-(1 << 20), 1, 1 << 20)]
-        variants.append(replace(e, base_index=None))
-    entries = list(model.entries)
-    out = []
-    for v in variants:
-        entries[index] = v
-        out.append(replace(model, entries=tuple(entries)))
-    return out
-
-
 @pytest.mark.parametrize("window", [pack_module.SCAN_WINDOW_BYTES, 64, 97])
 def test_the_compiled_entry_reader_leaves_every_edge_to_the_scanner(
     window: int, monkeypatch: pytest.MonkeyPatch
@@ -99,7 +73,7 @@ def test_the_compiled_entry_reader_leaves_every_edge_to_the_scanner(
     for model in SEED_MODELS:
         last = len(model.entries) - 1
         for index in sorted({0, last // 2, last}):
-            for case in _edge_cases(model, index):
+            for case in edge_cases(model, index):
                 pack = build(case)
                 for limits in (Limits(), small):
                     _agree(pack, limits, window, monkeypatch)

@@ -14,16 +14,23 @@ order and the same thin bases, or the same typed error with the same message.
 
 from __future__ import annotations
 
+import random
+import zlib
+
 import pytest
-from fuzzkit import fuzz_settings
+from fuzzkit import fuzz_settings, peak_allocation
 from hypothesis import event as tally
 from hypothesis import given
 from hypothesis import strategies as st
-from packmodel import KNOWN, KNOWN_OIDS, SEED_MODELS, build, packs
+from packmodel import KNOWN, KNOWN_OIDS, SEED_MODELS, Entry, PackModel, build, edge_cases, packs
 
-from enroute_core.base.errors import EnrouteError
+from enroute_core.base.errors import EnrouteError, LimitExceeded
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import Limits
+from enroute_core.git.delta import create_delta
+from enroute_core.git.object_type import ObjectType
+from enroute_core.git.objects import object_id
+from enroute_core.git.pack import OBJ_OFS_DELTA, OBJ_REF_DELTA, SCAN_WINDOW_BYTES
 from enroute_core.git.packindexer import PackIndexer, PackIndexResult
 from enroute_core.git.source import BytesSource
 from enroute_core.git.thin import ExternalBaseFn
@@ -101,3 +108,96 @@ def test_the_seed_packs_take_the_compiled_pass(limits: Limits) -> None:
     OFS deltas on them, thin bases): none is left to the reference."""
     for model in SEED_MODELS:
         assert agree(build(model), limits, frozenset(KNOWN_OIDS)) == "indexed", model
+
+
+def test_the_compiled_indexer_leaves_every_edge_to_the_reference() -> None:
+    """Directed, not drawn: packmodel's edge cases (lying sizes, cut, damaged and padded
+    streams, bad types, OFS bases off their entry) at the first, a middle and the last
+    entry of every seed pack, and every seed pack cut at every 7th byte."""
+    known = frozenset(KNOWN_OIDS)
+    for model in SEED_MODELS:
+        last = len(model.entries) - 1
+        for index in sorted({0, last // 2, last}):
+            for case in edge_cases(model, index):
+                for limits in (Limits(), SMALL):
+                    agree(build(case), limits, known)
+        whole = build(model)
+        for cut in range(12, len(whole), 7):
+            agree(whole[:cut], Limits(), known)
+
+
+def test_the_zlib_bomb_rule_at_its_boundary() -> None:
+    """Past ``pack_inflate_free_bytes`` an entry inflates to at most ``ratio`` times the
+    deflated bytes fed: at the bound it is indexed, one byte over it the reference refuses."""
+    body = bytes(3000) + b"tail"
+    fed = len(zlib.compress(body))
+    pack = build(PackModel((Entry(3, body),)))
+    for ratio in (1, 3):
+        free = len(body) - ratio * fed
+        at_bound = Limits(pack_inflate_free_bytes=free, pack_inflate_ratio_max=ratio)
+        assert agree(pack, at_bound, frozenset()) == "indexed"
+        over = Limits(pack_inflate_free_bytes=free - 1, pack_inflate_ratio_max=ratio)
+        assert agree(pack, over, frozenset()) != "indexed"
+        with pytest.raises(LimitExceeded):
+            PackIndexer(BytesSource(pack), limits=over, compiled=False).run()
+
+
+def test_a_ref_base_held_twice_is_its_first_copy() -> None:
+    """An object in the pack twice (whole, then as a delta): a REF_DELTA on it takes the
+    first copy, as the reference's by-oid table does, so its depth is 1, not 2."""
+    x, y = b"x body\n" * 40, b"y body\n" * 40
+    z = x + b"z\n"
+    x_oid = object_id(ObjectType.BLOB, x)
+    model = PackModel(
+        (
+            Entry(3, x),
+            Entry(3, y),
+            Entry(OBJ_OFS_DELTA, create_delta(y, x), base_index=1, base_body=y),
+            Entry(OBJ_REF_DELTA, create_delta(x, z), base_oid=x_oid, base_body=x),
+        )
+    )
+    assert agree(build(model), Limits(), frozenset()) == "indexed"
+    result = PackIndexer(BytesSource(build(model)))._run_compiled()
+    assert result is not None
+    assert [o.depth for o in result.objects] == [0, 0, 1, 1]
+
+
+def test_deltas_waiting_on_one_base_resolve_in_pack_order() -> None:
+    """Three REF_DELTAs before their base: the reference settles them first to last once
+    it arrives, and ``on_object`` sees them in that order."""
+    x = b"base body\n" * 50
+    targets = [x + b"one\n", x + b"two\n", x + b"three\n"]
+    x_oid = object_id(ObjectType.BLOB, x)
+    waiting = tuple(
+        Entry(OBJ_REF_DELTA, create_delta(x, t), base_oid=x_oid, base_body=x) for t in targets
+    )
+    on_first = create_delta(targets[0], x + b"four\n")
+    child = Entry(OBJ_OFS_DELTA, on_first, base_index=0, base_body=targets[0])
+    model = PackModel((*waiting, child, Entry(3, x)))
+    assert agree(build(model), Limits(), frozenset()) == "indexed"
+
+
+def test_entries_over_their_bound_are_left_to_the_reference() -> None:
+    """A whole entry over ``object_bytes_max``, a delta over ``delta_bytes_max``: the
+    reference refuses them before inflating, so the compiled pass must not index them."""
+    big = bytes(range(256)) * 20
+    over_object = PackModel((Entry(3, big),))
+    over_delta = PackModel(
+        (Entry(3, b"small"), Entry(OBJ_OFS_DELTA, create_delta(b"small", big), base_index=0))
+    )
+    limits = Limits(object_bytes_max=len(big) - 1, delta_bytes_max=64)
+    for model in (over_object, over_delta):
+        assert agree(build(model), limits, frozenset()) == "gave up"
+
+
+def test_the_base_cache_holds_its_bound() -> None:
+    """Fifty distinct 128 KiB objects through a 128 KiB cache: at its peak the pass holds
+    the scan window (twice while it slides), the cache and the objects in flight, not all
+    fifty bodies (6.4 MB)."""
+    rng = random.Random(7)
+    size = 128 * 1024
+    pack = build(PackModel(tuple(Entry(3, rng.randbytes(size)) for _ in range(50))))
+    limits = Limits(pack_base_cache_bytes_max=size)
+    bound = 2 * SCAN_WINDOW_BYTES + size + 3 * size + 64 * 1024
+    with peak_allocation(bound):
+        assert PackIndexer(BytesSource(pack), limits=limits)._run_compiled() is not None

@@ -36,6 +36,10 @@ from enroute_core.git.delta import (
     encode_varint,
     read_varint,
 )
+from enroute_core.git.pack import OBJ_BLOB, PACK_HEADER_BYTES
+from enroute_core.git.packindexer import PackIndexer
+from enroute_core.git.packwrite import PackWriter
+from enroute_core.git.source import BytesSource
 from enroute_testing.gitcli import GitFailed, run_git
 
 SEED = int(os.environ.get("ENROUTE_SEED") or random.SystemRandom().randrange(2**32))
@@ -50,10 +54,31 @@ def _compiled_path(base: bytes, delta: bytes) -> bytes:
     )
 
 
+def _in_a_pack(base: bytes, delta: bytes) -> bytes:
+    """The compiled pack indexer's own apply (enroute_native.pack_index): the base as a
+    blob and the delta as an OFS_DELTA on it. Where the pass gives up, the reference
+    must refuse the delta, and its error is what this raises."""
+    chunks: list[bytes] = []
+    writer = PackWriter(chunks.append)
+    writer.header(2)
+    writer.add_full(OBJ_BLOB, base)
+    writer.add_ofs_delta(PACK_HEADER_BYTES, delta)
+    writer.finish()
+    bodies: list[bytes] = []
+    indexer = PackIndexer(
+        BytesSource(b"".join(chunks)), on_object=lambda _i, _oid, _t, body: bodies.append(body)
+    )
+    if indexer._run_compiled() is None:
+        apply_delta_py(base, delta)
+        raise AssertionError("the compiled pass gave up on a delta the reference applies")
+    return bodies[1]
+
+
 APPLIES: dict[str, Apply] = {
     "apply_delta": apply_delta,
     "python": apply_delta_py,
     "compiled": _compiled_path,
+    "pack-index": _in_a_pack,
 }
 
 

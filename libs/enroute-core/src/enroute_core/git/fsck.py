@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from enroute_native.tree_fsck import clean as tree_clean
+
 from enroute_core.base.errors import InvalidObject, LimitExceeded
 from enroute_core.base.ids import OID_BYTES, ZERO_OID, ObjectId, oid_to_hex
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
@@ -740,7 +742,14 @@ def check_tree(
     ``.gitmodules`` ids as it walks the entries); a usual tree's names are read
     once for both, or not at all when ``memo`` knows a tree with the same names
     and modes. Same results as the two calls.
+
+    First, compiled code (``enroute_native.tree_fsck``, docs/native.md) tells a
+    clean tree, one with plain names in git's order that holds no problem and
+    names no ``.gitmodules``, without a Python object per entry; every other
+    tree is judged here.
     """
+    if tree_clean(body, limits.tree_entries_max, limits.tree_entry_name_bytes_max):
+        return []
     skeleton = b""
     if memo is not None:
         skeleton = _OID_AFTER_NUL.sub(b"\0", body)
