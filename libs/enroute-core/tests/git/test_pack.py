@@ -17,6 +17,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from enroute_native.pack_entry import as_ref_delta, header_is
 from hypothesis import given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
@@ -48,6 +49,7 @@ from enroute_core.git.pack import (
     encode_ofs_distance,
     encode_pack_header,
     iter_entries,
+    parse_entry_header,
     read_entry_at,
     read_pack_header,
 )
@@ -429,3 +431,90 @@ def test_random_garbage_is_refused() -> None:
     for _ in range(300):
         body = encode_pack_header(rng.randrange(1, 5)) + rng.randbytes(rng.randrange(0, 200))
         assert _outcome(_with_trailer(body)) != "ok"
+
+
+# -- the compiled header routines of the layer path (enroute_native.pack_entry) ---------------
+
+
+def _header_is_reference(entry: bytes, type_num: int, size: int, base: bytes | None) -> bool:
+    """What the layer writer checked before: the parsed header's type, size and base."""
+    try:
+        ptype, hsize, length, _, named = parse_entry_header(entry, 0, 0)
+    except InvalidPack:
+        return False
+    if ptype != type_num or (size >= 0 and hsize != size):
+        return False
+    return type_num != OBJ_REF_DELTA or (named == base and len(entry) > length)
+
+
+def _raw_entries() -> list[bytes]:
+    """Every entry of the golden packs, verbatim."""
+    out = []
+    for name in ("small-ofs", "small-ref"):
+        pack = (DATA / f"{name}.pack").read_bytes()
+        for o in index_pack(BytesSource(pack)).objects:
+            out.append(pack[o.offset : o.offset + o.size_in_pack])
+    return out
+
+
+_SIZES = (0, 1, 15, 16, 127, 128, 1 << 20, (1 << 35) + 3, (1 << 56) - 1, 1 << 56, 1 << 57, 1 << 63)
+_BASE = bytes(range(20))
+
+
+def _headers() -> list[bytes]:
+    """Headers of every type and size git can write, non-minimal ones, cut ones."""
+    out = []
+    for type_num in range(8):
+        for size in _SIZES:
+            head = encode_entry_header(type_num, size) if type_num in (1, 2, 3, 4, 6, 7) else b""
+            if not head:
+                head = bytes([type_num << 4 | (size & 15)])
+            tails = {6: encode_ofs_distance(9), 7: _BASE}.get(type_num, b"")
+            out += [head + tails + b"x\x9c", head + tails, head[:-1]]
+    out += [b"\x90\x80\x00" + b"x", b"\xb5\x80\x80\x00data", b"\xf5\x00" + _BASE, b""]
+    return out
+
+
+def test_header_is_agrees_with_the_parser() -> None:
+    """True only where the reference says True, and wherever the header is the usual one
+    (git's own encodings, sizes under 2**57: all the compiled parser reads)."""
+    corpus = _raw_entries() + _headers()
+    for entry in corpus:
+        try:
+            ptype, hsize, _, _, named = parse_entry_header(entry, 0, 0)
+        except InvalidPack:
+            ptype, hsize, named = 0, -2, None
+        for type_num in (1, 2, 3, 4, 6, 7):
+            for size in {hsize, hsize + 1, -1}:
+                for base in {named, _BASE, b"\x00" * 20, None}:
+                    got = header_is(entry, type_num, size, base)
+                    want = _header_is_reference(entry, type_num, size, base)
+                    assert not got or want, (entry[:12], type_num, size)
+                    if (
+                        want
+                        and hsize < 1 << 57
+                        and entry.startswith(encode_entry_header(ptype, hsize))
+                    ):  # the encoding git writes
+                        assert got, (entry[:12], type_num, size)
+
+
+def test_as_ref_delta_writes_what_the_reference_writes() -> None:
+    """Every OFS_DELTA of the golden packs, and ones of every size: the header written
+    anew (minimal, as encode_entry_header writes it), the base oid, the same zlib bytes."""
+    cases = []
+    for raw in _raw_entries():
+        ptype, size, length, _, _ = parse_entry_header(raw, 0, 1 << 40)
+        if ptype == OBJ_OFS_DELTA:
+            cases.append((raw, size, length))
+    for size in _SIZES[:-1]:
+        for distance in (1, 127, 128, 1 << 30):
+            head = encode_entry_header(OBJ_OFS_DELTA, size) + encode_ofs_distance(distance)
+            cases.append((head + b"x\x9cdata", size, len(head)))
+    assert len(cases) > 40
+    for raw, size, length in cases:
+        want = encode_entry_header(OBJ_REF_DELTA, size) + _BASE + raw[length:]
+        assert as_ref_delta(raw, length, _BASE) == want
+        assert as_ref_delta(raw, length + 1, _BASE) is None
+        assert as_ref_delta(raw[:length], length, _BASE) is None
+    full = encode_entry_header(3, 5) + b"x\x9cdata"
+    assert as_ref_delta(full, 1, _BASE) is None

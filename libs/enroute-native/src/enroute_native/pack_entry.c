@@ -8,9 +8,15 @@
  * was given. Anything else answers None and the scanner reads the entry
  * itself, raising the typed error of a bad one; so this code never decides
  * that input is bad, only that it is usual. Every read is bounds-checked.
+ *
+ * Beside it, two routines of the layer path on the same header: header_is,
+ * the layer writer's check that an entry is what its caller says (reference:
+ * parse_entry_header and the writer's comparisons), and as_ref_delta, ingest's
+ * rewrite of an OFS_DELTA as a REF_DELTA (reference: encode_entry_header).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
 #include <zlib.h>
 
 #include "packfmt.h"
@@ -98,14 +104,103 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(header_is_doc,
+"header_is(entry, type_num, size, base_oid)\n"
+"--\n\n"
+"Whether ``entry`` starts with the usual header of an entry of ``type_num``\n"
+"declaring ``size`` (-1: any size); a REF_DELTA's must name ``base_oid`` and\n"
+"be followed by data. False where the header is another or not usual: the\n"
+"caller's parser then judges it.");
+
+static PyObject *
+header_is(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer entry;
+    int type_num, overflow;
+    PyObject *size_obj, *base_oid;
+    if (!PyArg_ParseTuple(args, "y*iO!O:header_is", &entry, &type_num, &PyLong_Type, &size_obj,
+                          &base_oid))
+        return NULL;
+    long long size = PyLong_AsLongLongAndOverflow(size_obj, &overflow);
+    if (size == -1 && PyErr_Occurred()) {
+        PyBuffer_Release(&entry);
+        return NULL;
+    }
+    Header h;
+    int ok = !overflow && parse_header((const unsigned char *)entry.buf, entry.len, 0, &h) &&
+             h.type_num == type_num && (size < 0 || h.size == (unsigned long long)size);
+    if (ok && type_num == OBJ_REF_DELTA)
+        ok = PyBytes_Check(base_oid) && PyBytes_GET_SIZE(base_oid) == OID_BYTES &&
+             memcmp(h.base_oid, PyBytes_AS_STRING(base_oid), OID_BYTES) == 0 &&
+             entry.len > h.header_length;
+    PyBuffer_Release(&entry);
+    return PyBool_FromLong(ok);
+}
+
+PyDoc_STRVAR(as_ref_delta_doc,
+"as_ref_delta(entry, header_length, base_oid)\n"
+"--\n\n"
+"The OFS_DELTA ``entry`` (its header ``header_length`` bytes long) as a\n"
+"REF_DELTA on ``base_oid``: the type-and-size bytes written anew, the base\n"
+"oid, the same zlib bytes. None when ``entry`` is not a usual OFS_DELTA with\n"
+"that header.");
+
+static PyObject *
+as_ref_delta(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer entry, base;
+    Py_ssize_t header_length;
+    if (!PyArg_ParseTuple(args, "y*ny*:as_ref_delta", &entry, &header_length, &base))
+        return NULL;
+    PyObject *result = NULL;
+    Header h;
+    /* Any offset past the distance reads the header; the base's place is not asked here. */
+    long long offset = PACK_HEADER_BYTES + ((long long)1 << 62);
+    if (base.len != OID_BYTES ||
+        !parse_header((const unsigned char *)entry.buf, entry.len, offset, &h) ||
+        h.type_num != OBJ_OFS_DELTA || h.header_length != header_length ||
+        entry.len <= header_length) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    unsigned char head[SIZE_BYTES_MAX + 1];
+    Py_ssize_t n = 0;
+    unsigned long long size = h.size;
+    unsigned char byte = (unsigned char)((OBJ_REF_DELTA << 4) | (size & 0x0F));
+    size >>= 4;
+    while (size) {
+        head[n++] = byte | 0x80;
+        byte = size & 0x7F;
+        size >>= 7;
+    }
+    head[n++] = byte;
+    Py_ssize_t rest = entry.len - header_length;
+    result = PyBytes_FromStringAndSize(NULL, n + OID_BYTES + rest);
+    if (result != NULL) {
+        char *out = PyBytes_AS_STRING(result);
+        memcpy(out, head, (size_t)n);
+        memcpy(out + n, base.buf, OID_BYTES);
+        memcpy(out + n + OID_BYTES, (const char *)entry.buf + header_length, (size_t)rest);
+    }
+done:
+    PyBuffer_Release(&entry);
+    PyBuffer_Release(&base);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"inflate_entry", inflate_entry, METH_VARARGS, inflate_entry_doc},
+    {"header_is", header_is, METH_VARARGS, header_is_doc},
+    {"as_ref_delta", as_ref_delta, METH_VARARGS, as_ref_delta_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "enroute_native.pack_entry",
-    "One pack entry, header and zlib stream, read in one call.", -1, methods,
+    "One pack entry: read (header and zlib stream) in one call, its header checked or rewritten.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

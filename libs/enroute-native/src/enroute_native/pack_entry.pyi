@@ -1,3 +1,9 @@
 def inflate_entry(
     window: bytes | bytearray | memoryview, pos: int, offset: int, size_max: int, /
 ) -> tuple[int, int, int, int, bytes | None, bytes, int] | None: ...
+def header_is(
+    entry: bytes | bytearray | memoryview, type_num: int, size: int, base_oid: bytes | None, /
+) -> bool: ...
+def as_ref_delta(
+    entry: bytes | bytearray | memoryview, header_length: int, base_oid: bytes, /
+) -> bytes | None: ...

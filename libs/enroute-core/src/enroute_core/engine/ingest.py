@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
+from enroute_native.pack_entry import as_ref_delta
 from enroute_native.segment_diff import segment
 
 from enroute_core.base.errors import (
@@ -830,11 +831,17 @@ def _full_entry(
 
 
 def _ref_delta_entry(info: PackObjectInfo, source: ByteSource) -> bytes:
-    """A REF_DELTA entry: verbatim, or an OFS_DELTA with its header rewritten, zlib untouched."""
+    """A REF_DELTA entry: verbatim, or an OFS_DELTA with its header rewritten, zlib untouched.
+
+    The rewrite is compiled (``enroute_native.pack_entry.as_ref_delta``); this is its
+    reference, taken for any entry it does not read as a usual OFS_DELTA."""
     raw = source.read_at(info.offset, info.size_in_pack)
     if info.entry_type == OBJ_REF_DELTA:
         return raw
     assert info.entry_type == OBJ_OFS_DELTA and info.base_oid is not None, info
+    rewritten = as_ref_delta(raw, info.header_length, info.base_oid)
+    if rewritten is not None:
+        return rewritten
     header = encode_entry_header(OBJ_REF_DELTA, info.size)
     return header + info.base_oid + raw[info.header_length :]
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import blake3
+from enroute_native.pack_entry import header_is
 
 from enroute_core.base.errors import InvalidArgument, InvalidPack
 from enroute_core.base.ids import ObjectId
@@ -263,7 +264,7 @@ class LayerWriter:
                     and base_context != oid
                 )
             )
-            and _is_full_header(entry, kind, size)
+            and header_is(entry, PACK_TYPE_OF_KIND[kind], size, None)
         ):
             self._check_entry(LayerEntry(oid, kind, entry, size, base, depth, base_context))
         if not kinds or kinds[-1] != kind:
@@ -322,11 +323,7 @@ class LayerWriter:
             )
         ):
             return False
-        try:
-            ptype, _, length, _, named = parse_entry_header(entry, 0, 0)
-        except InvalidPack:
-            return False
-        if ptype != PACK_REF_DELTA or named != base or len(entry) <= length:
+        if not header_is(entry, PACK_REF_DELTA, -1, base):
             return False
         local = self._index.get(base)
         return local is None or (kinds[local] == kind and self._depths[local] + 1 == depth)
@@ -660,14 +657,6 @@ def _le_bytes(values: array[int]) -> bytes:
         values = array(values.typecode, values)
         values.byteswap()
     return values.tobytes()
-
-
-def _is_full_header(entry: bytes, kind: Kind, size: int) -> bool:
-    try:
-        ptype, hsize, _, _, _ = parse_entry_header(entry, 0, 0)
-    except InvalidPack:
-        return False
-    return ptype == PACK_TYPE_OF_KIND[kind] and hsize == size
 
 
 def _header(e: LayerEntry) -> tuple[int, int, int]:
