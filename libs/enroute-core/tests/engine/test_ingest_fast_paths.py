@@ -15,9 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from enroute_core.base.errors import EnrouteError
+from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
 from enroute_core.engine import ingest
+from enroute_core.engine.bodies import BodyCache
 from enroute_core.git.commit import Commit
+from enroute_core.git.object_type import ObjectType
 
 TREE = b"4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 PARENT = b"ce013625030ba8dba906f756967f9e9ca394464a"
@@ -110,3 +113,27 @@ def test_commit_head_corruptions_agree() -> None:
             raw[rng.randrange(len(raw))] = rng.choice(b"\n <>0aA+-" + bytes([rng.randrange(256)]))
         body = bytes(raw[: rng.randrange(len(raw) + 1)] if rng.random() < 0.3 else raw)
         assert _fast(body, DEFAULT_LIMITS) == _slow(body, DEFAULT_LIMITS), body
+
+
+def test_the_cache_reader_answers_as_get_and_keeps_hits_recent() -> None:
+    """``BodyCache.reader``: a cached body of its type in one call, kept recent as ``get``
+    keeps it; anything else (absent, another type) through the fallback."""
+    tree_a, tree_b, blob = (bytes([i]) * 20 for i in (1, 2, 3))
+    cache = BodyCache(64)
+    cache.put(ObjectId(tree_a), ObjectType.TREE, b"a" * 20)
+    cache.put(ObjectId(tree_b), ObjectType.TREE, b"b" * 20)
+    cache.put(ObjectId(blob), ObjectType.BLOB, b"c" * 20)
+    missed: list[bytes] = []
+
+    def miss(oid: ObjectId) -> bytes:
+        missed.append(oid)
+        return b"from the fallback"
+
+    read = cache.reader(ObjectType.TREE, miss)
+    assert read(ObjectId(tree_a)) == b"a" * 20
+    assert read(ObjectId(blob)) == b"from the fallback"
+    assert read(ObjectId(bytes(20))) == b"from the fallback"
+    assert missed == [blob, bytes(20)]
+    cache.put(ObjectId(bytes([4]) * 20), ObjectType.TREE, b"d" * 20)  # evicts the oldest: b
+    assert cache.get(ObjectId(tree_b)) is None
+    assert cache.get(ObjectId(tree_a)) is not None

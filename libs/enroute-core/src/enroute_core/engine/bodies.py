@@ -11,7 +11,7 @@ and the bodies along the one chain being rebuilt.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from enroute_core.base.errors import InvalidObject, InvalidPack
 from enroute_core.base.ids import ObjectId, oid_to_hex
@@ -43,6 +43,23 @@ class BodyCache:
         if found is not None:
             self._items.move_to_end(oid)
         return found
+
+    def reader(
+        self, type_: ObjectType, miss: Callable[[ObjectId], bytes]
+    ) -> Callable[[ObjectId], bytes]:
+        """A body of ``type_`` by oid: a hit in one call (as :meth:`get`, kept recent), any
+        other oid through ``miss``. For callers that ask per tree entry (the segment diff)."""
+        get = self._items.get
+        move_to_end = self._items.move_to_end
+
+        def read(oid: ObjectId) -> bytes:
+            found = get(oid)
+            if found is not None and found[0] is type_:
+                move_to_end(oid)
+                return found[1]
+            return miss(oid)
+
+        return read
 
     def put(self, oid: ObjectId, type_: ObjectType, body: bytes) -> None:
         if len(body) > self._max or oid in self._items:
@@ -89,6 +106,10 @@ class ObjectBodies:
         if found is not None:
             self._cache.put(oid, found[0], found[1])
         return found
+
+    def tree_reader(self) -> Callable[[ObjectId], bytes]:
+        """:meth:`tree` as one callable, a cached tree answered in one call."""
+        return self._cache.reader(ObjectType.TREE, self.tree)
 
     def tree(self, oid: ObjectId) -> bytes:
         """A tree's body; a missing one or another type is an invalid object graph."""

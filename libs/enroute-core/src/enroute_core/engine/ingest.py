@@ -421,6 +421,7 @@ class _Walk:
         self.loose: list[tuple[ObjectId, ObjectId | None]] = []  # new trees/blobs named by refs
         self.members = 0
         self._snapshot_trees: dict[ObjectId, ObjectId] = {}
+        self._tree_body = bodies.tree_reader()
 
     # classification
 
@@ -507,7 +508,7 @@ class _Walk:
         self.place(commit, self.context.get(commit))
         parent_trees = [self._tree_of(p) for p in head.parents]
         members = _segment(
-            commit, head.tree, parent_trees, self.bodies.tree, self._visit, limits=self.limits
+            commit, head.tree, parent_trees, self._tree_body, self._visit, limits=self.limits
         )
         self.members += len(members)
         members_max = self.limits.ingest_segment_members_max
