@@ -7,8 +7,9 @@ to the snapshot it was ingested against); DESIGN "Layers" (segments).
 
 :func:`ingest_pack` runs these steps, each a function below:
 
-1. Index the pack (:func:`~enroute_core.git.packindexer.index_pack`); thin
-   bases come from the snapshot. Each commit, tree and tag is checked as git
+1. Index the pack (:func:`~enroute_core.git.packindexer.index_pack`, a
+   compiled pass with the Python indexer as its reference); thin bases come
+   from the snapshot. Each commit, tree and tag is checked as git
    fsck checks it (:mod:`enroute_core.git.fsck`, docs/security.md) as it is
    resolved, and the .gitmodules blobs trees name once all are. Commit and tag
    headers are kept as they go by; tree bodies go into the bounded body cache.
