@@ -147,20 +147,29 @@ class PackIndexer:
         self._on_object = on_object
         self._compiled = compiled
         self._cache = _BaseCache(limits.pack_base_cache_bytes_max)
-        count = self._header.count  # bounded by the pack's size
-        # per entry, in pack order
-        self._offsets = [0] * count
+        # The reference's per-entry state, in pack order: made when the reference runs.
+        self._offsets: list[int] = []
         self._entries: list[tuple[int, int, int, int]] = []  # (type, size, header len, end)
-        self._types = [0] * count  # object type; 0 while unresolved
-        self._object_sizes = [0] * count
-        self._oids: list[ObjectId | None] = [None] * count
-        self._depths = [0] * count
-        self._bases = [_NO_BASE] * count  # base entry index, _NO_BASE or _EXTERNAL_BASE
-        self._base_oids: list[ObjectId | None] = [None] * count
+        self._types: list[int] = []  # object type; 0 while unresolved
+        self._object_sizes: list[int] = []
+        self._oids: list[ObjectId | None] = []
+        self._depths: list[int] = []
+        self._bases: list[int] = []  # base entry index, _NO_BASE or _EXTERNAL_BASE
+        self._base_oids: list[ObjectId | None] = []
         self._by_offset: dict[int, int] = {}
         self._by_oid: dict[ObjectId, int] = {}
         self._waiting_on_index: dict[int, list[int]] = {}
         self._waiting_on_oid: dict[ObjectId, list[int]] = {}
+
+    def _start_reference(self) -> None:
+        count = self._header.count  # bounded by the pack's size
+        self._offsets = [0] * count
+        self._types = [0] * count
+        self._object_sizes = [0] * count
+        self._oids = [None] * count
+        self._depths = [0] * count
+        self._bases = [_NO_BASE] * count
+        self._base_oids = [None] * count
 
     def run(self) -> PackIndexResult:
         if self._compiled:
@@ -170,7 +179,8 @@ class PackIndexer:
         return self._run_reference()
 
     def _run_compiled(self) -> PackIndexResult | None:
-        """The compiled pass; None when it gave up (nothing of this object was touched)."""
+        """The compiled pass; None when it gave up (the reference's state is not made yet,
+        and its thin bases are asked of a fresh ``ExternalBases``)."""
         source, limits, end = self._source, self._limits, self._end
         trailer = hashlib.sha1()
 
@@ -213,6 +223,7 @@ class PackIndexer:
         return PackIndexResult(self._header, objects, external.used, checksum)
 
     def _run_reference(self) -> PackIndexResult:
+        self._start_reference()
         offsets = self._offsets
         entries = self._entries
         by_offset = self._by_offset
