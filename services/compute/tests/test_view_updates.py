@@ -48,3 +48,6 @@ def test_pushes_update_the_view_without_rebuilding(
     text = ops.metrics_text().decode()
     assert f"enroute_compute_view_builds_total {float(builds)}\n" in text
     assert f"enroute_compute_view_updates_total {float(host.view_updates)}\n" in text
+    # every pack git sent took the compiled indexer (docs/native.md), none the reference
+    assert host.reference_indexes == 0
+    assert "enroute_engine_reference_indexes_total 0.0\n" in text

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -408,7 +408,8 @@ def _both(
         )
         result = indexer._run_compiled() if compiled else indexer.run()
         assert result is not None, "the compiled pass gave up on a usual pack"
-        runs.append((result, seen))
+        assert result.compiled == compiled
+        runs.append((replace(result, compiled=True), seen))
     assert runs[0] == runs[1]
     return runs[0][0]
 
@@ -439,3 +440,19 @@ def test_the_compiled_pass_leaves_a_bad_delta_to_the_reference() -> None:
     assert PackIndexer(BytesSource(pack))._run_compiled() is None
     with pytest.raises(InvalidDelta):
         index_pack(BytesSource(pack))
+
+
+def test_a_valid_pack_the_compiled_pass_leaves_is_indexed_by_the_reference() -> None:
+    """A size header of ten bytes (its high groups zero) is valid and the compiled pass
+    does not read it: the reference indexes the pack, and the result says so."""
+    usual = _pack([Full(OBJ_BLOB, BASE), Ofs(0, create_delta(BASE, V1))])
+    assert index_pack(BytesSource(usual)).compiled
+    head = bytearray(encode_entry_header(OBJ_BLOB, len(BASE)))
+    padded = bytes(b | 0x80 for b in head) + b"\x80" * (9 - len(head)) + b"\x00"
+    entry = padded + zlib.compress(BASE)
+    raw = encode_pack_header(1) + entry
+    pack = raw + hashlib.sha1(raw).digest()
+    assert PackIndexer(BytesSource(pack))._run_compiled() is None
+    result = index_pack(BytesSource(pack))
+    assert not result.compiled
+    assert [o.oid for o in result.objects] == [_oid(BASE)]

@@ -127,6 +127,8 @@ class RepositoryHost:
         """Views built whole (a snapshot: opening a repository, a new incarnation)."""
         self.view_updates = 0
         """Changes that updated a view in place (layers appended or a stretch swapped)."""
+        self.reference_indexes = 0
+        """Pushes whose pack the Python indexer read because the compiled pass gave up."""
         self._retired: dict[tuple[str, str], int] = {}
         """Stored layers that left a manifest here: (segment, key) -> when (clock us)."""
         self._read_pins: Counter[tuple[str, str]] = Counter()

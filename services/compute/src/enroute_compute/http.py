@@ -88,6 +88,8 @@ class _NodeCollector:
             ("enroute_compute_view_builds", host.view_builds, "views built whole (snapshots)"),
             ("enroute_compute_view_updates", host.view_updates,
              "views updated in place by a change"),
+            ("enroute_engine_reference_indexes", host.reference_indexes,
+             "pushes whose pack the Python indexer read: the compiled pass gave up"),
         ):  # fmt: skip
             yield _counter(name, doc, value)
         if self.ops.maintainer is not None:

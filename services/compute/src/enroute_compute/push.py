@@ -166,6 +166,8 @@ class Pusher:
                     if exc.mapping.git_form is GitForm.REF:
                         return refuse_all(git_message(exc))
                     return refuse_all(b"unpacker error", git_message(exc))
+            if result is not None and not result.compiled_index:
+                self.host.reference_indexes += 1
             new_layer = (
                 None
                 if result is None

@@ -149,6 +149,8 @@ class IngestResult:
     """Pack objects not stored because the snapshot holds them."""
     dropped: int
     """Pack objects no new ref tip reaches, not stored."""
+    compiled_index: bool = True
+    """Whether the compiled pass indexed the pack (:attr:`PackIndexResult.compiled`)."""
 
     def new_layer(
         self, *, inline: bool, upload_gen: int = 0, data: bytes | None = None
@@ -317,6 +319,7 @@ def ingest_pack(
         thin_bases=indexed.external_bases,
         deduplicated=dedup,
         dropped=dropped,
+        compiled_index=indexed.compiled,
     )
 
 

@@ -97,6 +97,9 @@ class PackIndexResult:
     """Bases resolved outside the pack (thin pack), in the order first needed."""
     checksum: bytes
     """The pack trailer (SHA-1 of the pack), checked."""
+    compiled: bool = True
+    """Whether the compiled pass indexed it; False when it gave up and the reference did
+    (an unusual pack: a count operators see, ``enroute_engine_reference_indexes_total``)."""
 
 
 class _BaseCache:
@@ -395,7 +398,8 @@ class PackIndexer:
             )  # fmt: skip
         end = self._source.size - PACK_TRAILER_BYTES
         checksum = self._source.read_at(end, PACK_TRAILER_BYTES)
-        return PackIndexResult(self._header, tuple(objects), self._external.used, checksum)
+        external = self._external.used
+        return PackIndexResult(self._header, tuple(objects), external, checksum, compiled=False)
 
 
 def index_pack(
