@@ -20,6 +20,7 @@ from enroute_core.base.limits import DEFAULT_LIMITS, Limits
 from enroute_core.engine import ingest
 from enroute_core.engine.bodies import BodyCache
 from enroute_core.git.commit import Commit
+from enroute_core.git.fsck import fsck_commit
 from enroute_core.git.object_type import ObjectType
 
 TREE = b"4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -137,3 +138,48 @@ def test_the_cache_reader_answers_as_get_and_keeps_hits_recent() -> None:
     cache.put(ObjectId(bytes([4]) * 20), ObjectType.TREE, b"d" * 20)  # evicts the oldest: b
     assert cache.get(ObjectId(tree_b)) is None
     assert cache.get(ObjectId(tree_a)) is not None
+
+
+def _clean_agrees(body: bytes, limits: Limits = DEFAULT_LIMITS) -> bool:
+    """``_clean_head`` answers only for a commit fsck finds nothing in, and then with the
+    header ``_commit_head`` reads; return whether it answered."""
+    head = ingest._clean_head(body, limits)
+    if head is None:
+        return False
+    assert fsck_commit(body) == [], body
+    assert (head.tree, head.parents, head.time) == _slow(body, limits), body
+    return True
+
+
+@pytest.mark.parametrize(
+    "author",
+    [b"A <a@example.com> 1700000000 +0000", b" <a@b> 1 +0000", b"A <a@b> 01 +0000",
+     b"A <a@b> 1 +00", b"A a@b> 1 +0000", b"A <a@b> 1234567890123456789 +0000", b"A <a@b>"],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    "tail", [b"\nmessage\n", b"\n", b"", b"gpgsig x\n y\n\nsigned\n", b"message", b"\nnul\0\n"]
+)
+@pytest.mark.parametrize("parents", [0, 1, 3])
+def test_clean_head_is_fsck_and_the_header_in_one(author: bytes, tail: bytes, parents: int) -> None:
+    body = (
+        b"tree " + TREE + b"\n" + b"".join(b"parent " + PARENT + b"\n" for _ in range(parents))
+        + b"author " + author + b"\ncommitter C <c@example.com> 1700000000 +0100\n" + tail
+    )  # fmt: skip
+    _clean_agrees(body, Limits(commit_parents_max=2))
+    if author.startswith(b"A <a@example.com>") and tail in (b"\nmessage\n", b"\n"):
+        assert _clean_agrees(body), "the commit git writes takes the one read"
+
+
+def test_clean_head_corruptions_agree() -> None:
+    seed = int(os.environ.get("ENROUTE_SEED", random.randrange(1 << 32)))
+    print(f"ENROUTE_SEED={seed}")
+    rng = random.Random(seed)
+    good = _commit(2, b"C <c@example.com> 1700000000 +0100")
+    answered = 0
+    for _ in range(2000):
+        raw = bytearray(good)
+        for _ in range(rng.randrange(1, 3)):
+            raw[rng.randrange(len(raw))] = rng.choice(b"\n <>0aA+-\0" + bytes([rng.randrange(256)]))
+        body = bytes(raw[: rng.randrange(len(raw) + 1)] if rng.random() < 0.3 else raw)
+        answered += _clean_agrees(body)
+    assert answered > 100  # the property was tested on clean commits, not only refusals

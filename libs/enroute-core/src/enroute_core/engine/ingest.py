@@ -200,6 +200,9 @@ class _Headers:
         self.gitmodules: dict[ObjectId, None] = {}  # what trees name .gitmodules, in order
 
     def on_object(self, index: int, oid: ObjectId, type_num: int, body: bytes) -> None:
+        if type_num == ObjectType.COMMIT:
+            self._commit(oid, body)
+            return
         if self.fsck is not None and type_num != ObjectType.BLOB:
             if type_num == ObjectType.TREE:
                 policy, limits = self.fsck, self.limits
@@ -209,12 +212,21 @@ class _Headers:
                 check_object(oid, type_num, body, policy=self.fsck, limits=self.limits)
         if type_num == ObjectType.TREE:
             self.cache.put(oid, ObjectType.TREE, body)
-        elif type_num == ObjectType.COMMIT and oid not in self.commits:
-            self.commits[oid] = _commit_head(body, self.limits)
         elif type_num == ObjectType.TAG and oid not in self.tags:
             tag = Tag.parse(body, limits=self.limits)
             self.tags[oid] = tag.object
             self.tag_types[oid] = tag.object_type
+
+    def _commit(self, oid: ObjectId, body: bytes) -> None:
+        """fsck's checks and the header, in one read for a clean commit (:func:`_clean_head`)."""
+        head = _clean_head(body, self.limits)
+        if head is None:
+            if self.fsck is not None:
+                check_object(oid, ObjectType.COMMIT, body, policy=self.fsck, limits=self.limits)
+            if oid in self.commits:
+                return
+            head = _commit_head(body, self.limits)
+        self.commits.setdefault(oid, head)
 
 
 # The header lines git writes, in its order: the tree, the parents, one author and a
@@ -223,7 +235,37 @@ _USUAL_COMMIT_HEAD = re.compile(
     rb"tree ([0-9a-f]{40})\n((?:parent [0-9a-f]{40}\n)*)author [^\n]*\n"
     rb"committer [^<>\n]* <[^<>\n]*> (0|[1-9][0-9]{0,17}) [+-][0-9]{4}\n"
 )
+# The same, for a commit fsck finds nothing in (fsck.fsck_commit): both identities as
+# fsck_ident reads them at once (a name, an email, a date of at most 18 digits without a
+# leading zero, a zone), the committer's time group 3; with no NUL anywhere and the header
+# ended (a blank line, or a final LF: fsck's verify_headers), both checked apart.
+_CLEAN_COMMIT_HEAD = re.compile(
+    rb"tree ([0-9a-f]{40})\n((?:parent [0-9a-f]{40}\n)*)"
+    rb"author [^<>\n][^<>\n]* <[^<>\n]*> (?:0|[1-9][0-9]{0,17}) [+-][0-9]{4}\n"
+    rb"committer [^<>\n][^<>\n]* <[^<>\n]*> (0|[1-9][0-9]{0,17}) [+-][0-9]{4}\n"
+)
 _PARENT_LINE_BYTES = 48  # "parent " + 40 hex digits + LF
+
+
+def _clean_head(body: bytes, limits: Limits) -> _CommitHead | None:
+    """The header of a commit git's fsck finds nothing in, or None (the checks decide)."""
+    clean = _CLEAN_COMMIT_HEAD.match(body)
+    if clean is None or b"\0" in body or not (b"\n\n" in body or body.endswith(b"\n")):
+        return None
+    return _head_of(clean, limits)
+
+
+def _head_of(usual: re.Match[bytes], limits: Limits) -> _CommitHead | None:
+    """Tree, parents and time from a usual header's match; None past ``commit_parents_max``."""
+    lines = usual.group(2)
+    if len(lines) // _PARENT_LINE_BYTES > limits.commit_parents_max:
+        return None
+    parents = tuple(
+        ObjectId(bytes.fromhex(lines[i + 7 : i + 47].decode("ascii")))
+        for i in range(0, len(lines), _PARENT_LINE_BYTES)
+    )
+    tree = ObjectId(bytes.fromhex(usual.group(1).decode("ascii")))
+    return _CommitHead(tree, parents, int(usual.group(3)))
 
 
 def _commit_head(body: bytes, limits: Limits) -> _CommitHead:
@@ -234,15 +276,9 @@ def _commit_head(body: bytes, limits: Limits) -> _CommitHead:
     """
     usual = _USUAL_COMMIT_HEAD.match(body)
     if usual is not None:
-        lines = usual.group(2)
-        count = len(lines) // _PARENT_LINE_BYTES
-        if count <= limits.commit_parents_max:
-            parents = tuple(
-                ObjectId(bytes.fromhex(lines[i + 7 : i + 47].decode("ascii")))
-                for i in range(0, len(lines), _PARENT_LINE_BYTES)
-            )
-            tree = ObjectId(bytes.fromhex(usual.group(1).decode("ascii")))
-            return _CommitHead(tree, parents, int(usual.group(3)))
+        head = _head_of(usual, limits)
+        if head is not None:
+            return head
     commit = Commit.parse(body, limits=limits)
     committer = commit.committer
     stamp = committer.timestamp if committer is not None else None
