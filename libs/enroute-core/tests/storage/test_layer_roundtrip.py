@@ -41,7 +41,12 @@ from enroute_core.storage.layer import (
     root_of,
     write_layer,
 )
-from enroute_core.storage.layer.bloom import bloom_bits_for, bloom_may_contain, build_bloom
+from enroute_core.storage.layer.bloom import (
+    bloom_bits_for,
+    bloom_may_contain,
+    build_bloom,
+    build_bloom_py,
+)
 from enroute_core.storage.layer.format import FOOTER_BYTES, Footer, Layout
 from enroute_testing.synthlayer import median_lookup_seconds, synthetic_layer
 
@@ -698,3 +703,16 @@ def test_bloom_reader_and_writer_agree() -> None:
     for i in range(7):
         want |= 1 << ((h1 + i * h2) % 64)
     assert int.from_bytes(f, "little") == want
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 7, 170, 2000])
+def test_bloom_compiled_builds_what_the_reference_builds(count: int) -> None:
+    """``build_bloom`` (compiled, enroute_native.layer_bloom) against ``build_bloom_py``:
+    random oids, oids whose hashes sit at 2**64 - 1 (exact sums, no wrap), sizes on and
+    off the 64-bit grain, every probe count up to the bound."""
+    rng = random.Random(SEED + count)
+    edge = [b"\xff" * 20, b"\xff" * 8 + b"\x00" * 12, b"\x00" * 8 + b"\xff" * 12, bytes(20)]
+    oids = [rng.randbytes(20) for _ in range(count)] + edge[: min(count, 4)]
+    for bits in {bloom_bits_for(len(oids)), 64, 64 * 1021}:
+        for probes in (1, 2, 7, 13, 32):
+            assert build_bloom(oids, bits, probes) == build_bloom_py(oids, bits, probes)

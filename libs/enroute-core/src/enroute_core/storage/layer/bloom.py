@@ -14,6 +14,8 @@ import struct
 from collections.abc import Sequence
 from typing import Final
 
+from enroute_native.layer_bloom import build as build_compiled
+
 BITS_PER_OBJECT: Final = 10
 PROBES: Final = 7
 PROBES_MAX: Final = 32
@@ -27,7 +29,15 @@ def bloom_bits_for(object_count: int) -> int:
 
 
 def build_bloom(oids: Sequence[bytes], bits: int, probes: int = PROBES) -> bytes:
-    """The filter bytes for ``oids``.
+    """The filter bytes for ``oids`` (20 bytes each), built by compiled code
+    (``enroute_native.layer_bloom``, docs/native.md); :func:`build_bloom_py` is its
+    reference."""
+    assert bits > 0 and bits % 64 == 0 and 0 < probes <= PROBES_MAX, (bits, probes)
+    return build_compiled(b"".join(oids), bits, probes)
+
+
+def build_bloom_py(oids: Sequence[bytes], bits: int, probes: int = PROBES) -> bytes:
+    """:func:`build_bloom` in Python alone (the reference).
 
     One flag byte per bit while building (a plain store is the cheapest thing
     Python does per probe), then one pass packs the flags into bits: reversed,
