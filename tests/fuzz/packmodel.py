@@ -18,6 +18,7 @@ from fuzzkit import PACK_DATA, fuzz_bytes, mutated
 from hypothesis import strategies as st
 
 from enroute_core.base.ids import ObjectId
+from enroute_core.base.limits import Limits
 from enroute_core.git.commit import Commit, Identity
 from enroute_core.git.delta import create_delta
 from enroute_core.git.object_type import ObjectType
@@ -188,6 +189,16 @@ for _model in _resolution_models():
     SEED_PACKS.append(_pack)
     SEED_MODELS.append(_model)
 KNOWN_OIDS = sorted(KNOWN)
+
+# Limits small enough for the seed packs to reach them: chains of 2, a cache of 64 bytes
+# (bases rebuilt), objects and deltas of 4 KiB, 12 entries.
+SMALL_LIMITS = Limits(
+    delta_chain_depth_max=2,
+    pack_base_cache_bytes_max=64,
+    object_bytes_max=4096,
+    delta_bytes_max=4096,
+    pack_objects_max=12,
+)
 
 HUGE_SIZES = (1 << 20, (1 << 31) - 1, 1 << 31, 1 << 32, 1 << 40, (1 << 63) - 1, 1 << 64, 1 << 66)
 

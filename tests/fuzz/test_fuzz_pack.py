@@ -24,7 +24,16 @@ from fuzzkit import fuzz_settings, peak_allocation, typed_errors
 from hypothesis import event as tally
 from hypothesis import given
 from hypothesis import strategies as st
-from packmodel import HUGE_SIZES, KNOWN, KNOWN_OIDS, SEED_MODELS, PackModel, build, packs
+from packmodel import (
+    HUGE_SIZES,
+    KNOWN,
+    KNOWN_OIDS,
+    SEED_MODELS,
+    SMALL_LIMITS,
+    PackModel,
+    build,
+    packs,
+)
 
 from enroute_core.base.errors import InvalidDelta, InvalidPack, LimitExceeded, MissingObject
 from enroute_core.base.ids import ObjectId
@@ -40,13 +49,7 @@ from enroute_core.git.thin import ExternalBaseFn
 pytestmark = pytest.mark.fuzz
 
 ALLOWED = (InvalidPack, InvalidDelta, LimitExceeded, MissingObject)
-SMALL = Limits(
-    delta_chain_depth_max=2,
-    pack_base_cache_bytes_max=64,
-    object_bytes_max=4096,
-    delta_bytes_max=4096,
-    pack_objects_max=12,
-)
+SMALL = SMALL_LIMITS
 LIMITS = st.sampled_from([Limits(), Limits(), SMALL])
 MEMORY_BOUND_BYTES = 8 * 1024 * 1024
 

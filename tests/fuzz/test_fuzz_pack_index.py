@@ -23,7 +23,17 @@ from fuzzkit import fuzz_settings, peak_allocation
 from hypothesis import event as tally
 from hypothesis import given
 from hypothesis import strategies as st
-from packmodel import KNOWN, KNOWN_OIDS, SEED_MODELS, Entry, PackModel, build, edge_cases, packs
+from packmodel import (
+    KNOWN,
+    KNOWN_OIDS,
+    SEED_MODELS,
+    SMALL_LIMITS,
+    Entry,
+    PackModel,
+    build,
+    edge_cases,
+    packs,
+)
 
 from enroute_core.base.errors import EnrouteError, LimitExceeded
 from enroute_core.base.ids import ObjectId
@@ -38,14 +48,7 @@ from enroute_core.git.thin import ExternalBaseFn
 
 pytestmark = pytest.mark.fuzz
 
-SMALL = Limits(
-    delta_chain_depth_max=2,
-    pack_base_cache_bytes_max=64,
-    object_bytes_max=4096,
-    delta_bytes_max=4096,
-    pack_inflate_free_bytes=64,
-    pack_objects_max=12,
-)
+SMALL = replace(SMALL_LIMITS, pack_inflate_free_bytes=64)  # the zlib-bomb rule reached too
 LIMITS = st.sampled_from([Limits(), Limits(pack_base_cache_bytes_max=64), SMALL])
 
 Seen = list[tuple[int, ObjectId, int, bytes]]

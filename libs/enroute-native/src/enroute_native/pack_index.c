@@ -167,22 +167,33 @@ find_wait(Run *r, const unsigned char *oid, size_t *slot_out)
     }
 }
 
+/* Make ``*items`` (``*cap`` of ``size`` bytes each) hold at least ``need``, doubling. */
+static int
+grow(void **items, int *cap, int need, size_t size)
+{
+    if (need <= *cap)
+        return DONE;
+    int room = *cap ? *cap : 16;
+    while (room < need)
+        room *= 2;
+    void *grown = PyMem_Realloc(*items, (size_t)room * size);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return FAILED;
+    }
+    *items = grown;
+    *cap = room;
+    return DONE;
+}
+
 static int
 wait_on_oid(Run *r, const unsigned char *oid, int child)
 {
     size_t slot;
     int w = find_wait(r, oid, &slot);
     if (w == NONE) {
-        if (r->waits_n == r->waits_cap) {
-            int cap = r->waits_cap ? r->waits_cap * 2 : 16;
-            OidWait *grown = PyMem_Realloc(r->waits, (size_t)cap * sizeof(OidWait));
-            if (grown == NULL) {
-                PyErr_NoMemory();
-                return FAILED;
-            }
-            r->waits = grown;
-            r->waits_cap = cap;
-        }
+        if (grow((void **)&r->waits, &r->waits_cap, r->waits_n + 1, sizeof(OidWait)) != DONE)
+            return FAILED;
         w = r->waits_n++;
         memcpy(r->waits[w].oid, oid, OID_BYTES);
         r->waits[w].head = r->waits[w].tail = NONE;
@@ -647,18 +658,8 @@ push_children(Run *r, int head, int base_type, PyObject *base_body, int base_dep
     int k = 0;
     for (int c = head; c != NONE; c = r->next[c])
         r->scratch[k++] = c; /* a child is in one list: k <= count */
-    if (r->stack_n + k > r->stack_cap) {
-        int cap = r->stack_cap ? r->stack_cap : 64;
-        while (cap < r->stack_n + k)
-            cap *= 2;
-        Pending *grown = PyMem_Realloc(r->stack, (size_t)cap * sizeof(Pending));
-        if (grown == NULL) {
-            PyErr_NoMemory();
-            return FAILED;
-        }
-        r->stack = grown;
-        r->stack_cap = cap;
-    }
+    if (grow((void **)&r->stack, &r->stack_cap, r->stack_n + k, sizeof(Pending)) != DONE)
+        return FAILED;
     while (k > 0) {
         Pending *p = &r->stack[r->stack_n++];
         p->child = r->scratch[--k];

@@ -77,6 +77,9 @@ from enroute_core.engine.snapshot import SnapshotObjects
 from enroute_core.git.commit import Commit
 from enroute_core.git.fsck import (
     RECEIVE_POLICY,
+    USUAL_IDENT_DATE,
+    USUAL_IDENT_NAME_EMAIL,
+    USUAL_IDENT_ZONE,
     FsckPolicy,
     TreeCheckMemo,
     check_gitmodules,
@@ -231,19 +234,21 @@ class _Headers:
 
 # The header lines git writes, in its order: the tree, the parents, one author and a
 # committer with a date of at most 18 digits; the committer's time is group 3.
+_TREE_AND_PARENTS = rb"tree ([0-9a-f]{40})\n((?:parent [0-9a-f]{40}\n)*)"
 _USUAL_COMMIT_HEAD = re.compile(
-    rb"tree ([0-9a-f]{40})\n((?:parent [0-9a-f]{40}\n)*)author [^\n]*\n"
-    rb"committer [^<>\n]* <[^<>\n]*> (0|[1-9][0-9]{0,17}) [+-][0-9]{4}\n"
+    _TREE_AND_PARENTS + rb"author [^\n]*\n"
+    rb"committer [^<>\n]* <[^<>\n]*> (" + USUAL_IDENT_DATE + b")" + USUAL_IDENT_ZONE + b"\n"
 )
-# The same, for a commit fsck finds nothing in (fsck.fsck_commit): both identities as
-# fsck_ident reads them at once (a name, an email, a date of at most 18 digits without a
-# leading zero, a zone), the committer's time group 3; with no NUL anywhere and the header
-# ended (a blank line, or a final LF: fsck's verify_headers), both checked apart.
+# The same, for a commit fsck finds nothing in (fsck.fsck_commit): both identities in the
+# form fsck_ident accepts at once (fsck's own pattern), the committer's time group 3; with
+# no NUL anywhere and the header ended (a blank line, or a final LF: fsck's
+# verify_headers), both checked apart.
 _CLEAN_COMMIT_HEAD = re.compile(
-    rb"tree ([0-9a-f]{40})\n((?:parent [0-9a-f]{40}\n)*)"
-    rb"author [^<>\n][^<>\n]* <[^<>\n]*> (?:0|[1-9][0-9]{0,17}) [+-][0-9]{4}\n"
-    rb"committer [^<>\n][^<>\n]* <[^<>\n]*> (0|[1-9][0-9]{0,17}) [+-][0-9]{4}\n"
-)
+    _TREE_AND_PARENTS
+    + b"author " + USUAL_IDENT_NAME_EMAIL + b"(?:" + USUAL_IDENT_DATE + b")" + USUAL_IDENT_ZONE
+    + b"\ncommitter " + USUAL_IDENT_NAME_EMAIL + b"(" + USUAL_IDENT_DATE + b")" + USUAL_IDENT_ZONE
+    + b"\n"
+)  # fmt: skip
 _PARENT_LINE_BYTES = 48  # "parent " + 40 hex digits + LF
 
 

@@ -215,7 +215,14 @@ _DATE_MAX = 2**63 - 1
 
 
 # An identity git writes (dates up to 18 digits cannot overflow); others take the long path.
-_USUAL_IDENT = re.compile(rb"[^<>\n][^<>\n]* <[^<>\n]*> (?:0|[1-9][0-9]{0,17}) [+-][0-9]{4}")
+# Its parts are public so that a reader of whole commits can match the same form
+# (engine.ingest reads a clean commit's header in one expression).
+USUAL_IDENT_NAME_EMAIL = rb"[^<>\n][^<>\n]* <[^<>\n]*> "
+USUAL_IDENT_DATE = rb"0|[1-9][0-9]{0,17}"
+USUAL_IDENT_ZONE = rb" [+-][0-9]{4}"
+_USUAL_IDENT = re.compile(
+    USUAL_IDENT_NAME_EMAIL + b"(?:" + USUAL_IDENT_DATE + b")" + USUAL_IDENT_ZONE
+)
 
 
 def fsck_ident(line: bytes) -> FsckProblem | None:

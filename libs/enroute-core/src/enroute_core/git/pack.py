@@ -338,9 +338,7 @@ class PackScanner:
         start = pos + len(keep)
         assert start == self._read_pos, (start, self._read_pos)
         length = min(max(self._window, want_end - start), self._end - start)
-        chunk = self._source.read_at(start, length) if length > 0 else b""
-        if len(chunk) != length:
-            raise InvalidPack("pack is shorter than its source says")
+        chunk = read_exactly(self._source, start, length) if length > 0 else b""
         self._sha.update(chunk)
         self._read_pos = start + length
         self._buf = keep + chunk if keep else chunk
@@ -431,6 +429,14 @@ class PackScanner:
     def _check_trailer(self, pos: int) -> None:
         assert pos != self._end or self._read_pos == self._end, (self._read_pos, self._end)
         check_pack_end(self._source, self._end, pos, self._sha.digest())
+
+
+def read_exactly(source: ByteSource, offset: int, length: int) -> bytes:
+    """``length`` bytes at ``offset`` of a pack whose ``size`` promised them."""
+    chunk = source.read_at(offset, length)
+    if len(chunk) != length:
+        raise InvalidPack("pack is shorter than its source says")
+    return chunk
 
 
 def scan_bounds(source: ByteSource, limits: Limits = DEFAULT_LIMITS) -> tuple[PackHeader, int]:

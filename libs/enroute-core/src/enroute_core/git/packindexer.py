@@ -36,6 +36,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 from enroute_native.pack_index import index_pack as _index_compiled
@@ -53,6 +54,7 @@ from enroute_core.git.pack import (
     PackScanner,
     check_pack_end,
     read_entry_at,
+    read_exactly,
     scan_bounds,
 )
 from enroute_core.git.source import ByteSource
@@ -187,11 +189,7 @@ class PackIndexer:
         source, limits, end = self._source, self._limits, self._end
         trailer = hashlib.sha1()
 
-        def read(offset: int, length: int) -> bytes:
-            chunk = source.read_at(offset, length)
-            if len(chunk) != length:
-                raise InvalidPack("pack is shorter than its source says")
-            return chunk
+        read = partial(read_exactly, source)
 
         def read_in_order(offset: int, length: int) -> bytes:
             chunk = read(offset, length)
