@@ -12,6 +12,7 @@ import ast
 import errno
 import os
 import random
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -562,7 +563,10 @@ class PoolMachine(RuleBasedStateMachine):
         self.owner = self.pool.register_owner("charges")
         self.charged = 0
         self.cache: ByteCache[int] = ByteCache(self.pool, "objects", 48 * KiB)
-        scratch_path = root / f"scratch-{id(self)}"
+        # A fresh file per machine: id(self) is reused once a machine is
+        # freed, and an old machine's bytes showed through a new one's holes.
+        fd, scratch_path = tempfile.mkstemp(prefix="scratch-", dir=root)
+        os.close(fd)
         self.scratch = LocalFile.open_rw(scratch_path)
         self.temp = self.pool.open_temp(
             "temp", self._scratch_load, self.scratch.write_at, page_class=PageClass.META
@@ -726,6 +730,23 @@ def test_pool_never_exceeds_its_budget_but_by_pins(tmp_path: Path) -> None:
         hypothesis_seed(SEED)(make),  # type: ignore[arg-type]
         settings=settings(max_examples=60, stateful_step_count=40, deadline=None),
     )
+
+
+def test_written_back_victims_leave_the_pool_within_budget(tmp_path: Path) -> None:
+    """A dirty victim written back clean is dropped at once (CI seed 95110476).
+
+    The hand had passed the victim while it was written back, so the pool
+    stayed one byte over budget with nothing pinned.
+    """
+    rng = random.Random(1)
+    contents = [_write(tmp_path / f"f{i}", size, rng) for i, size in enumerate(_SIZES)]
+    m = PoolMachine(tmp_path, contents)
+    for n in (1, 45056, 65536):
+        m.charge(n)
+    for off, n in ((45055, 2), (4095, 4098), (81919, 8194), (16383, 8194)):
+        m.temp_write(off=off, n=n, fill=1)
+        m.within_budget_but_for_pins()
+    m.teardown()
 
 
 # -- no mmap --------------------------------------------------------------------------------

@@ -1081,6 +1081,10 @@ class BufferPool:
                         page.dirty = False
                         self._dirty_pages -= 1
                         self._writebacks += 1
+                        # It was chosen as a victim: drop it now, or the hand,
+                        # already past it, may leave the pool over budget.
+                        if page.pins == 0 and self._used > self._budget:
+                            self._drop_locked(page)
                 over = self._used > self._budget
                 work = self._evict_locked(0) if over and rounds < _WRITEBACK_ROUNDS_MAX else []
         # An unlocked read is only a hint; _shrink_owners checks again under the lock.
