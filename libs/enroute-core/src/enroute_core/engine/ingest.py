@@ -94,7 +94,7 @@ from enroute_core.git.pack import (
     read_pack_header,
 )
 from enroute_core.git.packindexer import PackIndexResult, PackObjectInfo, index_pack
-from enroute_core.git.source import ByteSource
+from enroute_core.git.source import ByteSource, BytesSource
 from enroute_core.git.tag import Tag
 from enroute_core.git.tree import MODE_GITLINK, Tree, TreeEntry
 from enroute_core.git.zstream import deflate
@@ -314,6 +314,7 @@ def ingest_pack(
     cache = BodyCache(share * _BODY_SHARE - _memo_bytes(limits))
     headers = _Headers(cache, limits, fsck)
     indexed = _index(source, snapshot, headers, limits)
+    source = _held(source, share * _BASE_SHARE)
     by_oid = _first_copies(indexed.objects)
     if fsck is not None and len(by_oid) < len(indexed.objects):
         _refuse_duplicate(indexed.objects)
@@ -386,6 +387,18 @@ def _index(
     return index_pack(
         source, limits=limits, external_base=external_base, on_object=headers.on_object
     )
+
+
+def _held(source: ByteSource, share: int) -> ByteSource:
+    """The pack in memory for the later steps when it fits the indexer's share, now free.
+
+    Those steps read entries in storage order, not pack order, one read each
+    (docs/ingest.md, "Speed"); from memory that is a slice, not a ``pread``.
+    A larger pack stays where it is, so memory still does not grow with it.
+    """
+    if isinstance(source, BytesSource) or source.size > share:
+        return source
+    return BytesSource(source.read_at(0, source.size))
 
 
 def _check_gitmodules(
