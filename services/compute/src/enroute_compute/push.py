@@ -204,7 +204,10 @@ class Pusher:
             return refuse_all(git_message(exc))
         except EnrouteError as exc:
             return refuse_all(git_message(exc))
-        await self.host.wait_applied(name, proposed.version)
+        # The commit is durable and its outcome known: report now, as receive-pack does
+        # once its refs are written. This view catches up on its own; every ref read
+        # (and the next push's advertisement) waits for it behind a barrier (DESIGN
+        # "Read path"), so the pusher's next fetch still sees its push.
         return encode_report(_report(proposed.change, request), request)
 
     # -- API commits ----------------------------------------------------------------------
