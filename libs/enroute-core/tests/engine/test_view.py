@@ -22,7 +22,7 @@ from enroute_core.base.ids import LogIndex, ObjectId, oid_from_hex
 from enroute_core.engine.ingest import ingest_pack
 from enroute_core.engine.merge import ViewBefore, merge_layers
 from enroute_core.engine.serve import PackPlan, plan_fetch, write_pack
-from enroute_core.engine.view import View
+from enroute_core.engine.view import View, _first_graph, _resolved_graph
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.source import BytesSource
 from enroute_core.state.model import LayerEntry
@@ -133,6 +133,25 @@ def test_commit_graph(repo: GeneratedRepo, view: View) -> None:
         parents = [view.commit(p) for p in commit.parents]
         assert commit.generation == 1 + max((p.generation for p in parents if p), default=0)
         assert cid in commit.segment and all(p < cid for p in commit.parents)
+
+
+def test_commit_sections_decode_whole_as_record_by_record(
+    layers: list[tuple[LayerEntry, LayerReader]],
+) -> None:
+    """Real pushes (the second and third thin, with externals): the bulk decode gives every
+    record ``commit(rank)`` gives, and a first push's graph by whole arrays is the one
+    resolved ref by ref."""
+    for _, reader in layers:
+        columns = reader.commit_columns()
+        assert columns is not None and len(columns) == reader.commit_count > 0
+        assert list(columns.records()) == [reader.commit(k) for k in range(reader.commit_count)]
+    entry, reader = layers[0]
+    columns = reader.commit_columns()
+    assert columns is not None and reader.external_count == 0
+    for first in (0, 5000):
+        at = dataclasses.replace(entry, first_id=first)
+        fast = _first_graph(first, columns)
+        assert fast is not None and fast == _resolved_graph((), at, reader)
 
 
 def test_duplicates_resolve_to_the_smallest_id(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import random
 import struct
@@ -30,6 +31,7 @@ from enroute_core.git.pack import encode_entry_header as header
 from enroute_core.git.source import BytesSource
 from enroute_core.storage.layer import (
     CHUNK_BYTES,
+    REF_EXTERNAL,
     REF_NONE,
     CommitInfo,
     GraphCommit,
@@ -48,6 +50,7 @@ from enroute_core.storage.layer.bloom import (
     build_bloom_py,
 )
 from enroute_core.storage.layer.format import FOOTER_BYTES, Footer, Layout
+from enroute_core.storage.pool import BufferPool
 from enroute_testing.synthlayer import median_lookup_seconds, synthetic_layer
 
 SEED = int(os.environ.get("ENROUTE_SEED", "20240601"))
@@ -256,6 +259,9 @@ def check_model(m: Model, r: LayerReader, rng: random.Random) -> None:
         assert r.lookup(rng.randbytes(20)) is None
     for oid in m.external:
         assert r.lookup(oid) is None
+    columns = r.commit_columns()
+    assert columns is not None and len(columns) == r.commit_count
+    assert list(columns.records()) == [r.commit(k) for k in range(r.commit_count)]
     infos = list(r.commit_infos())
     assert [(c.oid, c.tree, c.parents, c.time) for c in infos] == [
         (c.oid, c.tree, c.parents, c.time) for c in m.commits
@@ -486,6 +492,76 @@ def test_resealed_unsorted_index_fails_verify() -> None:
     with pytest.raises(CorruptData) as info:
         bad.verify()
     assert info.value.section in {"oid index", "index region"}
+
+
+# -- the commit section, whole and record by record -------------------------------------------
+
+_N, _E = 10, 3  # the pushed golden's objects and externals: refs name 0..9 and 0x80000000..2
+_BAD_REF = [
+    ("record1", 1, _N, 1),  # a tree ref past the table
+    ("record0", 1, REF_EXTERNAL | _E, 0),  # an external index past the external oids
+    ("record1", 1, REF_NONE, 1),
+    ("parents", 0, REF_EXTERNAL - 1, 0),  # between the last local and the first external
+    ("members", 9, REF_EXTERNAL | _E, 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "edits", "rank", "fragment"),
+    [
+        ("pushed", [("record1", 0, 2)], 1, "names no commit entry"),  # a tree
+        ("pushed", [("record0", 0, _N)], 0, "names no commit entry"),  # past the table
+        ("merged", [("record1", 0, 5)], 1, "names no commit entry"),  # commits in two runs
+        *(("pushed", [(w, slot, v)], rank, "invalid ref") for w, slot, v, rank in _BAD_REF),
+        ("pushed", [("record0", 5, 3)], 0, "run past their arrays"),  # 3 of 2 parents
+        ("pushed", [("record0", 4, 0xFFFFFFFF)], 0, "run past their arrays"),
+        ("pushed", [("record1", 6, 10)], 1, "run past their arrays"),
+        ("pushed", [("record1", 7, 6)], 1, "run past their arrays"),
+        ("pushed", [("record1", 7, 6), ("record0", 1, _N)], 0, "invalid ref"),  # the first
+        # No error: a bad ref in a slot no range covers, a commit in the merged
+        # golden's second commit run named twice.
+        ("pushed", [("record1", 7, 4), ("members", 9, REF_NONE)], None, ""),
+        ("merged", [("record0", 0, 4)], None, ""),
+    ],
+)
+def test_resealed_commit_section_reads_as_record_by_record(
+    name: str, edits: list[tuple[str, int, int]], rank: int | None, fragment: str
+) -> None:
+    """The bulk decode (``commit_columns``) gives what ``commit(rank)`` gives for every
+    rank: the same records, or the same ``CorruptData`` for the first bad record after
+    the good ones before it (docs/formats/layer.md, "Commit section")."""
+    data = bytearray(GOLDEN[name])
+    footer = Footer.decode(bytes(data[-FOOTER_BYTES:]))
+    records = Layout.of_footer(footer).commit_off
+    parents = records + footer.commit_count * 32
+    at = {
+        "record0": records,
+        "record1": records + 32,
+        "parents": parents,
+        "members": parents + footer.commit_parent_count * 4,
+    }
+    for where, slot, value in edits:
+        struct.pack_into("<I", data, at[where] + 4 * slot, value)
+    resealed = reseal(data)
+    for pool in (None, BufferPool(1 << 20)):
+        r = LayerReader.open(BytesSource(resealed), pool=pool)
+        try:
+            want = [r.commit(k) for k in range(r.commit_count)]
+        except CorruptData as exc:
+            assert rank is not None, exc
+            assert (exc.section, exc.details["rank"]) == ("commit section", rank)
+            assert fragment in str(exc)
+            before = [r.commit(k) for k in range(rank)]
+            assert list(itertools.islice(r.commits(), rank)) == before
+            for read in (r.commits, r.commit_infos):
+                with pytest.raises(CorruptData) as info:
+                    list(read())
+                assert (str(info.value), info.value.details) == (str(exc), exc.details)
+            assert r.commit_columns() is None
+        else:
+            assert rank is None
+            assert list(r.commits()) == want
+            assert len(list(r.commit_infos())) == len(want)
 
 
 # -- writer refusals ---------------------------------------------------------------------------

@@ -40,6 +40,8 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import lt
 
 from pyroaring import BitMap
 
@@ -56,6 +58,7 @@ from enroute_core.state.model import LayerEntry
 from enroute_core.storage.layer import REF_EXTERNAL, Kind, LayerReader
 from enroute_core.storage.layer.commits import CommitGraph
 from enroute_core.storage.layer.format import REF_NONE
+from enroute_core.storage.layer.reader import CommitColumns
 
 TYPE_OF_KIND = {
     Kind.COMMIT: ObjectType.COMMIT,
@@ -186,8 +189,110 @@ def _pushed_graph(older: Sequence[_Layer], entry: LayerEntry, reader: LayerReade
     in the older layers first: a concurrent push may have stored the same object
     there, and the oldest copy has the id. Generations are one more than the
     largest parent's.
+
+    A repository's first push (no older layer, so no externals and no duplicates)
+    takes :func:`_first_graph`, whole arrays at once; anything it does not
+    recognise goes the ref-by-ref way, which gives the same graph or error.
     """
+    if not older and not reader.external_count and reader.single_id_run:
+        columns = reader.commit_columns()
+        if columns is not None:
+            graph = _first_graph(entry.first_id, columns)
+            if graph is not None:
+                return graph
+    return _resolved_graph(older, entry, reader)
+
+
+def _first_graph(first: int, c: CommitColumns) -> CommitGraph | None:
+    """The graph when every ref is local and nothing is older: each id is ``first`` plus
+    the ref (one id run from 0), so whole arrays map at once.
+
+    None (take the ref-by-ref way) for a repeated commit record, which that way
+    skips, or a member run that is not ascending and unique, which its bitmap sorts.
+    """
+    locals_ = c.local_indexes
+    if len(set(locals_)) != len(locals_):
+        return None
+    generations = _first_generations(first, c)
+    order = sorted(range(len(locals_)), key=locals_.__getitem__)  # by commit id
+
+    def by_id(column: array[int]) -> array[int]:
+        return array(column.typecode, map(column.__getitem__, order))
+
+    parent_counts, segment_counts = by_id(c.parent_counts), by_id(c.member_counts)
+    parent_ids = _runs(c.parent_refs, by_id(c.parent_starts), parent_counts)
+    segment_starts = _starts(segment_counts)
+    segment_ids = _runs(c.member_refs, by_id(c.member_starts), segment_counts)
+    if not _runs_ascend(segment_ids, segment_starts):
+        return None
+
+    def ids(refs: array[int]) -> array[int]:
+        return array("I", map(first.__add__, refs)) if first else refs
+
+    return CommitGraph(
+        commit_ids=ids(by_id(locals_)),
+        tree_ids=ids(by_id(c.tree_refs)),
+        generations=by_id(generations),
+        times=by_id(c.times),
+        parent_starts=_starts(parent_counts),
+        parent_counts=parent_counts,
+        segment_starts=segment_starts,
+        segment_counts=segment_counts,
+        parent_ids=ids(parent_ids),
+        segment_ids=ids(segment_ids),
+    )
+
+
+def _first_generations(first: int, c: CommitColumns) -> array[int]:
+    """Generations by rank; a parent that is no earlier commit of the layer raises what
+    :func:`_generation` raises for it."""
+    known: dict[int, int] = {}  # local index -> generation
+    out = array("I")
+    refs = c.parent_refs
+    for local, start, count in zip(c.local_indexes, c.parent_starts, c.parent_counts, strict=True):
+        generation = 1
+        for p in refs[start : start + count]:
+            parent = known.get(p)
+            if parent is None:
+                parent = _generation((), first + p)
+            if parent >= generation:
+                generation = parent + 1
+        known[local] = generation
+        out.append(generation)
+    return out
+
+
+def _runs(refs: array[int], starts: array[int], counts: array[int]) -> array[int]:
+    """The runs ``refs[start : start + count]`` one after the other."""
+    out = array("I")
+    for start, count in zip(starts, counts, strict=True):
+        out.extend(refs[start : start + count])
+    return out
+
+
+def _runs_ascend(values: array[int], starts: array[int]) -> bool:
+    """Each run of ``values`` (laid one after the other from ``starts``) strictly ascends:
+    every neighbour pair does, except where a run starts."""
+    items = values.tolist()  # compared as a list: no int object made per comparison
+    ascends = list(map(lt, items, items[1:]))
+    for start in starts:
+        if 0 < start < len(items):
+            ascends[start - 1] = True
+    return all(ascends)
+
+
+def _starts(counts: array[int]) -> array[int]:
+    """Where each run starts when the runs are laid one after the other."""
+    out = array("I", accumulate(counts, initial=0))
+    out.pop()
+    return out
+
+
+def _resolved_graph(older: Sequence[_Layer], entry: LayerEntry, reader: LayerReader) -> CommitGraph:
+    """:func:`_pushed_graph` ref by ref: externals and duplicates looked up in ``older``,
+    each distinct ref once."""
     externals: dict[int, int] = {}
+    locals_: dict[int, int] = {}
     first = entry.first_id
 
     def resolve(ref: int) -> int:
@@ -203,11 +308,12 @@ def _pushed_graph(older: Sequence[_Layer], entry: LayerEntry, reader: LayerReade
                     )
                 externals[index] = found
             return found
-        if older:
-            duplicate = _lookup(older, reader.ref_oid(ref))
-            if duplicate is not None:
-                return duplicate
-        return first + reader.id_of(ref)
+        found = locals_.get(ref)
+        if found is None:
+            duplicate = _lookup(older, reader.ref_oid(ref)) if older else None
+            found = first + reader.id_of(ref) if duplicate is None else duplicate
+            locals_[ref] = found
+        return found
 
     rows: list[tuple[int, int, int, tuple[int, ...], BitMap]] = []
     own: dict[int, int] = {}  # commit id -> generation, for parents in this layer
@@ -215,7 +321,7 @@ def _pushed_graph(older: Sequence[_Layer], entry: LayerEntry, reader: LayerReade
         commit_id = resolve(rec.local_index)
         if commit_id < first or commit_id in own:
             continue  # a duplicate of a commit an older layer holds
-        parents = tuple(resolve(p) for p in rec.parent_refs)
+        parents = tuple(map(resolve, rec.parent_refs))
         generation = 1
         for p in parents:
             known = own.get(p)
@@ -223,7 +329,7 @@ def _pushed_graph(older: Sequence[_Layer], entry: LayerEntry, reader: LayerReade
                 known = _generation(older, p)
             generation = max(generation, known + 1)
         own[commit_id] = generation
-        segment = BitMap(resolve(m) for m in rec.segment_refs)
+        segment = BitMap(map(resolve, rec.segment_refs))
         rows.append((commit_id, resolve(rec.tree_ref), rec.time, parents, segment))
     rows.sort(key=lambda r: r[0])
     g = CommitGraph(

@@ -28,14 +28,18 @@ hash failure names every section the chunk overlaps and its number.
 from __future__ import annotations
 
 import hashlib
+import sys
 import zlib
+from array import array
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import pairwise
+from operator import add
 from typing import NoReturn
 
 import blake3
+from pyroaring import BitMap
 
 from enroute_core.base.errors import CorruptData
 from enroute_core.base.ids import ObjectId
@@ -103,6 +107,42 @@ class ObjectRecord:
     base_ref: int
     base_context_ref: int
     depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitColumns:
+    """The commit section decoded whole ("Layers": commit section), one column per record
+    field by rank plus the shared arrays, so a view is built from arrays, not records."""
+
+    local_indexes: array[int]
+    tree_refs: array[int]
+    times: array[int]
+    parent_starts: array[int]
+    parent_counts: array[int]
+    member_starts: array[int]
+    member_counts: array[int]
+    parent_refs: array[int]
+    member_refs: array[int]
+
+    def __len__(self) -> int:
+        return len(self.local_indexes)
+
+    def records(self) -> Iterator[CommitRecord]:
+        """The records as :meth:`LayerReader.commit` returns them, in rank order."""
+        parents, members = self.parent_refs, self.member_refs
+        for local, tree, time, ps, pc, ms, mc in zip(
+            self.local_indexes,
+            self.tree_refs,
+            self.times,
+            self.parent_starts,
+            self.parent_counts,
+            self.member_starts,
+            self.member_counts,
+            strict=True,
+        ):
+            yield CommitRecord(
+                local, tree, time, tuple(parents[ps : ps + pc]), tuple(members[ms : ms + mc])
+            )
 
 
 def _corrupt(message: str, section: str, **details: object) -> NoReturn:
@@ -816,20 +856,93 @@ class LayerReader:
     def _u32s(self, offset: int, count: int) -> tuple[int, ...]:
         return tuple(u32_array(self._meta_read(offset, count * 4)))
 
+    def commit_columns(self) -> CommitColumns | None:
+        """The whole commit section in one read per array, checked in bulk; None when a
+        check fails.
+
+        Record by record, a view of a large push paid three pool reads and a call per
+        ref for each commit. The bulk checks cover every slot of the shared arrays,
+        including slots no record's range names, so a failure is not yet proof of a
+        bad record: the caller then goes back to :meth:`commit`, which raises the
+        first bad record's ``CorruptData`` exactly as before, or none.
+        """
+        f = self._footer
+        raw = self._meta_read(self._layout.commit_off, f.commit_count * COMMIT_RECORD.size)
+        words = u32_array(raw)  # 8 words a record: local, tree, time (2), 4 range words
+        times = array("q")
+        assert times.itemsize == 8, times.itemsize
+        times.frombytes(raw)
+        if sys.byteorder == "big":  # pragma: no cover - the file is little-endian
+            times.byteswap()
+        c = CommitColumns(
+            local_indexes=words[0::8],
+            tree_refs=words[1::8],
+            times=times[1::4],
+            parent_starts=words[4::8],
+            parent_counts=words[5::8],
+            member_starts=words[6::8],
+            member_counts=words[7::8],
+            parent_refs=u32_array(
+                self._meta_read(self._commit_parents_off, f.commit_parent_count * 4)
+            ),
+            member_refs=u32_array(
+                self._meta_read(self._commit_members_off, f.commit_member_count * 4)
+            ),
+        )
+        ok = (
+            self._all_commits(c.local_indexes)
+            and _ranges_fit(c.parent_starts, c.parent_counts, f.commit_parent_count)
+            and _ranges_fit(c.member_starts, c.member_counts, f.commit_member_count)
+            and self._refs_ok(c.tree_refs)
+            and self._refs_ok(c.parent_refs)
+            and self._refs_ok(c.member_refs)
+        )
+        return c if ok else None
+
+    def _all_commits(self, locals_: array[int]) -> bool:
+        """Every local index names a commit entry (what :meth:`commit` checks one by one)."""
+        if not locals_:
+            return True
+        if max(locals_) >= self._n:
+            return False
+        starts, kinds = self._run_starts, self._run_kinds
+        runs = [r for r, kind in enumerate(kinds) if kind == Kind.COMMIT]
+        if len(runs) == 1:  # a pushed layer's commits are one run: two comparisons
+            r = runs[0]
+            end = starts[r + 1] if r + 1 < len(starts) else self._n
+            return starts[r] <= min(locals_) and max(locals_) < end
+        return all(kinds[bisect_right(starts, x) - 1] == Kind.COMMIT for x in locals_)
+
+    def _refs_ok(self, refs: array[int]) -> bool:
+        """:meth:`_ref_ok` for a whole array: no ref between the last local index and
+        the first external ref, none past the last external (``REF_NONE`` is past it).
+        A bitmap is built from the array's buffer in C, and answers both in one step."""
+        if not refs:
+            return True
+        found = BitMap(refs)
+        if found.range_cardinality(self._n, REF_EXTERNAL):
+            return False
+        return bool(found.max() < REF_EXTERNAL + self._footer.external_count)
+
     def commits(self) -> Iterator[CommitRecord]:
         """The commit section in its order (parents first)."""
+        columns = self.commit_columns()
+        if columns is not None:
+            yield from columns.records()
+            return
         for rank in range(self._footer.commit_count):
             yield self.commit(rank)
 
     def commit_infos(self) -> Iterator[CommitInfo]:
         """The commit section with every ref resolved to its oid."""
+        oid = self.ref_oid
         for c in self.commits():
             yield CommitInfo(
-                oid=self.ref_oid(c.local_index),
-                tree=self.ref_oid(c.tree_ref),
-                parents=tuple(self.ref_oid(p) for p in c.parent_refs),
+                oid=oid(c.local_index),
+                tree=oid(c.tree_ref),
+                parents=tuple(map(oid, c.parent_refs)),
                 time=c.time,
-                segment=tuple(self.ref_oid(s) for s in c.segment_refs),
+                segment=tuple(map(oid, c.segment_refs)),
             )
 
     def commit_graph(self) -> CommitGraph | None:
@@ -963,6 +1076,11 @@ class LayerReader:
             _corrupt("commit records do not cover their arrays", S_COMMITS)
         if len(seen) != f.kind_counts[Kind.COMMIT]:
             _corrupt("a commit entry has no commit record", S_COMMITS)
+
+
+def _ranges_fit(starts: array[int], counts: array[int], total: int) -> bool:
+    """Every range ``[start, start + count)`` lies inside an array of ``total``."""
+    return not starts or max(map(add, starts, counts)) <= total
 
 
 def root_of(source: ByteSource) -> bytes:
