@@ -555,3 +555,76 @@ def test_tiny_body_cache_gives_the_same_layer(repo: GeneratedRepo) -> None:
     tiny = Limits(ingest_body_cache_bytes_max=512, pack_base_cache_bytes_max=512)
     small = ingest_pack(pack, _tips(repo), EMPTY_SNAPSHOT, limits=tiny)
     assert small.data == whole.data and small.sealed == whole.sealed
+
+
+# -- the compiled plan of entries against its reference ----------------------------------------
+
+
+def _both_plans(
+    monkeypatch: pytest.MonkeyPatch, pack: bytes, tips: list[ObjectId], snapshot: SnapshotObjects
+) -> IngestResult:
+    """Ingest ``pack`` with ``entry_plan.plan_run`` and with ``_Plan.run``; the same layer."""
+    import enroute_core.engine.ingest as ingest_module
+
+    calls = 0
+    compiled = ingest_module.plan_run
+
+    def counted(*args: object) -> object:
+        nonlocal calls
+        calls += 1
+        return compiled(*args)  # type: ignore[arg-type]
+
+    asked: list[list[ObjectId]] = [[], []]
+
+    class Asked:
+        """``snapshot``, noting what ``contains`` is asked: both plans ask the same."""
+
+        def __init__(self, into: list[ObjectId]) -> None:
+            self.into = into
+
+        def contains(self, oid: ObjectId) -> bool:
+            self.into.append(oid)
+            return snapshot.contains(oid)
+
+        def read(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
+            return snapshot.read(oid)
+
+    with monkeypatch.context() as m:
+        m.setattr(ingest_module, "plan_run", counted)
+        fast = ingest_pack(BytesSource(pack), tips, Asked(asked[0]))
+    assert calls > 0 or fast.sealed is None
+    with monkeypatch.context() as m:
+        m.setattr(ingest_module, "_held_pack", lambda source: None)
+        m.setattr(ingest_module, "plan_run", None)
+        slow = ingest_pack(BytesSource(pack), tips, Asked(asked[1]))
+    assert fast == slow and asked[0] == asked[1]
+    return fast
+
+
+@pytest.mark.interop
+def test_compiled_plan_matches_the_reference(
+    monkeypatch: pytest.MonkeyPatch, repo: GeneratedRepo, old_repo: Path
+) -> None:
+    """``enroute_native.entry_plan`` against ``_Plan.run``: OFS and REF packs, chains three
+    deep, a thin push, a delta whose base is dropped (stored whole) or in the snapshot;
+    byte for byte the same layer."""
+    tips = _tips(repo)
+    for ofs in (True, False):
+        _both_plans(monkeypatch, pack_objects(repo.path, ofs_delta=ofs), tips, EMPTY_SNAPSHOT)
+    deep = _both_plans(monkeypatch, pack_objects(repo.path, depth=3), tips, EMPTY_SNAPSHOT)
+    reader = _open(deep)
+    assert max(reader.record(i).depth for i in range(reader.object_count)) == 3
+    old, new = _rev_parse(repo.path, "main~6"), _rev_parse(repo.path, "main")
+    thin = pack_objects(repo.path, revs=[new.hex()], exclude=[old.hex()], thin=True)
+    assert _both_plans(monkeypatch, thin, [new], map_snapshot(old_repo)).thin_bases
+    a, b = _blobs()
+    ida, idb = object_id(ObjectType.BLOB, a), object_id(ObjectType.BLOB, b)
+    tree_body = Tree.build([TreeEntry(MODE_FILE, b"b.txt", idb)]).serialize()
+    commit = _commit_of(object_id(ObjectType.TREE, tree_body))
+    dropped = _staged([("a", ObjectType.BLOB, a, None), ("b", ObjectType.BLOB, b, ida),
+                       ("t", ObjectType.TREE, tree_body, None),
+                       ("c", ObjectType.COMMIT, commit, None)])  # fmt: skip
+    cid = object_id(ObjectType.COMMIT, commit)
+    assert _both_plans(monkeypatch, dropped, [cid], EMPTY_SNAPSHOT).dropped == 1
+    snapshot = MapSnapshot({ida: (ObjectType.BLOB, a)})
+    assert _both_plans(monkeypatch, dropped, [cid], snapshot).external_oids == (ida,)

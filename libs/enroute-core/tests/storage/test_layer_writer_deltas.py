@@ -22,7 +22,7 @@ from enroute_core.base.errors import EnrouteError
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import Limits
 from enroute_core.git.pack import encode_entry_header as header
-from enroute_core.storage.layer import Kind, LayerWriter
+from enroute_core.storage.layer import EntryRun, Kind, LayerWriter
 
 KINDS = [Kind.COMMIT, Kind.TREE, Kind.BLOB, Kind.TAG]
 PACK_TYPE = {Kind.COMMIT: 1, Kind.TREE: 2, Kind.BLOB: 3, Kind.TAG: 4}
@@ -116,3 +116,111 @@ def test_good_delta_chain_takes_the_inline_path() -> None:
     with pytest.raises(EnrouteError, match="its base's is 1"):
         w.append(oid(4), Kind.BLOB, header(7, 9) + oid(2) + b"d", 5, base=oid(2), depth=1)
     assert len(calls) == 1
+
+
+# -- append_many: whole runs checked at once, the same outcomes as append one by one --------
+
+
+def _clean_entry(
+    rng: random.Random, n: int, stored: dict[ObjectId, int]
+) -> tuple[tuple[object, ...], dict[str, object]]:
+    """A blob the writer takes: whole, or a delta on a stored or an outside base."""
+    me = oid(n)
+    context = oid(n + 10_000) if rng.random() < 0.5 else None
+    if not stored or rng.random() < 0.3:
+        stored[me] = 0
+        entry = header(3, 5) + b"x"
+        return (me, Kind.BLOB, entry, 5), {"base": None, "depth": 0, "base_context": context}
+    if rng.random() < 0.2:
+        base, depth = oid(rng.randrange(n) + 20_000), 1  # outside the layer
+    else:
+        base = rng.choice(list(stored))
+        depth = stored[base] + 1
+        if depth > 10:
+            base, depth = oid(n + 20_000), 1
+    stored[me] = depth
+    entry = header(7, 9) + base + b"delta"
+    return (me, Kind.BLOB, entry, 5), {"base": base, "depth": depth, "base_context": context}
+
+
+def _broken_entry(
+    rng: random.Random, n: int, stored: dict[ObjectId, int]
+) -> tuple[tuple[object, ...], dict[str, object]]:
+    """An entry append refuses, or one that only looks like a clean one."""
+    args, kw = _clean_entry(rng, n, dict(stored))
+    choice = rng.randrange(5)
+    if choice == 0:  # an outside base that a delta waits on, stored after it
+        me = oid(rng.randrange(n) + 20_000)
+        return (me, Kind.BLOB, header(3, 5) + b"x", 5), {"base": None, "depth": 0}
+    if choice == 1 and kw["base"] is not None:  # one deeper than its base allows
+        return args, {**kw, "depth": int(kw["depth"]) + 1}  # type: ignore[call-overload]
+    if choice == 2 and stored:  # an object added twice
+        me = rng.choice(list(stored))
+        return (me, Kind.BLOB, header(3, 5) + b"x", 5), {"base": None, "depth": 0}
+    if choice == 3:  # its own base context
+        return args, {**kw, "base_context": args[0]}
+    return _random_entry(rng, n)
+
+
+def _append_one_by_one(
+    writer: LayerWriter, run: list[tuple[tuple[object, ...], dict[str, object]]]
+) -> None:
+    for args, kw in run:
+        writer.append(*args, **kw)  # type: ignore[arg-type]
+
+
+def _append_many(
+    writer: LayerWriter, run: list[tuple[tuple[object, ...], dict[str, object]]]
+) -> None:
+    columns = [[args[k] for args, _ in run] for k in range(4)]
+    named = [[kw.get(k) for _, kw in run] for k in ("base", "depth", "base_context")]
+    named[1] = [d or 0 for d in named[1]]
+    writer.append_many(EntryRun(*columns, *named))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_append_many_matches_append(round_: int) -> None:
+    """Runs of clean and broken entries: append_many refuses what append refuses, with the
+    same error at the same entry, and ends with the same bytes; clean runs take the
+    whole-run path."""
+    seed = int(os.environ.get("ENROUTE_SEED", random.randrange(1 << 32)))
+    print(f"ENROUTE_SEED={seed}")
+    rng = random.Random(seed + round_)
+    limits = Limits(delta_chain_depth_max=10)
+    out_a: list[bytes] = []
+    out_b: list[bytes] = []
+    many = LayerWriter(out_a.append, limits=limits)
+    one = LayerWriter(out_b.append, limits=limits)
+    whole_runs = 0
+    usual_run = many._usual_run
+
+    def counted(*args: object) -> object:
+        nonlocal whole_runs
+        found = usual_run(*args)  # type: ignore[arg-type]
+        whole_runs += found is not None
+        return found
+
+    many._usual_run = counted  # type: ignore[method-assign]
+    stored: dict[ObjectId, int] = {}
+    n = 0
+    outcomes = set()
+    for _ in range(60):
+        run = []
+        for _ in range(rng.randrange(1, 12)):
+            n += 1
+            run.append(_clean_entry(rng, n, stored))
+        in_run = {args[0]: i for i, (args, _) in enumerate(run)}
+        pairs = [(in_run[kw["base"]], j) for j, (_, kw) in enumerate(run) if kw["base"] in in_run]
+        if pairs and rng.random() < 0.3:  # a delta moved before its base in the same run
+            i, j = rng.choice(pairs)
+            run[i], run[j] = run[j], run[i]
+        elif rng.random() < 0.5:  # one broken entry somewhere in the run
+            n += 1
+            run.insert(rng.randrange(len(run) + 1), _broken_entry(rng, n, stored))
+        got = _outcome(partial(_append_many, many, run))
+        assert got == _outcome(partial(_append_one_by_one, one, run)), (n, run)
+        outcomes.add(got.split(":")[0])
+        stored = {o: d for o, d in stored.items() if o in one._index}
+    assert _outcome(many.finish) == _outcome(one.finish)
+    assert b"".join(out_a) == b"".join(out_b)
+    assert whole_runs > 0 and "ok" in outcomes and len(outcomes) > 1

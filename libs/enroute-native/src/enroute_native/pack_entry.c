@@ -154,37 +154,14 @@ as_ref_delta(PyObject *self, PyObject *args)
     Py_ssize_t header_length;
     if (!PyArg_ParseTuple(args, "y*ny*:as_ref_delta", &entry, &header_length, &base))
         return NULL;
-    PyObject *result = NULL;
-    Header h;
-    /* Any offset past the distance reads the header; the base's place is not asked here. */
-    long long offset = PACK_HEADER_BYTES + ((long long)1 << 62);
-    if (base.len != OID_BYTES ||
-        !parse_header((const unsigned char *)entry.buf, entry.len, offset, &h) ||
-        h.type_num != OBJ_OFS_DELTA || h.header_length != header_length ||
-        entry.len <= header_length) {
+    PyObject *result;
+    if (base.len != OID_BYTES) {
         result = Py_None;
         Py_INCREF(result);
         goto done;
     }
-    unsigned char head[SIZE_BYTES_MAX + 1];
-    Py_ssize_t n = 0;
-    unsigned long long size = h.size;
-    unsigned char byte = (unsigned char)((OBJ_REF_DELTA << 4) | (size & 0x0F));
-    size >>= 4;
-    while (size) {
-        head[n++] = byte | 0x80;
-        byte = size & 0x7F;
-        size >>= 7;
-    }
-    head[n++] = byte;
-    Py_ssize_t rest = entry.len - header_length;
-    result = PyBytes_FromStringAndSize(NULL, n + OID_BYTES + rest);
-    if (result != NULL) {
-        char *out = PyBytes_AS_STRING(result);
-        memcpy(out, head, (size_t)n);
-        memcpy(out + n, base.buf, OID_BYTES);
-        memcpy(out + n + OID_BYTES, (const char *)entry.buf + header_length, (size_t)rest);
-    }
+    result = ofs_as_ref_delta((const unsigned char *)entry.buf, entry.len, header_length,
+                              (const unsigned char *)base.buf);
 done:
     PyBuffer_Release(&entry);
     PyBuffer_Release(&base);

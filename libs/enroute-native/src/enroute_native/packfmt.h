@@ -10,6 +10,7 @@
 
 #include <Python.h>
 #include <limits.h>
+#include <string.h>
 
 #define OID_BYTES 20
 #define PACK_HEADER_BYTES 12
@@ -78,6 +79,42 @@ parse_header(const unsigned char *p, Py_ssize_t n, long long offset, Header *h)
     }
     h->header_length = pos;
     return 1;
+}
+
+/* ``entry[:length]`` as a REF_DELTA on ``base`` when it is a usual OFS_DELTA whose header
+ * is ``header_length`` bytes: the type-and-size bytes written anew, the base oid, the same
+ * zlib bytes (encode_entry_header is the reference). Py_None (a new reference) when it is
+ * not; NULL on a memory error. */
+static inline PyObject *
+ofs_as_ref_delta(const unsigned char *entry, Py_ssize_t length, Py_ssize_t header_length,
+                 const unsigned char *base)
+{
+    Header h;
+    /* Any offset past the distance reads the header; the base's place is not asked here. */
+    long long offset = PACK_HEADER_BYTES + ((long long)1 << 62);
+    if (!parse_header(entry, length, offset, &h) || h.type_num != OBJ_OFS_DELTA ||
+        h.header_length != header_length || length <= header_length)
+        Py_RETURN_NONE;
+    unsigned char head[SIZE_BYTES_MAX + 1];
+    Py_ssize_t n = 0;
+    unsigned long long size = h.size;
+    unsigned char byte = (unsigned char)((OBJ_REF_DELTA << 4) | (size & 0x0F));
+    size >>= 4;
+    while (size) {
+        head[n++] = byte | 0x80;
+        byte = size & 0x7F;
+        size >>= 7;
+    }
+    head[n++] = byte;
+    Py_ssize_t rest = length - header_length;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n + OID_BYTES + rest);
+    if (out != NULL) {
+        char *w = PyBytes_AS_STRING(out);
+        memcpy(w, head, (size_t)n);
+        memcpy(w + n, base, OID_BYTES);
+        memcpy(w + n + OID_BYTES, entry + header_length, (size_t)rest);
+    }
+    return out;
 }
 
 #endif

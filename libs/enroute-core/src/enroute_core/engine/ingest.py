@@ -59,6 +59,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
+from enroute_native.entry_plan import plan_run
 from enroute_native.pack_entry import as_ref_delta
 from enroute_native.segment_diff import segment
 
@@ -100,7 +101,7 @@ from enroute_core.git.tree import MODE_GITLINK, Tree, TreeEntry
 from enroute_core.git.zstream import deflate
 from enroute_core.state.commands import NewLayer
 from enroute_core.state.model import LayerKind as ManifestKind
-from enroute_core.storage.layer import CommitInfo, Kind, LayerWriter, SealedLayer
+from enroute_core.storage.layer import CommitInfo, EntryRun, Kind, LayerWriter, SealedLayer
 
 _I64_MAX = (1 << 63) - 1
 
@@ -122,6 +123,7 @@ LayerSink = Callable[[bytes], object]
 # (``Limits.ingest_body_cache_bytes_max``, 128 MiB), shared in eighths by the
 # indexer's delta bases and the body cache (tree bodies for the segment diff among them).
 _CACHE_SHARES = 8
+_RUN_BYTES = 1 << 20  # pack entries planned and handed to the layer writer at once
 _BASE_SHARE = 3
 _BODY_SHARE = 5
 # Out of the body share: the fsck memo of tree names and modes (fsck.TreeCheckMemo).
@@ -846,7 +848,7 @@ def _bases_first(
 
 def _write_entries(
     writer: LayerWriter,
-    order: Sequence[ObjectId],
+    order: list[ObjectId],
     walk: _Walk,
     *,
     source: ByteSource,
@@ -855,55 +857,121 @@ def _write_entries(
     bodies: ObjectBodies,
     limits: Limits,
 ) -> set[ObjectId]:
-    """Append every entry in storage order; return the external delta bases."""
-    depths: dict[ObjectId, int] = {}
-    kinds: dict[ObjectId, Kind] = {}
-    externals: set[ObjectId] = set()
-    thin = set(indexed.external_bases)
-    objects = indexed.objects
-    placed = walk.placed
-    context = walk.context
-    read_at = source.read_at
-    append = writer.append
-    depth_max = limits.delta_chain_depth_max
-    for oid in order:
-        info = objects[by_oid[oid]]
-        kind = placed[oid]
-        base = info.base_oid
-        depth = 0
-        if base is not None:
-            if base in kinds:
-                depth = depths[base] + 1
-                if kinds[base] != kind or depth > depth_max:
-                    base = None
-            elif base not in placed and (
-                base in thin or walk.known.get(base) is False or walk.snapshot.contains(base)
-            ):
-                depth = 1  # the base's depth in the snapshot is not known here
-            else:
-                base = None
-        if base is None:
-            if info.base_oid is None:  # the pack's full entry, verbatim
-                entry = read_at(info.offset, info.size_in_pack)
-            else:
-                entry = _full_entry(info, source, oid, bodies)
-            depth = 0
+    """Append every entry in storage order; return the external delta bases.
+
+    In runs of about ``_RUN_BYTES`` of pack entries, each planned (:class:`_Plan`)
+    and handed to :meth:`LayerWriter.append_many` at once, so a run stays bounded
+    whatever the pack. A pack held in memory is planned by compiled code
+    (``enroute_native.entry_plan``, docs/native.md); :meth:`_Plan.run` is its
+    reference, and plans any other source.
+    """
+    plan = _Plan(walk, indexed, by_oid, limits)
+    pack = _held_pack(source)
+    start = 0
+    while start < len(order):
+        if pack is not None:
+            stop, run, redo = plan_run(
+                pack, order, start, _RUN_BYTES, by_oid, indexed.objects, walk.placed,
+                walk.context, plan.thin, walk.known, walk.snapshot.contains,
+                limits.delta_chain_depth_max, plan.depths, plan.kinds, plan.externals,
+            )  # fmt: skip
+            entries = run[2]
+            for j in redo:  # what the compiled plan leaves to the reference's routines
+                oid = order[start + j]
+                info = indexed.objects[by_oid[oid]]
+                if run[4][j] is None:
+                    entries[j] = _full_entry(info, source, oid, bodies)
+                else:
+                    entries[j] = _ref_delta_entry(info, source)
+            writer.append_many(EntryRun(*run))  # type: ignore[arg-type]  # redo filled
         else:
-            entry = _ref_delta_entry(info, source)
-            if base not in kinds:
-                externals.add(base)
-        append(
-            oid,
-            kind,
-            entry,
-            info.object_size,
-            base=base,
-            depth=depth,
-            base_context=context.get(oid),
-        )
-        depths[oid] = depth
-        kinds[oid] = kind
-    return externals
+            stop, planned = plan.run(order, start, source, bodies)
+            writer.append_many(planned)
+        start = stop
+    return plan.externals
+
+
+def _held_pack(source: ByteSource) -> bytes | None:
+    """The pack's bytes when it is held in memory (:func:`_held`), for the compiled plan."""
+    return source.data if isinstance(source, BytesSource) else None
+
+
+class _Plan:
+    """Each entry's stored base, depth and bytes, in storage order.
+
+    A delta keeps its pack base when that base is stored before it with the
+    same kind and the chain stays within ``delta_chain_depth_max``, or when the
+    base is outside the push (thin, or in the snapshot); otherwise it is stored
+    whole (:func:`_full_entry`). An OFS_DELTA kept is rewritten as a REF_DELTA.
+    """
+
+    def __init__(
+        self, walk: _Walk, indexed: PackIndexResult, by_oid: dict[ObjectId, int], limits: Limits
+    ) -> None:
+        self.walk = walk
+        self.objects = indexed.objects
+        self.by_oid = by_oid
+        self.depth_max = limits.delta_chain_depth_max
+        self.thin = set(indexed.external_bases)
+        self.depths: dict[ObjectId, int] = {}
+        self.kinds: dict[ObjectId, Kind] = {}
+        self.externals: set[ObjectId] = set()
+
+    def run(
+        self, order: Sequence[ObjectId], start: int, source: ByteSource, bodies: ObjectBodies
+    ) -> tuple[int, EntryRun]:
+        """The columns of ``order[start:stop]``, ``stop`` the first place after which the
+        run's pack entries reach ``_RUN_BYTES``; the reference of ``entry_plan.plan_run``."""
+        walk, depths, kinds = self.walk, self.depths, self.kinds
+        oids: list[ObjectId] = []
+        run_kinds: list[Kind] = []
+        entries: list[bytes] = []
+        sizes: list[int] = []
+        bases: list[ObjectId | None] = []
+        run_depths: list[int] = []
+        contexts: list[ObjectId | None] = []
+        run_bytes = 0
+        stop = start
+        while stop < len(order) and run_bytes < _RUN_BYTES:
+            oid = order[stop]
+            stop += 1
+            info = self.objects[self.by_oid[oid]]
+            kind = walk.placed[oid]
+            base = info.base_oid
+            depth = 0
+            if base is not None:
+                if base in kinds:
+                    depth = depths[base] + 1
+                    if kinds[base] != kind or depth > self.depth_max:
+                        base = None
+                elif base not in walk.placed and (
+                    base in self.thin
+                    or walk.known.get(base) is False
+                    or walk.snapshot.contains(base)
+                ):
+                    depth = 1  # the base's depth in the snapshot is not known here
+                    self.externals.add(base)
+                else:
+                    base = None
+            if base is None:
+                depth = 0
+                if info.base_oid is None:  # the pack's full entry, verbatim
+                    entry = source.read_at(info.offset, info.size_in_pack)
+                else:
+                    entry = _full_entry(info, source, oid, bodies)
+            else:
+                entry = _ref_delta_entry(info, source)
+            oids.append(oid)
+            run_kinds.append(kind)
+            entries.append(entry)
+            sizes.append(info.object_size)
+            bases.append(base)
+            run_depths.append(depth)
+            contexts.append(walk.context.get(oid))
+            depths[oid] = depth
+            kinds[oid] = kind
+            run_bytes += info.size_in_pack
+        return stop, EntryRun(oids, run_kinds, entries, sizes, bases, run_depths, contexts)
 
 
 def _full_entry(

@@ -33,6 +33,11 @@ class BytesSource:
     def size(self) -> int:
         return len(self._data)
 
+    @property
+    def data(self) -> bytes:
+        """The bytes themselves, for compiled code that reads them where they lie."""
+        return self._data
+
     def read_at(self, offset: int, length: int) -> bytes:
         assert offset >= 0 and length >= 0, (offset, length)
         return self._data[offset : offset + length]

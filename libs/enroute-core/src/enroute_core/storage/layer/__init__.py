@@ -13,7 +13,13 @@ from enroute_core.storage.layer.format import (
     layer_key_name,
 )
 from enroute_core.storage.layer.reader import LayerReader, ObjectRecord, root_of
-from enroute_core.storage.layer.writer import LayerEntry, LayerWriter, SealedLayer, write_layer
+from enroute_core.storage.layer.writer import (
+    EntryRun,
+    LayerEntry,
+    LayerWriter,
+    SealedLayer,
+    write_layer,
+)
 
 __all__ = [
     "CHUNK_BYTES",
@@ -22,6 +28,7 @@ __all__ = [
     "CommitGraph",
     "CommitInfo",
     "CommitRecord",
+    "EntryRun",
     "GraphCommit",
     "Kind",
     "LayerEntry",

@@ -1,0 +1,291 @@
+/*
+ * Ingest's plan of a run of layer entries (DESIGN "Layers": storage order, a
+ * delta stored on a base of its own kind): for each object of ``order`` from
+ * ``start``, its kind, stored entry bytes, size, kept base, depth and base
+ * context, until the run's pack entries reach ``run_bytes_max``.
+ *
+ * enroute_core.engine.ingest._Plan.run is the reference, and this is its loop
+ * step for step over a pack held in memory: the same decisions, the same
+ * updates of ``depths``, ``kinds`` and ``externals``, the same calls of
+ * ``contains`` in the same order. Two entries it does not make itself: a
+ * delta whose base is not kept (deflated whole by the reference's
+ * _full_entry) and a kept OFS_DELTA whose header it does not read as usual;
+ * their places in the entries column hold None and their run positions are
+ * listed, for the caller to fill with the reference's routines.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "packfmt.h"
+
+/* PackObjectInfo's fields (enroute_core.git.packindexer), a NamedTuple. */
+enum {
+    F_OFFSET = 0,
+    F_OBJECT_SIZE = 4,
+    F_SIZE_IN_PACK = 5,
+    F_BASE_OID = 7,
+    F_ENTRY_TYPE = 8,
+    F_HEADER_LENGTH = 9,
+    F_COUNT = 10,
+};
+
+typedef struct {
+    PyObject *by_oid, *objects, *placed, *context, *thin, *known, *contains;
+    PyObject *depths, *kinds, *externals;
+    long depth_max;
+    const unsigned char *pack;
+    Py_ssize_t pack_len;
+} Plan;
+
+static PyObject *
+field(PyObject *info, Py_ssize_t i)
+{
+    return PyTuple_GET_ITEM(info, i);
+}
+
+/* Where the entry lies in the pack: 0, or -1 with an error when it lies outside. */
+static int
+entry_span(const Plan *p, PyObject *info, long long *offset, long long *length)
+{
+    *offset = PyLong_AsLongLong(field(info, F_OFFSET));
+    *length = PyLong_AsLongLong(field(info, F_SIZE_IN_PACK));
+    if (PyErr_Occurred())
+        return -1;
+    if (*offset < 0 || *length <= 0 || *offset > p->pack_len || *length > p->pack_len - *offset) {
+        PyErr_SetString(PyExc_ValueError, "a pack entry lies outside the pack");
+        return -1;
+    }
+    return 0;
+}
+
+/* The entry's bytes as the pack holds them. */
+static PyObject *
+pack_slice(const Plan *p, PyObject *info)
+{
+    long long offset, length;
+    if (entry_span(p, info, &offset, &length) < 0)
+        return NULL;
+    return PyBytes_FromStringAndSize((const char *)p->pack + offset, (Py_ssize_t)length);
+}
+
+/* A kept OFS_DELTA as a REF_DELTA on ``base`` (packfmt.h's ofs_as_ref_delta, as
+ * pack_entry.as_ref_delta); Py_None (new reference) when its header is not the usual one. */
+static PyObject *
+ref_delta(const Plan *p, PyObject *info, PyObject *base)
+{
+    long long offset, length;
+    if (entry_span(p, info, &offset, &length) < 0)
+        return NULL;
+    Py_ssize_t header_length = PyLong_AsSsize_t(field(info, F_HEADER_LENGTH));
+    if (header_length == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyBytes_Check(base) || PyBytes_GET_SIZE(base) != OID_BYTES)
+        Py_RETURN_NONE;
+    return ofs_as_ref_delta(p->pack + offset, (Py_ssize_t)length, header_length,
+                            (const unsigned char *)PyBytes_AS_STRING(base));
+}
+
+/* The reference's test of a base outside the layer: not placed, and thin, in the
+ * snapshot by the walk's classification, or by ``contains``. 1, 0, or -1 on error. */
+static int
+outside(const Plan *p, PyObject *base)
+{
+    int placed = PyDict_Contains(p->placed, base);
+    if (placed != 0)
+        return placed < 0 ? -1 : 0;
+    int thin = PySet_Contains(p->thin, base);
+    if (thin != 0)
+        return thin;
+    PyObject *known = PyDict_GetItemWithError(p->known, base);
+    if (known == Py_False)
+        return 1;
+    if (known == NULL && PyErr_Occurred())
+        return -1;
+    PyObject *r = PyObject_CallOneArg(p->contains, base);
+    if (r == NULL)
+        return -1;
+    int yes = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return yes;
+}
+
+/* Base, depth and entry of one object: new references in *base_out and *entry_out
+ * (*entry_out None where the caller fills it in). 0, or -1 on error. */
+static int
+plan_one(const Plan *p, PyObject *info, PyObject *kind, PyObject **base_out, long *depth_out,
+         PyObject **entry_out)
+{
+    PyObject *base = field(info, F_BASE_OID);
+    long depth = 0;
+    int keep = 0;
+    if (base != Py_None) {
+        PyObject *base_kind = PyDict_GetItemWithError(p->kinds, base);
+        if (base_kind != NULL) {
+            PyObject *base_depth = PyDict_GetItemWithError(p->depths, base);
+            if (base_depth == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_KeyError, "a planned base has no depth");
+                return -1;
+            }
+            depth = PyLong_AsLong(base_depth);
+            if (depth == -1 && PyErr_Occurred())
+                return -1;
+            depth += 1;
+            int other = PyObject_RichCompareBool(base_kind, kind, Py_NE);
+            if (other < 0)
+                return -1;
+            keep = !other && depth <= p->depth_max;
+        }
+        else if (PyErr_Occurred())
+            return -1;
+        else {
+            keep = outside(p, base);
+            if (keep < 0)
+                return -1;
+            if (keep) {
+                depth = 1; /* the base's depth in the snapshot is not known here */
+                if (PySet_Add(p->externals, base) < 0)
+                    return -1;
+            }
+        }
+    }
+    PyObject *entry;
+    if (!keep) {
+        depth = 0;
+        entry = base == Py_None ? pack_slice(p, info) : (Py_INCREF(Py_None), Py_None);
+    }
+    else {
+        long entry_type = PyLong_AsLong(field(info, F_ENTRY_TYPE));
+        if (entry_type == -1 && PyErr_Occurred())
+            return -1;
+        entry = entry_type == OBJ_REF_DELTA ? pack_slice(p, info) : ref_delta(p, info, base);
+    }
+    if (entry == NULL)
+        return -1;
+    *entry_out = entry;
+    *base_out = keep ? base : Py_None;
+    Py_INCREF(*base_out);
+    *depth_out = depth;
+    return 0;
+}
+
+PyDoc_STRVAR(plan_run_doc,
+"plan_run(pack, order, start, run_bytes_max, by_oid, objects, placed, context, thin,\n"
+"         known, contains, depth_max, depths, kinds, externals)\n"
+"--\n\n"
+"``(stop, (oids, kinds, entries, sizes, bases, depths, contexts), redo)`` for\n"
+"``order[start:stop]``: ingest._Plan.run over the pack held in ``pack``. ``redo``\n"
+"lists the run positions whose entry is None: a delta stored whole (its base\n"
+"is None) or a kept OFS_DELTA with a header this does not read as usual.");
+
+static PyObject *
+plan_run(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer pack;
+    PyObject *order;
+    Py_ssize_t start;
+    long long run_bytes_max;
+    Plan p;
+    if (!PyArg_ParseTuple(args, "y*O!nLO!O!O!O!O!O!OlO!O!O!:plan_run", &pack, &PyList_Type, &order,
+                          &start, &run_bytes_max, &PyDict_Type, &p.by_oid, &PyTuple_Type,
+                          &p.objects, &PyDict_Type, &p.placed, &PyDict_Type, &p.context,
+                          &PySet_Type, &p.thin, &PyDict_Type, &p.known, &p.contains, &p.depth_max,
+                          &PyDict_Type, &p.depths, &PyDict_Type, &p.kinds, &PySet_Type,
+                          &p.externals))
+        return NULL;
+    p.pack = (const unsigned char *)pack.buf;
+    p.pack_len = pack.len;
+    PyObject *cols[7] = {NULL};
+    PyObject *redo = PyList_New(0);
+    PyObject *result = NULL;
+    int ok = redo != NULL;
+    for (int c = 0; c < 7 && ok; c++)
+        ok = (cols[c] = PyList_New(0)) != NULL;
+    Py_ssize_t n = PyList_GET_SIZE(order);
+    Py_ssize_t stop = start < 0 ? 0 : start;
+    long long run_bytes = 0;
+    while (ok && stop < n && run_bytes < run_bytes_max) {
+        ok = 0;
+        PyObject *oid = PyList_GET_ITEM(order, stop);
+        Py_INCREF(oid);
+        stop++;
+        PyObject *index = PyDict_GetItemWithError(p.by_oid, oid);
+        PyObject *kind = index == NULL ? NULL : PyDict_GetItemWithError(p.placed, oid);
+        Py_ssize_t i = index == NULL ? -1 : PyLong_AsSsize_t(index);
+        PyObject *info = NULL;
+        if (kind == NULL || i == -1) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, oid);
+        }
+        else if (i < 0 || i >= PyTuple_GET_SIZE(p.objects))
+            PyErr_SetString(PyExc_IndexError, "an object index outside the pack");
+        else {
+            info = PyTuple_GET_ITEM(p.objects, i);
+            if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) != F_COUNT) {
+                PyErr_SetString(PyExc_TypeError, "objects must hold PackObjectInfo");
+                info = NULL;
+            }
+        }
+        PyObject *base = NULL, *entry = NULL, *depth_obj = NULL, *ctx = NULL;
+        long depth = 0;
+        if (info != NULL && plan_one(&p, info, kind, &base, &depth, &entry) == 0 &&
+            (depth_obj = PyLong_FromLong(depth)) != NULL) {
+            ctx = PyDict_GetItemWithError(p.context, oid);
+            if (ctx == NULL && !PyErr_Occurred())
+                ctx = Py_None;
+            Py_ssize_t at = PyList_GET_SIZE(cols[0]);
+            PyObject *index_obj = entry == Py_None ? PyLong_FromSsize_t(at) : NULL;
+            ok = ctx != NULL && (entry != Py_None || index_obj != NULL) &&
+                 PyList_Append(cols[0], oid) == 0 && PyList_Append(cols[1], kind) == 0 &&
+                 PyList_Append(cols[2], entry) == 0 &&
+                 PyList_Append(cols[3], field(info, F_OBJECT_SIZE)) == 0 &&
+                 PyList_Append(cols[4], base) == 0 && PyList_Append(cols[5], depth_obj) == 0 &&
+                 PyList_Append(cols[6], ctx) == 0 &&
+                 (index_obj == NULL || PyList_Append(redo, index_obj) == 0) &&
+                 PyDict_SetItem(p.depths, oid, depth_obj) == 0 &&
+                 PyDict_SetItem(p.kinds, oid, kind) == 0;
+            Py_XDECREF(index_obj);
+            if (ok) {
+                long long in_pack = PyLong_AsLongLong(field(info, F_SIZE_IN_PACK));
+                ok = !(in_pack == -1 && PyErr_Occurred());
+                run_bytes += in_pack;
+            }
+        }
+        Py_XDECREF(base);
+        Py_XDECREF(entry);
+        Py_XDECREF(depth_obj);
+        Py_DECREF(oid);
+    }
+    if (ok) {
+        PyObject *run = PyTuple_New(7);
+        if (run != NULL) {
+            for (int c = 0; c < 7; c++) {
+                PyTuple_SET_ITEM(run, c, cols[c]);
+                cols[c] = NULL;
+            }
+            result = Py_BuildValue("(nNO)", stop, run, redo);
+        }
+    }
+    for (int c = 0; c < 7; c++)
+        Py_XDECREF(cols[c]);
+    Py_XDECREF(redo);
+    PyBuffer_Release(&pack);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"plan_run", plan_run, METH_VARARGS, plan_run_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "enroute_native.entry_plan",
+    "Ingest's plan of a run of layer entries (docs/native.md).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit_entry_plan(void)
+{
+    return PyModule_Create(&module);
+}

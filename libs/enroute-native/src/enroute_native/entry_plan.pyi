@@ -1,0 +1,37 @@
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+# An object id: 20 raw bytes (callers may use a NewType of bytes).
+_Oid = TypeVar("_Oid", bound=bytes)
+_Kind = TypeVar("_Kind")
+
+def plan_run(
+    pack: bytes,
+    order: list[_Oid],
+    start: int,
+    run_bytes_max: int,
+    by_oid: dict[_Oid, int],
+    objects: tuple[Any, ...],
+    placed: dict[_Oid, _Kind],
+    context: dict[_Oid, _Oid],
+    thin: set[_Oid],
+    known: dict[_Oid, bool],
+    contains: Callable[[_Oid], bool],
+    depth_max: int,
+    depths: dict[_Oid, int],
+    kinds: dict[_Oid, _Kind],
+    externals: set[_Oid],
+    /,
+) -> tuple[
+    int,
+    tuple[
+        list[_Oid],
+        list[_Kind],
+        list[bytes | None],
+        list[int],
+        list[_Oid | None],
+        list[int],
+        list[_Oid | None],
+    ],
+    list[int],
+]: ...
