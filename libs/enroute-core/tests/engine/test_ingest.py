@@ -18,18 +18,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from enroute_native.entry_plan import bases_first
 
 from enroute_core.base.errors import EnrouteError, LimitExceeded, MissingObject
 from enroute_core.base.ids import ObjectId, oid_from_hex
 from enroute_core.base.limits import Limits
-from enroute_core.engine.ingest import IngestResult, ingest_pack
+from enroute_core.engine.ingest import IngestResult, _bases_first, ingest_pack
 from enroute_core.engine.snapshot import EMPTY_SNAPSHOT, SnapshotObjects
 from enroute_core.git.commit import Commit, Identity
 from enroute_core.git.delta import apply_delta, create_delta
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.objects import object_id
 from enroute_core.git.pack import OBJ_OFS_DELTA, OBJ_REF_DELTA, parse_entry_header
-from enroute_core.git.packindexer import index_pack
+from enroute_core.git.packindexer import PackObjectInfo, index_pack
 from enroute_core.git.packwrite import PackWriter
 from enroute_core.git.source import BytesSource
 from enroute_core.git.tree import MODE_FILE, Tree, TreeEntry
@@ -628,3 +629,29 @@ def test_compiled_plan_matches_the_reference(
     assert _both_plans(monkeypatch, dropped, [cid], EMPTY_SNAPSHOT).dropped == 1
     snapshot = MapSnapshot({ida: (ObjectType.BLOB, a)})
     assert _both_plans(monkeypatch, dropped, [cid], snapshot).external_oids == (ida,)
+
+
+def test_compiled_bases_first_matches_the_reference() -> None:
+    """``entry_plan.bases_first`` against ``_bases_first`` on random base links: chains in
+    and out of the kind, bases outside the pack's objects, repeats and cycles."""
+    seed = int(os.environ.get("ENROUTE_SEED", random.randrange(1 << 32)))
+    print(f"ENROUTE_SEED={seed}")
+    rng = random.Random(seed)
+    for _ in range(200):
+        n = rng.randrange(1, 40)
+        oids = [ObjectId(hashlib.sha1(b"%d %d" % (n, i)).digest()) for i in range(n)]
+        outside = ObjectId(hashlib.sha1(b"outside").digest())
+        objects = tuple(
+            PackObjectInfo(i, oid, 3, 1, 1, 1, 0, rng.choice([None, outside, *oids]), 7, 22)
+            for i, oid in enumerate(oids)
+        )
+        by_oid = {oid: i for i, oid in enumerate(oids)}
+        members = set(rng.sample(oids, rng.randrange(n + 1)))
+        order = [o for o in oids if o in members]
+        rng.shuffle(order)
+        if order and rng.random() < 0.2:
+            order.append(rng.choice(order))  # a repeat: placed once
+
+        bases = {oid: info.base_oid for oid, info in zip(oids, objects, strict=True)}
+        want = _bases_first(order, bases.__getitem__, members.__contains__)
+        assert bases_first(order, by_oid, objects, members) == want

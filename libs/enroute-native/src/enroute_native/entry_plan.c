@@ -273,8 +273,103 @@ plan_run(PyObject *self, PyObject *args)
     return result;
 }
 
+/* ``objects[by_oid[oid]]``'s base oid (borrowed), Py_None, or NULL with an error. */
+static PyObject *
+base_of(PyObject *by_oid, PyObject *objects, PyObject *oid)
+{
+    PyObject *index = PyDict_GetItemWithError(by_oid, oid);
+    if (index == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, oid);
+        return NULL;
+    }
+    Py_ssize_t i = PyLong_AsSsize_t(index);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i < 0 || i >= PyTuple_GET_SIZE(objects)) {
+        PyErr_SetString(PyExc_IndexError, "an object index outside the pack");
+        return NULL;
+    }
+    PyObject *info = PyTuple_GET_ITEM(objects, i);
+    if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) != F_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "objects must hold PackObjectInfo");
+        return NULL;
+    }
+    return field(info, F_BASE_OID);
+}
+
+/* 1 when ``oid`` equals an item of ``chain[:n]``, 0 if not, -1 on error. */
+static int
+in_chain(PyObject *chain, PyObject *oid)
+{
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(chain); k++) {
+        int same = PyObject_RichCompareBool(PyList_GET_ITEM(chain, k), oid, Py_EQ);
+        if (same != 0)
+            return same;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(bases_first_doc,
+"bases_first(order, by_oid, objects, members)\n"
+"--\n\n"
+"``order`` with each delta's chain of bases in ``members`` not yet placed moved\n"
+"just before it; otherwise unchanged. ingest._bases_first is the reference.");
+
+static PyObject *
+bases_first(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *order, *by_oid, *objects, *members;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!:bases_first", &PyList_Type, &order, &PyDict_Type,
+                          &by_oid, &PyTuple_Type, &objects, &PySet_Type, &members))
+        return NULL;
+    PyObject *emitted = PySet_New(NULL);
+    PyObject *out = PyList_New(0);
+    PyObject *chain = PyList_New(0);
+    int ok = emitted != NULL && out != NULL && chain != NULL;
+    for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(order); i++) {
+        PyObject *oid = PyList_GET_ITEM(order, i);
+        int seen = PySet_Contains(emitted, oid);
+        if (seen != 0) {
+            ok = seen > 0;
+            continue;
+        }
+        ok = PyList_SetSlice(chain, 0, PyList_GET_SIZE(chain), NULL) == 0 &&
+             PyList_Append(chain, oid) == 0;
+        PyObject *base = ok ? base_of(by_oid, objects, oid) : NULL;
+        ok = base != NULL;
+        while (ok && base != Py_None) {
+            int member = PySet_Contains(members, base);
+            int placed = member > 0 ? PySet_Contains(emitted, base) : 0;
+            int again = member > 0 && placed == 0 ? in_chain(chain, base) : 0;
+            if (member < 0 || placed < 0 || again < 0) {
+                ok = 0;
+                break;
+            }
+            if (!member || placed || again)
+                break;
+            ok = PyList_Append(chain, base) == 0;
+            base = ok ? base_of(by_oid, objects, base) : NULL;
+            ok = ok && base != NULL;
+        }
+        for (Py_ssize_t k = PyList_GET_SIZE(chain) - 1; ok && k >= 0; k--) {
+            PyObject *item = PyList_GET_ITEM(chain, k);
+            ok = PySet_Add(emitted, item) == 0 && PyList_Append(out, item) == 0;
+        }
+    }
+    Py_XDECREF(emitted);
+    Py_XDECREF(chain);
+    if (!ok) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"plan_run", plan_run, METH_VARARGS, plan_run_doc},
+    {"bases_first", bases_first, METH_VARARGS, bases_first_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,3 +35,11 @@ def plan_run(
     ],
     list[int],
 ]: ...
+
+def bases_first(
+    order: list[_Oid],
+    by_oid: dict[_Oid, int],
+    objects: tuple[Any, ...],
+    members: set[_Oid],
+    /,
+) -> list[_Oid]: ...

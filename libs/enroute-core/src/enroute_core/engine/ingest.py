@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
-from enroute_native.entry_plan import plan_run
+from enroute_native.entry_plan import bases_first, plan_run
 from enroute_native.pack_entry import as_ref_delta
 from enroute_native.segment_diff import segment
 
@@ -806,17 +806,13 @@ def _check_depth(depth: int, tree: ObjectId, depth_max: int) -> None:
 
 
 def _storage_order(
-    walk: _Walk, objects: Sequence[PackObjectInfo], by_oid: dict[ObjectId, int]
+    walk: _Walk, objects: tuple[PackObjectInfo, ...], by_oid: dict[ObjectId, int]
 ) -> list[ObjectId]:
-    """Kinds in order; commits and tags as walked, trees and blobs with delta bases first."""
-
-    def base_of(oid: ObjectId) -> ObjectId | None:
-        return objects[by_oid[oid]].base_oid
-
+    """Kinds in order; commits and tags as walked, trees and blobs with delta bases first
+    (compiled, ``entry_plan.bases_first``; :func:`_bases_first` is its reference)."""
     out = list(walk.order[Kind.COMMIT])
     for kind in (Kind.TREE, Kind.BLOB):
-        members = set(walk.order[kind])
-        out.extend(_bases_first(walk.order[kind], base_of, members.__contains__))
+        out.extend(bases_first(walk.order[kind], by_oid, objects, set(walk.order[kind])))
     out.extend(walk.order[Kind.TAG])
     return out
 
