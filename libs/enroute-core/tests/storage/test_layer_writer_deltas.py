@@ -17,12 +17,14 @@ from collections.abc import Callable
 from functools import partial
 
 import pytest
+from enroute_native.layer_append import append_run
 
 from enroute_core.base.errors import EnrouteError
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import Limits
 from enroute_core.git.pack import encode_entry_header as header
 from enroute_core.storage.layer import EntryRun, Kind, LayerWriter
+from enroute_core.storage.layer import writer as writer_module
 
 KINDS = [Kind.COMMIT, Kind.TREE, Kind.BLOB, Kind.TAG]
 PACK_TYPE = {Kind.COMMIT: 1, Kind.TREE: 2, Kind.BLOB: 3, Kind.TAG: 4}
@@ -179,10 +181,10 @@ def _append_many(
 
 
 @pytest.mark.parametrize("round_", range(3))
-def test_append_many_matches_append(round_: int) -> None:
-    """Runs of clean and broken entries: append_many refuses what append refuses, with the
-    same error at the same entry, and ends with the same bytes; clean runs take the
-    whole-run path."""
+def test_append_many_matches_append(monkeypatch: pytest.MonkeyPatch, round_: int) -> None:
+    """Runs of clean and broken entries: append_many (``enroute_native.layer_append``)
+    refuses what append refuses, with the same error at the same entry, and ends with
+    the same bytes and columns; clean runs are taken whole."""
     seed = int(os.environ.get("ENROUTE_SEED", random.randrange(1 << 32)))
     print(f"ENROUTE_SEED={seed}")
     rng = random.Random(seed + round_)
@@ -192,15 +194,14 @@ def test_append_many_matches_append(round_: int) -> None:
     many = LayerWriter(out_a.append, limits=limits)
     one = LayerWriter(out_b.append, limits=limits)
     whole_runs = 0
-    usual_run = many._usual_run
 
     def counted(*args: object) -> object:
         nonlocal whole_runs
-        found = usual_run(*args)  # type: ignore[arg-type]
+        found = append_run(*args)  # type: ignore[arg-type]
         whole_runs += found is not None
         return found
 
-    many._usual_run = counted  # type: ignore[method-assign]
+    monkeypatch.setattr(writer_module, "append_run", counted)
     stored: dict[ObjectId, int] = {}
     n = 0
     outcomes = set()
@@ -221,6 +222,9 @@ def test_append_many_matches_append(round_: int) -> None:
         assert got == _outcome(partial(_append_one_by_one, one, run)), (n, run)
         outcomes.add(got.split(":")[0])
         stored = {o: d for o, d in stored.items() if o in one._index}
+    columns = ("_oids", "_index", "_kinds", "_kind_oids", "_kind_runs", "_offsets", "_lengths",
+               "_sizes", "_depths", "_bases", "_contexts", "_pending_bases")  # fmt: skip
+    assert [getattr(many, c) for c in columns] == [getattr(one, c) for c in columns]
     assert _outcome(many.finish) == _outcome(one.finish)
     assert b"".join(out_a) == b"".join(out_b)
     assert whole_runs > 0 and "ok" in outcomes and len(outcomes) > 1

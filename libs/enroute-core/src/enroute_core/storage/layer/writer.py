@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import operator
 import sys
 import zlib
 from array import array
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import blake3
+from enroute_native.layer_append import append_run
 from enroute_native.pack_entry import header_is
 
 from enroute_core.base.errors import InvalidArgument, InvalidPack
@@ -69,6 +69,7 @@ from enroute_core.storage.layer.format import (
 )
 
 _FLUSH_BYTES = 1 << 20
+_PACK_TYPES = tuple(PACK_TYPE_OF_KIND[k] for k in sorted(Kind))  # by kind value
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,122 +303,38 @@ class LayerWriter:
         out.write(entry)
 
     def append_many(self, run: EntryRun) -> None:
-        """:meth:`append` of each entry in order, its checks made over the whole run at once.
+        """:meth:`append` of each entry in order, the run's checks and columns in one call.
 
-        Ingest writes a push's entries in runs (docs/ingest.md, "Speed"). A run
-        that is not usual in every entry goes through :meth:`append` one by one,
-        so what is refused and how is unchanged; nothing is written before the
-        checks pass.
+        Ingest writes a push's entries in runs (docs/ingest.md, "Speed"):
+        ``enroute_native.layer_append`` takes a run when :meth:`append` would
+        take every entry of it on its usual path, and changes the columns as
+        those appends would. Any other run goes through :meth:`append` entry
+        by entry, so what is refused and how is unchanged.
         """
-        oids, kinds, entries, sizes, bases, depths, contexts = run
-        n = len(oids)
-        assert n == len(kinds) == len(entries) == len(sizes) == len(bases) == len(depths)
-        assert n == len(contexts)
+        n = len(run.oids)
+        assert all(len(column) == n for column in run), [len(c) for c in run]
         if not n:
             return
-        first = len(self._oids)
-        where = self._usual_run(first, run)
-        if where is None:
-            for oid, kind, entry, size, base, depth, context in zip(
-                oids, kinds, entries, sizes, bases, depths, contexts, strict=True
-            ):
-                self.append(oid, kind, entry, size, base=base, depth=depth, base_context=context)
-            return
-        index = self._index
-        kind_bytes = self._kinds
-        at = first
-        for kind, same in itertools.groupby(kinds):
-            count = len(list(same))
-            if not kind_bytes or kind_bytes[-1] != kind:
-                self._kind_runs.append((at, kind))
-            kind_bytes.extend(itertools.repeat(kind, count))
-            self._kind_oids[kind].extend(oids[at - first : at - first + count])
-            at += count
-        lengths = list(map(len, entries))
-        out = self._out
-        self._offsets.extend(itertools.accumulate(lengths[:-1], initial=out.pos))
-        self._lengths.extend(lengths)
-        self._sizes.extend(sizes)
-        self._depths.extend(depths)
-        self._oids.extend(oids)
-        ids = range(first, first + n)
-        has_base = list(map(operator.is_not, bases, itertools.repeat(None)))
-        delta_ids = list(itertools.compress(ids, has_base))
-        delta_bases: list[bytes] = list(itertools.compress(bases, has_base))  # type: ignore[arg-type]
-        self._bases.update(zip(delta_ids, delta_bases, strict=True))
-        outside = set(delta_bases).difference(index, where)
-        if outside:  # bases not stored yet: the first delta against each waits for it
-            first_delta = dict(zip(reversed(delta_bases), reversed(delta_ids), strict=True))
-            for base in outside:
-                self._pending_bases.setdefault(base, first_delta[base])
-        index.update(where)
-        has_context = list(map(operator.is_not, contexts, itertools.repeat(None)))
-        named: list[bytes] = list(itertools.compress(contexts, has_context))  # type: ignore[arg-type]
-        self._contexts.update(zip(itertools.compress(ids, has_context), named, strict=True))
-        out.write(b"".join(entries))
-
-    def _usual_run(self, first: int, run: EntryRun) -> dict[bytes, int] | None:
-        """The run's local indices by oid when :meth:`append` would take every entry of it
-        in order, each on its usual path (a full entry in order, or :meth:`_is_usual_delta`);
-        None otherwise. The per-entry checks that need no state run in C through ``map``."""
-        oids, kinds, entries, sizes, bases, depths, contexts = run
-        n = len(oids)
-        if self._finished or first + n > self._objects_max:
-            return None
-        if set(map(type, oids)) != {bytes} or set(map(len, oids)) != {OID_BYTES}:
-            return None
-        if set(map(type, kinds)) != {Kind}:
-            return None
-        if not self._merged:
-            last = self._kinds[-1] if self._kinds else 0
-            if kinds[0] < last or any(map(operator.gt, kinds[:-1], kinds[1:])):
-                return None
-        where: dict[bytes, int] = dict(zip(oids, range(first, first + n), strict=True))
-        index = self._index
-        if len(where) != n or not index.keys().isdisjoint(where):
-            return None
-        if not self._pending_bases.keys().isdisjoint(where):
-            return None
-        lengths = list(map(len, entries))
-        if min(lengths) <= 0 or max(lengths) > U32_MAX:
-            return None
-        if min(sizes) < 0 or max(sizes) > self._limits.object_bytes_max:
-            return None
-        named = [c for c in contexts if c is not None]
-        if named and (set(map(type, named)) != {bytes} or set(map(len, named)) != {OID_BYTES}):
-            return None
-        if any(map(operator.eq, contexts, oids)):
-            return None
-        types: list[int] = []
-        heads: list[int] = []
-        for j, base in enumerate(bases):
-            if base is None:
-                if depths[j] != 0:
-                    return None
-                types.append(PACK_TYPE_OF_KIND[kinds[j]])
-                heads.append(sizes[j])
-                continue
-            if type(base) is not bytes or len(base) != OID_BYTES or base == oids[j]:
-                return None
-            if not 1 <= depths[j] <= self._depth_max:
-                return None
-            local = index.get(base)
-            if local is not None:
-                if self._kinds[local] != kinds[j] or self._depths[local] + 1 != depths[j]:
-                    return None
-            else:
-                local = where.get(base)
-                if local is not None and (
-                    local >= first + j  # a base after its delta: append refuses it
-                    or kinds[local - first] != kinds[j]
-                    or depths[local - first] + 1 != depths[j]
-                ):
-                    return None
-            types.append(PACK_REF_DELTA)
-            heads.append(-1)
-        if not all(map(header_is, entries, types, heads, bases)):
-            return None
-        return where
+        if not self._finished:
+            out = self._out
+            taken = append_run(
+                tuple(c if type(c) is list else list(c) for c in run),
+                len(self._oids), out.pos, self._index, self._pending_bases, self._kinds,
+                self._depths, self._oids, self._kind_oids, self._kind_runs, self._bases,
+                self._contexts, Kind, _PACK_TYPES, self._merged, self._objects_max,
+                self._limits.object_bytes_max, self._depth_max,
+            )  # fmt: skip
+            if taken is not None:
+                kinds, offsets, lengths, sizes, depths, data = taken
+                self._kinds += kinds
+                self._offsets.frombytes(offsets)
+                self._lengths.frombytes(lengths)
+                self._sizes.frombytes(sizes)
+                self._depths.frombytes(depths)
+                out.write(data)
+                return
+        for oid, kind, entry, size, base, depth, context in zip(*run, strict=True):
+            self.append(oid, kind, entry, size, base=base, depth=depth, base_context=context)
 
     def _is_usual_delta(
         self,
