@@ -35,7 +35,6 @@ def plan_run(
     ],
     list[int],
 ]: ...
-
 def bases_first(
     order: list[_Oid],
     by_oid: dict[_Oid, int],
