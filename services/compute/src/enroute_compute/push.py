@@ -38,6 +38,7 @@ from enroute_core.base.errors import (
 from enroute_core.base.ids import ZERO_OID, ObjectId
 from enroute_core.base.limits import check_limit
 from enroute_core.engine.ingest import IngestResult, ingest_pack
+from enroute_core.engine.snapshot import EMPTY_SNAPSHOT
 from enroute_core.git.pktline import NEED_DATA
 from enroute_core.git.source import BytesSource
 from enroute_core.protocol.errors import git_message
@@ -154,7 +155,9 @@ class Pusher:
                             lambda: ingest_pack(
                                 pack,
                                 tips,
-                                snap.view,
+                                # an empty view answers as EMPTY_SNAPSHOT does, each
+                                # question a call less (a first push asks per object)
+                                snap.view if snap.view.end_id else EMPTY_SNAPSHOT,
                                 limits=self.host.limits,
                                 sink=layer_file.append,
                                 refs=branch_targets,
