@@ -17,7 +17,6 @@ import hashlib
 import os
 import random
 import struct
-import zlib
 from collections.abc import Callable
 
 import pytest
@@ -30,7 +29,6 @@ from enroute_core.git.source import BytesSource
 from enroute_core.state.model import LayerEntry as ManifestEntry
 from enroute_core.state.model import LayerKind as ManifestKind
 from enroute_core.storage.layer import (
-    CHUNK_BYTES,
     CommitGraph,
     CommitInfo,
     Kind,
@@ -39,6 +37,7 @@ from enroute_core.storage.layer import (
     write_layer,
 )
 from enroute_core.storage.layer.format import COMMIT_RECORD, FOOTER_BYTES, Footer, Layout
+from enroute_testing.synthlayer import reseal
 
 PACK_TYPE = {Kind.COMMIT: 1, Kind.TREE: 2, Kind.BLOB: 3}
 
@@ -79,20 +78,6 @@ def _open(data: bytes) -> tuple[ManifestEntry, LayerReader]:
         reader.meta_size, hashlib.sha256(data).digest(), LogIndex(1),
     )  # fmt: skip
     return entry, reader
-
-
-def _reseal(data: bytearray) -> bytes:
-    """Chunk hashes, index region crc and footer crc made right after an edit."""
-    foot = len(data) - FOOTER_BYTES
-    idx = struct.unpack_from("<Q", data, foot + 48)[0]
-    chunks = -(-idx // CHUNK_BYTES)
-    pos = foot - chunks * 32
-    for c in range(chunks):
-        block = bytes(data[c * CHUNK_BYTES : min((c + 1) * CHUNK_BYTES, idx)])
-        data[pos + 32 * c : pos + 32 * c + 32] = hashlib.sha256(block).digest()
-    struct.pack_into("<I", data, foot + 116, zlib.crc32(bytes(data[idx:foot])))
-    struct.pack_into("<I", data, foot + 120, zlib.crc32(bytes(data[foot : foot + 120])))
-    return bytes(data)
 
 
 def _outcome(build: Callable[[], CommitGraph]) -> CommitGraph | tuple[str, str, object]:
@@ -136,7 +121,7 @@ def _parent_of(data: bytes, value: Callable[[bytes], int]) -> bytes:
     buf = bytearray(data)
     rank = _last_merge(data)
     struct.pack_into("<I", buf, _section(data)[1] + 4 * _record(data, rank)[3], value(data))
-    return _reseal(buf)
+    return reseal(buf)
 
 
 def _later_parent(data: bytes) -> bytes:
@@ -154,7 +139,7 @@ def _unsorted_run(data: bytes) -> bytes:
     rank = next(k for k in range(40) if _record(data, k)[6] >= 2)
     at = _section(data)[2] + 4 * _record(data, rank)[5]
     buf[at : at + 8] = buf[at + 4 : at + 8] + buf[at : at + 4]
-    return _reseal(buf)
+    return reseal(buf)
 
 
 def _repeated_record(data: bytes) -> bytes:
@@ -162,13 +147,13 @@ def _repeated_record(data: bytes) -> bytes:
     buf = bytearray(data)
     at = _section(data)[0] + 39 * COMMIT_RECORD.size
     struct.pack_into("<I", buf, at, _record(data, 38)[0])
-    return _reseal(buf)
+    return reseal(buf)
 
 
 def _tree_past_the_table(data: bytes) -> bytes:
     buf = bytearray(data)
     struct.pack_into("<I", buf, _section(data)[0] + 3 * COMMIT_RECORD.size + 4, 10**6)
-    return _reseal(buf)
+    return reseal(buf)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ import itertools
 import os
 import random
 import struct
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -51,7 +50,7 @@ from enroute_core.storage.layer.bloom import (
 )
 from enroute_core.storage.layer.format import FOOTER_BYTES, Footer, Layout
 from enroute_core.storage.pool import BufferPool
-from enroute_testing.synthlayer import median_lookup_seconds, synthetic_layer
+from enroute_testing.synthlayer import median_lookup_seconds, reseal, synthetic_layer
 
 SEED = int(os.environ.get("ENROUTE_SEED", "20240601"))
 PACK_TYPE = {Kind.COMMIT: 1, Kind.TREE: 2, Kind.BLOB: 3, Kind.TAG: 4}
@@ -399,22 +398,6 @@ def test_flip_in_a_metadata_chunk_names_its_sections() -> None:
 
 
 # -- structural nonsense that passes the checksums ----------------------------------------------
-
-
-def reseal(data: bytearray) -> bytes:
-    """Recompute chunk hashes, the index region crc and the footer crc after an edit."""
-    size = len(data)
-    foot = size - FOOTER_BYTES
-    idx = struct.unpack_from("<Q", data, foot + 48)[0]
-    chunks = -(-idx // CHUNK_BYTES)
-    if idx <= foot and idx + chunks * 32 <= foot:
-        pos = foot - chunks * 32
-        for c in range(chunks):
-            block = bytes(data[c * CHUNK_BYTES : min((c + 1) * CHUNK_BYTES, idx)])
-            data[pos + 32 * c : pos + 32 * c + 32] = hashlib.sha256(block).digest()
-        struct.pack_into("<I", data, foot + 116, zlib.crc32(bytes(data[idx:foot])))
-    struct.pack_into("<I", data, foot + 120, zlib.crc32(bytes(data[foot : foot + 120])))
-    return bytes(data)
 
 
 def exercise(data: bytes, oids: list[bytes]) -> None:

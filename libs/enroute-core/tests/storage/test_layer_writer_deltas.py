@@ -80,16 +80,25 @@ def _random_entry(rng: random.Random, n: int) -> tuple[tuple[object, ...], dict[
     return (me, kind, entry, size), kw
 
 
-@pytest.mark.parametrize("round_", range(3))
-def test_inline_delta_checks_match_check_entry(round_: int) -> None:
+def _two_writers(
+    round_: int, first: type[LayerWriter], second: type[LayerWriter]
+) -> tuple[random.Random, tuple[LayerWriter, list[bytes]], tuple[LayerWriter, list[bytes]]]:
+    """The seeded generator of a round (it prints its seed) and two writers to compare."""
     seed = int(os.environ.get("ENROUTE_SEED", random.randrange(1 << 32)))
     print(f"ENROUTE_SEED={seed}")
-    rng = random.Random(seed + round_)
     limits = Limits(delta_chain_depth_max=10)
     out_a: list[bytes] = []
     out_b: list[bytes] = []
-    fast = LayerWriter(out_a.append, limits=limits)
-    slow = _Checked(out_b.append, limits=limits)
+    return (
+        random.Random(seed + round_),
+        (first(out_a.append, limits=limits), out_a),
+        (second(out_b.append, limits=limits), out_b),
+    )
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_inline_delta_checks_match_check_entry(round_: int) -> None:
+    rng, (fast, out_a), (slow, out_b) = _two_writers(round_, LayerWriter, _Checked)
     outcomes = set()
     for n in range(300):
         args, kw = _random_entry(rng, n)
@@ -185,14 +194,7 @@ def test_append_many_matches_append(monkeypatch: pytest.MonkeyPatch, round_: int
     """Runs of clean and broken entries: append_many (``enroute_native.layer_append``)
     refuses what append refuses, with the same error at the same entry, and ends with
     the same bytes and columns; clean runs are taken whole."""
-    seed = int(os.environ.get("ENROUTE_SEED", random.randrange(1 << 32)))
-    print(f"ENROUTE_SEED={seed}")
-    rng = random.Random(seed + round_)
-    limits = Limits(delta_chain_depth_max=10)
-    out_a: list[bytes] = []
-    out_b: list[bytes] = []
-    many = LayerWriter(out_a.append, limits=limits)
-    one = LayerWriter(out_b.append, limits=limits)
+    rng, (many, out_a), (one, out_b) = _two_writers(round_, LayerWriter, LayerWriter)
     whole_runs = 0
 
     def counted(*args: object) -> object:

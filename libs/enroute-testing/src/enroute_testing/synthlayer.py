@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import statistics
+import struct
+import zlib
 from collections.abc import Callable, Sequence
 
 from enroute_core.base.ids import ObjectId
 from enroute_core.git.source import BytesSource
 from enroute_core.storage.layer.commits import CommitInfo
-from enroute_core.storage.layer.format import PACK_TYPE_OF_KIND, Kind
+from enroute_core.storage.layer.format import CHUNK_BYTES, FOOTER_BYTES, PACK_TYPE_OF_KIND, Kind
 from enroute_core.storage.layer.reader import LayerReader
 from enroute_core.storage.layer.writer import LayerWriter, SealedLayer
 
@@ -84,3 +86,19 @@ def median_lookup_seconds(
     probes: list[bytes] = list(oids[::step][: probe_count - absent])
     probes += synthetic_oids(absent, b"absent")
     return statistics.median(lookup_latencies(reader, probes, timer))
+
+
+def reseal(data: bytearray) -> bytes:
+    """A layer edited in place with its checksums made again: chunk hashes, the index
+    region's crc and the footer's, so a reader meets the edit itself, not a bad sum."""
+    foot = len(data) - FOOTER_BYTES
+    idx = struct.unpack_from("<Q", data, foot + 48)[0]
+    chunks = -(-idx // CHUNK_BYTES)
+    if idx <= foot and idx + chunks * 32 <= foot:
+        pos = foot - chunks * 32
+        for c in range(chunks):
+            block = bytes(data[c * CHUNK_BYTES : min((c + 1) * CHUNK_BYTES, idx)])
+            data[pos + 32 * c : pos + 32 * c + 32] = hashlib.sha256(block).digest()
+        struct.pack_into("<I", data, foot + 116, zlib.crc32(bytes(data[idx:foot])))
+    struct.pack_into("<I", data, foot + 120, zlib.crc32(bytes(data[foot : foot + 120])))
+    return bytes(data)
