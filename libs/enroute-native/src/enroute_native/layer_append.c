@@ -156,7 +156,8 @@ usual(const Run *r, Py_ssize_t j, PyObject *where, PyObject *waiting,
     return PyErr_Occurred() ? -1 : 1;
 }
 
-/* The writer's updates for the taken run; the packed columns go back to the caller. */
+/* The writer's updates for the taken run; the packed columns go back to the caller. Only
+ * a memory error stops it halfway, and that ends the layer being written. */
 static PyObject *
 take(const Run *r, PyObject *where, const unsigned char *run_kinds, const long long *run_depths,
      long long pos, PyObject *oid_list, PyObject *kind_oids, PyObject *kind_runs,
@@ -197,9 +198,9 @@ take(const Run *r, PyObject *where, const unsigned char *run_kinds, const long l
             Py_XDECREF(item);
         }
         if (ok && base != Py_None) {
-            ok = PyDict_SetItem(base_map, local, base) == 0;
-            if (ok && !PyDict_Contains(r->index, base))
-                ok = PyDict_SetDefault(r->pending, base, local) != NULL;
+            int stored = PyDict_SetItem(base_map, local, base) == 0 ? PyDict_Contains(r->index, base)
+                                                                    : -1;
+            ok = stored > 0 || (stored == 0 && PyDict_SetDefault(r->pending, base, local) != NULL);
         }
         if (ok && context != Py_None)
             ok = PyDict_SetItem(context_map, local, context) == 0;
