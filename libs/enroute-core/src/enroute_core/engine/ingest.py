@@ -951,10 +951,7 @@ class _Plan:
                     base = None
             if base is None:
                 depth = 0
-                if info.base_oid is None:  # the pack's full entry, verbatim
-                    entry = source.read_at(info.offset, info.size_in_pack)
-                else:
-                    entry = _full_entry(info, source, oid, bodies)
+                entry = _full_entry(info, source, oid, bodies)
             else:
                 entry = _ref_delta_entry(info, source)
             oids.append(oid)
