@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 
 from enroute_core.base.errors import InvalidRefName
 from enroute_core.base.limits import Limits
-from enroute_core.git.refname import check_ref_format, is_valid_ref_name, ref_name_problem
+from enroute_core.git.refname import (
+    branch_name_problem,
+    check_ref_format,
+    is_valid_ref_name,
+    ref_name_problem,
+)
 
 SEED = int(os.environ.get("ENROUTE_SEED") or secrets.randbelow(2**32))
 
@@ -219,3 +224,26 @@ def test_valid_names_survive_reasonable_edits(name: bytes, onelevel: bool, patte
     if ok:
         assert is_valid_ref_name(b"refs/" + name, allow_onelevel=onelevel, refspec_pattern=pattern)
     assert not is_valid_ref_name(name + b"/x.lock", allow_onelevel=True, refspec_pattern=pattern)
+
+
+# --- branch names: `git check-ref-format --branch` --------------------------------
+
+BRANCH_NAMES = [
+    b"main", b"feature/x", b"HEAD", b"-x", b"-", b"--", b"a-", b"x/-y", b"head", b"HEADS",
+    b"HEAD/x", b"x/HEAD", b"@", b"a@b", b"@{u}", b"a..b", b".x", b"x.", b"x.lock", b"a b",
+    b"a//b", b"/a", b"a/", b"", b"*", b"a\\b", b"\xc3\xa9t\xc3\xa9", b"refs/heads/x", b"\x01",
+]  # fmt: skip
+
+
+@pytest.mark.interop
+def test_branch_names_agree_with_git_check_ref_format_branch(tmp_path: Path) -> None:
+    """object-name.c ``strbuf_check_branch_ref``: ``-...`` and ``HEAD`` are refused on top
+    of the ref-name rules for ``refs/heads/<name>``."""
+    from enroute_testing.gitcli import git_branch_verdicts
+
+    theirs = git_branch_verdicts(BRANCH_NAMES, tmp_path / "home")
+    ours = [branch_name_problem(n) is None for n in BRANCH_NAMES]
+    assert [n for n, t, o in zip(BRANCH_NAMES, theirs, ours, strict=True) if t != o] == []
+    assert dict(zip(BRANCH_NAMES, theirs, strict=True))[b"HEAD"] is False
+    assert dict(zip(BRANCH_NAMES, theirs, strict=True))[b"main"] is True
+    assert is_valid_ref_name(b"refs/heads/HEAD")  # a ref name; only not a branch name

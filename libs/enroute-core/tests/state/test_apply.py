@@ -218,7 +218,8 @@ def test_branch_ref_takes_short_and_full_names() -> None:
     assert branch_ref(b"main") == MAIN
     assert branch_ref(b"feature/x") == b"refs/heads/feature/x"
     assert branch_ref(MAIN) == MAIN
-    for bad in (b"refs/tags/v1", b"a..b", b"", b"refs/heads/"):
+    bad_names = (b"refs/tags/v1", b"a..b", b"", b"refs/heads/", b"HEAD", b"refs/heads/HEAD", b"-x")
+    for bad in bad_names:
         with pytest.raises(InvalidRefName):
             branch_ref(bad)
 

@@ -132,3 +132,30 @@ def run_git(
     if check and done.returncode != 0:
         raise GitFailed(argv, done.returncode, done.stderr[-_STDERR_KEEP_BYTES:])
     return done.stdout
+
+
+_BRANCH_SCRIPT = r"""
+while IFS= read -r -d '' name; do
+  git check-ref-format --branch "$name" >/dev/null 2>&1
+  printf '%s\n' "$?"
+done
+"""
+
+
+def git_branch_verdicts(names: Sequence[bytes], home: Path) -> list[bool]:
+    """Whether ``git check-ref-format --branch`` takes each name (one bash loop, one git per
+    name), run outside any repository so git expands no ``@{-N}``."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**git_env(home), "GIT_CEILING_DIRECTORIES": str(home.parent)}
+    done = subprocess.run(
+        ["bash", "-c", _BRANCH_SCRIPT],
+        input=b"".join(n + b"\0" for n in names),
+        cwd=home,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    rows = done.stdout.decode().split()
+    assert len(rows) == len(names), done.stderr
+    return [row == "0" for row in rows]

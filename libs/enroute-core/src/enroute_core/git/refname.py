@@ -23,6 +23,15 @@ Bytes 0x80 and above are ordinary characters. On top of git's rules a name
 longer than ``ref_name_bytes_max`` is refused, as an :class:`InvalidRefName`
 rather than a ``LimitExceeded``: a push refuses that one ref (``ng``), not
 the whole push.
+
+A *branch* name, as ``git branch`` and ``git check-ref-format --branch`` take
+it (git 2.39 ``object-name.c``, ``strbuf_check_branch_ref``), is refused on
+two more counts: it may not begin with ``-`` (it would read as an option)
+and may not be ``HEAD`` (``refs/heads/HEAD`` makes ``HEAD`` ambiguous). The
+rest is the rule above applied to ``refs/heads/<name>``. The API takes
+branch names this way (:func:`branch_name_problem`); receive-pack does not
+(git's ``update`` in ``receive-pack.c`` checks only the ref-name rules), so a
+push of ``refs/heads/HEAD`` lands there as it does in git.
 """
 
 from __future__ import annotations
@@ -72,6 +81,19 @@ def ref_name_problem(
     if len(components) < 2 and not allow_onelevel:
         return "has only one component"
     return None
+
+
+def branch_name_problem(name: bytes, *, limits: Limits = DEFAULT_LIMITS) -> str | None:
+    """Why the short branch name ``name`` is refused by ``git check-ref-format --branch``.
+
+    Outside a repository, where git does not expand ``@{-N}`` (an API name is
+    never expanded either).
+    """
+    if name.startswith(b"-"):
+        return "begins with '-'"
+    if name == b"HEAD":
+        return "is 'HEAD', which git refuses as a branch name"
+    return ref_name_problem(b"refs/heads/" + name, limits=limits)
 
 
 def check_ref_format(

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from enroute_core.base.errors import InvalidRefName
+from enroute_core.git.refname import branch_name_problem
 from enroute_core.state.model import BRANCH_PREFIX, REFS_PREFIX, branch_problem
 
 IMPLICIT_HEAD = b"refs/heads/main"
@@ -38,9 +39,15 @@ def repair_head(head: bytes, head_kept: bool, refs: Mapping[bytes, object]) -> b
 
 def branch_ref(name: bytes) -> bytes:
     """A default branch as the API takes it (DESIGN: ``main`` or ``refs/heads/main``), as a
-    full ref; raise :class:`InvalidRefName` for anything that is not a valid branch."""
+    full ref; raise :class:`InvalidRefName` for anything that is not a valid branch.
+
+    Valid means what ``git check-ref-format --branch`` takes for the part after
+    ``refs/heads/``, so neither ``HEAD`` nor a name beginning with ``-`` (git/refname.py).
+    """
     full = name if name.startswith(REFS_PREFIX) else BRANCH_PREFIX + name
     problem = branch_problem(full)
+    if problem is None:
+        problem = branch_name_problem(full[len(BRANCH_PREFIX) :])
     if problem is not None:
         shown = name[:200].decode("utf-8", "replace")
         raise InvalidRefName(f"invalid branch {shown!r}: {problem}", name=shown, reason=problem)
