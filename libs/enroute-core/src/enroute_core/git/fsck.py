@@ -26,6 +26,7 @@ from enroute_native.tree_fsck import clean as tree_clean
 from enroute_core.base.errors import InvalidObject, LimitExceeded
 from enroute_core.base.ids import OID_BYTES, ZERO_OID, ObjectId, oid_to_hex
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
+from enroute_core.git.gitconfig import ConfigEntry, blob_readings, split_key
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.refname import is_valid_ref_name
 from enroute_core.git.tree import (
@@ -823,133 +824,122 @@ def _submodule_name_ok(name: bytes) -> bool:
 
 
 def _url_decode(value: bytes) -> bytes:
+    """url.c ``url_decode``: ``%XX`` to its byte, nothing else changed."""
     return re.sub(rb"%([0-9a-fA-F]{2})", lambda m: bytes([int(m.group(1), 16)]), value)
 
 
+def _relative_dotdots(url: bytes) -> tuple[bool, int, bytes]:
+    """Whether ``url`` is relative (``./``, ``../``, ``\\`` too), its leading ``../``
+    count and what follows all leading ``./`` and ``../`` (fsck.c ``count_leading_dotdots``)."""
+    relative = re.match(rb"\.\.?[/\\]", url) is not None
+    climbs = 0
+    while True:
+        if re.match(rb"\.\.[/\\]", url):
+            climbs += 1
+            url = url[3:]
+        elif re.match(rb"\.[/\\]", url):
+            url = url[2:]
+        else:
+            return relative, climbs, url
+
+
+_CURL_SCHEMES = (b"http", b"https", b"ftp", b"ftps")
+
+
+def _curl_url(url: bytes) -> bytes | None:
+    """fsck.c ``url_to_curl_url``: the url git-remote-curl would get, or None."""
+    for scheme in _CURL_SCHEMES:
+        if url.startswith(scheme + b"::"):
+            return url[len(scheme) + 2 :]
+        if url.startswith(scheme + b"://"):
+            return url
+    return None
+
+
+def _credential_url_ok(url: bytes) -> bool:
+    """credential.c ``credential_from_url_gently`` succeeds and gives a host.
+
+    git 2.39 ends the host at ``/``; later versions at ``/``, ``?`` or ``#``
+    (an earlier end can only empty the host): both are tried and either
+    failing refuses. A component with a newline anywhere, and a host that
+    decodes to nothing before a NUL, fail as they do in git.
+    """
+    scheme_end = url.find(b"://")
+    if scheme_end <= 0 or b"\n" in url[:scheme_end]:
+        return False
+    rest = url[scheme_end + 3 :]
+    for host_end in (rb"[/]", rb"[/?#]"):
+        found = re.search(host_end, rest)
+        slash = found.start() if found else len(rest)
+        at = rest.find(b"@")
+        host_start = at + 1 if 0 <= at < slash else 0
+        user_info = _url_decode(rest[: max(host_start - 1, 0)])
+        host = _url_decode(rest[host_start:slash])
+        path = _url_decode(rest[slash:].lstrip(b"/"))
+        if host[:1] in (b"", b"\0") or any(b"\n" in part for part in (user_info, host, path)):
+            return False
+    return True
+
+
 def _submodule_url_ok(url: bytes) -> bool:
-    """The core of ``check_submodule_url``: no option-like url, no newline once decoded."""
-    return not url.startswith(b"-") and b"\n" not in _url_decode(url)
+    """fsck.c ``check_submodule_url`` (git 2.39), and stricter: no url with a newline at all.
+
+    Refused: an option-like url (CVE-2018-17456); a relative or ``git://``
+    url that climbs out with ``../`` into ``:`` or ``/`` (CVE-2020-11008),
+    or holds a newline once %-decoded; a url git-remote-curl would get
+    (``http[s]::``, ``ftp[s]::``, ``http[s]://``, ``ftp[s]://``) that a
+    credential cannot be read from or that has no host. git checks newlines
+    only in the first two kinds; any url with one is refused here.
+    """
+    if url.startswith(b"-") or b"\n" in _url_decode(url):
+        return False
+    relative, climbs, after = _relative_dotdots(url)
+    if relative or url.startswith(b"git://"):
+        return not (climbs > 0 and after[:1] in (b":", b"/"))
+    curl = _curl_url(url)
+    return curl is None or _credential_url_ok(curl)
 
 
-class _ConfigSyntax(Exception):
-    """A .gitmodules that git's config parser would not read (gitmodulesParse, INFO)."""
-
-
-_SECTION = re.compile(rb'\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\\n]|\\.)*)")?\s*\]', re.DOTALL)
-_KEY = re.compile(rb"([A-Za-z][A-Za-z0-9-]*)\s*(=?)")
-
-
-def _config_value(text: bytes) -> tuple[bytes, int]:
-    """A value up to its end of line: quotes dropped, escapes read, comments cut (config.c)."""
-    out = bytearray()
-    quoted = False
-    pos = 0
-    pending_space = b""
-    while pos < len(text):
-        c = text[pos : pos + 1]
-        pos += 1
-        if c == b"\n" and not quoted:
-            return bytes(out), pos
-        if c == b"\n":
-            raise _ConfigSyntax("newline in a quoted value")
-        if not quoted and c in (b"#", b";"):
-            nl = text.find(b"\n", pos)
-            return bytes(out), len(text) if nl < 0 else nl + 1
-        if not quoted and c in (b" ", b"\t"):
-            if out:
-                pending_space += c
+def _gitmodules_problems(entries: tuple[ConfigEntry, ...]) -> Iterator[FsckProblem]:
+    """``fsck_gitmodules_fn`` for each ``submodule.<name>.<key>`` variable."""
+    for entry in entries:
+        split = split_key(entry.name, b"submodule")
+        if split is None or split[0] is None:
             continue
-        if pending_space:
-            out += pending_space
-            pending_space = b""
-        if c == b'"':
-            quoted = not quoted
-        elif c == b"\\":
-            esc = text[pos : pos + 1]
-            pos += 1
-            if esc == b"\n":
-                continue  # a continued line
-            mapped = {b"\\": b"\\", b'"': b'"', b"n": b"\n", b"t": b"\t", b"b": b"\b"}.get(esc)
-            if mapped is None:
-                raise _ConfigSyntax("bad escape in a value")
-            out += mapped
-        else:
-            out += c
-    if quoted:
-        raise _ConfigSyntax("unterminated quote")
-    return bytes(out), pos
-
-
-def _config_entries(text: bytes) -> list[tuple[bytes, bytes | None, bytes, bytes | None]]:
-    """(section, subsection, key, value) of each variable; value None for a bare key."""
-    entries: list[tuple[bytes, bytes | None, bytes, bytes | None]] = []
-    section: bytes | None = None
-    subsection: bytes | None = None
-    pos = 0
-    while pos < len(text):
-        c = text[pos : pos + 1]
-        if c in (b" ", b"\t", b"\r", b"\n"):
-            pos += 1
-            continue
-        if c in (b"#", b";"):
-            nl = text.find(b"\n", pos)
-            pos = len(text) if nl < 0 else nl + 1
-            continue
-        if c == b"[":
-            m = _SECTION.match(text, pos)
-            if m is None:
-                raise _ConfigSyntax("bad section header")
-            name = m.group(1).lower()
-            section, _, dotted = name.partition(b".")
-            subsection = dotted or None
-            if m.group(2) is not None:
-                subsection = re.sub(rb"\\(.)", rb"\1", m.group(2), flags=re.DOTALL)
-            pos = m.end()
-            continue
-        m = _KEY.match(text, pos)
-        if m is None or section is None:
-            raise _ConfigSyntax("bad variable line")
-        pos = m.end()
-        value: bytes | None = None
-        if m.group(2):
-            value, used = _config_value(text[pos:])
-            pos += used
-        else:
-            nl = text.find(b"\n", pos)
-            rest = text[pos : len(text) if nl < 0 else nl].strip()
-            if rest and rest[:1] not in (b"#", b";"):
-                raise _ConfigSyntax("junk after a bare key")
-            pos = len(text) if nl < 0 else nl + 1
-        entries.append((section, subsection, m.group(1).lower(), value))
-    return entries
-
-
-def fsck_gitmodules(body: bytes) -> list[FsckProblem]:
-    """``fsck_gitmodules_fn`` over every ``submodule.<name>.<key>`` of a .gitmodules blob."""
-    try:
-        entries = _config_entries(body)
-    except _ConfigSyntax as exc:
-        return [FsckProblem(FsckMsg.GITMODULES_PARSE, f"could not parse gitmodules blob: {exc}")]
-    found: list[FsckProblem] = []
-    for section, subsection, key, value in entries:
-        if section != b"submodule" or subsection is None:
-            continue
-        shown = subsection[:100].decode("utf-8", "replace")
-        if not _submodule_name_ok(subsection):
-            found.append(
-                FsckProblem(FsckMsg.GITMODULES_NAME, f"disallowed submodule name: {shown}")
-            )
+        name, key = split
+        value = entry.value
+        if not _submodule_name_ok(name):
+            shown = name[:100].decode("utf-8", "replace")
+            yield FsckProblem(FsckMsg.GITMODULES_NAME, f"disallowed submodule name: {shown}")
         if value is None:
             continue
         text = value[:100].decode("utf-8", "replace")
         if key == b"url" and not _submodule_url_ok(value):
-            found.append(FsckProblem(FsckMsg.GITMODULES_URL, f"disallowed submodule url: {text}"))
+            yield FsckProblem(FsckMsg.GITMODULES_URL, f"disallowed submodule url: {text}")
         if key == b"path" and value.startswith(b"-"):
-            found.append(FsckProblem(FsckMsg.GITMODULES_PATH, f"disallowed submodule path: {text}"))
+            yield FsckProblem(FsckMsg.GITMODULES_PATH, f"disallowed submodule path: {text}")
         if key == b"update" and value.startswith(b"!"):
             text = f"disallowed submodule update setting: {text}"
-            found.append(FsckProblem(FsckMsg.GITMODULES_UPDATE, text))
-    return found
+            yield FsckProblem(FsckMsg.GITMODULES_UPDATE, text)
+
+
+def fsck_gitmodules(body: bytes) -> list[FsckProblem]:
+    """``fsck_blob`` for a .gitmodules blob: the first problem of each id, in order found.
+
+    The blob is read as git's config parser reads it (:mod:`enroute_core.git.gitconfig`),
+    both as a checked-out file and as a blob in memory (the readings differ
+    on the byte FF and on a BOM); a problem either reading shows counts. As in
+    git, the variables before a syntax error are checked, and the error adds
+    ``gitmodulesParse``.
+    """
+    found: dict[FsckMsg, FsckProblem] = {}
+    for reading in blob_readings(body):
+        for problem in _gitmodules_problems(reading.entries):
+            found.setdefault(problem.msg, problem)
+        if not reading.ok:
+            text = f"could not parse gitmodules blob (line {reading.error_line})"
+            found.setdefault(FsckMsg.GITMODULES_PARSE, FsckProblem(FsckMsg.GITMODULES_PARSE, text))
+    return list(found.values())
 
 
 def check_gitmodules(
