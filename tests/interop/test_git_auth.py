@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
 import os
 import subprocess
 import time
@@ -286,3 +287,37 @@ def test_api_bearer_token(server: Server, tmp_path: Path, home: Path) -> None:
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(deleting, timeout=10)
     assert caught.value.code == 403
+
+
+def test_failed_reload_keeps_the_last_good_file_and_shows_it_in_status(
+    server: Server, tmp_path: Path, home: Path
+) -> None:
+    """Issue 24 item 5: a templating slip (``repos:`` left empty) in a rotated Secret is
+    refused; the tokens in force stay as they were, the error is logged and in /status."""
+    url = seeded(server, tmp_path, home, "other/slip")
+    team = TOKENS["team"][0]
+    refused = git([*helper(team), "ls-remote", url], tmp_path, home, check=False)
+    assert refused.returncode != 0 and b"does not cover repository" in refused.stderr
+
+    def tokens_status() -> dict[str, object]:
+        with urllib.request.urlopen(f"{server.url}/status", timeout=10) as response:
+            found: dict[str, object] = json.loads(response.read())["auth"]["tokens_file"]
+            return found
+
+    before = tokens_status()
+    assert before["ok"] is True and before["error"] is None
+    slip = tokens_yaml(TOKENS).replace("repos: team/*", "repos:")
+    assert "repos:\n" in slip and yaml.safe_load(slip)["tokens"][2]["repos"] is None
+    server.secret.publish(slip)
+    try:
+        refused = git([*helper(team), "ls-remote", url], tmp_path, home, check=False)
+        assert refused.returncode != 0 and b"does not cover repository" in refused.stderr
+        failed = tokens_status()
+        assert failed["ok"] is False and failed["loaded_at"] == before["loaded_at"]
+        assert "repos is None" in str(failed["error"]), failed
+        log = (server.secret.root.parent / "data" / "logs" / "gitproto.log").read_text()
+        assert "the last good file stays in force" in log and "entry 2 ('team')" in log
+    finally:
+        server.secret.publish(tokens_yaml(TOKENS))
+    assert tokens_status()["ok"] is True
+    git([*helper(TOKENS["reader"][0]), "ls-remote", url], tmp_path, home)

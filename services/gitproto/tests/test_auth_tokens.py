@@ -54,12 +54,106 @@ def test_file_holds_digests_only(tmp_path: Path) -> None:
         ({"name": "a", "sha256": "ab" * 32, "scopes": ["push"]}, "scopes must be"),
         ({"name": "a", "sha256": "ab" * 32, "scopes": ["read"], "repos": 3}, "glob"),
         ("just a string", "not a mapping"),
+        # issue 24: an empty or null repos, or no scopes, refuses the file (no silent widening)
+        ({"name": "a", "sha256": "ab" * 32, "scopes": ["read"], "repos": None}, "repos is None"),
+        ({"name": "a", "sha256": "ab" * 32, "scopes": ["read"], "repos": ""}, "repos is ''"),
+        ({"name": "a", "sha256": "ab" * 32, "scopes": []}, "non-empty list"),
+        ({"name": "a", "sha256": "ab" * 32, "scopes": None}, "non-empty list"),
+        ({"name": "a", "sha256": "ab" * 32}, "non-empty list"),
+        ({"name": "a", "sha256": "ab" * 32, "scopes": "read"}, "non-empty list"),
+        ({"name": None, "sha256": "ab" * 32, "scopes": ["read"]}, "name must be a string"),
     ],
 )
 def test_bad_entries_are_refused(entry: Any, words: str) -> None:
     with pytest.raises(InvalidArgument, match="entry 0") as caught:
         parse_tokens(yaml.safe_dump({"tokens": [entry]}))
     assert words in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("tokens:\n  - {name: a, sha256: %s, scopes: [read], repos:}\n", "repos is None"),
+        ("tokens:\n  - {name: a, sha256: %s, scopes: [read], repos: null}\n", "repos is None"),
+        ('tokens:\n  - {name: a, sha256: %s, scopes: [read], repos: ""}\n', "repos is ''"),
+        ("tokens:\n  - {name: a, sha256: %s, scopes: []}\n", "non-empty list"),
+        ("tokens:\n  - {name: a, sha256: %s, scopes: [read]}\ntoken: x\n", "unknown keys"),
+        ("tokens:\n  - {name: a, sha256: %s, scopes: [read], Repos: x}\n", "unknown keys"),
+        ("tokens:\n", "'tokens' list"),
+        ("tokens: {name: a}\n", "'tokens' list"),
+        ("- {name: a, sha256: %s}\n", "'tokens' list"),
+        ("tokens: [\n", "not valid YAML"),
+        (
+            "tokens:\n  - {name: a, sha256: %s, scopes: [read]}\n"
+            "  - {name: b, sha256: %s, scopes: [admin]}\n",
+            "same sha256 as token 'a'",
+        ),
+    ],
+)
+def test_bad_files_are_refused_as_written(text: str, words: str) -> None:
+    """The YAML an operator or a template writes, not a dict dumped by the test."""
+    with pytest.raises(InvalidArgument, match="tokens file") as caught:
+        parse_tokens(text.replace("%s", "ab" * 32))
+    assert words in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("glob", "ok"),
+    [
+        ("*", True), ("team/*", True), ("*/app", True), ("team/app", True), ("t?am/[a-c]*", True),
+        ("team/[!x]*", True), ("team/sub/*", True), ("*.x", True),
+        # no repository segment, or an empty one: matches no name
+        ("/", False), ("*/", False), ("/*", False), ("team//*", False), ("team/", False),
+        # a segment or a character no repository name has
+        ("team/-/*", False), ("../*", False), ("team app", False), ("team/*.git", False),
+        ("x" * 257, False),
+    ],
+)  # fmt: skip
+def test_repos_glob_needs_a_repository_segment(glob: str, ok: bool) -> None:
+    assert (auth.repos_glob_problem(glob) is None) == ok
+    entry = {"name": "g", "sha256": "ab" * 32, "scopes": ["read"], "repos": glob}
+    if ok:
+        assert parse_tokens(yaml.safe_dump({"tokens": [entry]}))["ab" * 32].repos == glob
+    else:
+        with pytest.raises(InvalidArgument, match="matches no repository name"):
+            parse_tokens(yaml.safe_dump({"tokens": [entry]}))
+
+
+def test_empty_file_holds_no_tokens() -> None:
+    assert parse_tokens("") == {} and parse_tokens("tokens: []\n") == {}
+
+
+def test_bad_file_at_start_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    path.write_text(f"tokens:\n  - {{name: ci, sha256: {'ab' * 32}, scopes: [read], repos:}}\n")
+    with pytest.raises(InvalidArgument, match=r"tokens.yaml: tokens file: entry 0 \('ci'\)"):
+        TokenFile(str(path))
+
+
+def test_failed_reload_keeps_the_last_good_file_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "tokens.yaml"
+    _write(path, _entry("a", "tok-a", ["read"], "team/*"))
+    tokens = TokenFile(str(path))
+    good = tokens.status()
+    assert good is not None and good["ok"] is True and good["error"] is None
+    assert good["tokens"] == 1 and str(good["loaded_at"]).endswith("Z")
+    bad = dict(_entry("a", "tok-a", ["read"]), repos=None)  # the slip that would widen "a"
+    _write(path, bad, _entry("b", "tok-b", ["admin"]))
+    with caplog.at_level(logging.ERROR, logger="enroute_gitproto.auth"):
+        assert tokens.match("tok-b") is None  # the new file is not in force
+        token = tokens.match("tok-a")
+    assert token is not None and not token.allows("read", "other/x")  # still limited
+    failed = tokens.status()
+    assert failed is not None and failed["ok"] is False
+    assert "repos is None" in str(failed["error"]) and failed["loaded_at"] == good["loaded_at"]
+    logged = [r.getMessage() for r in caplog.records]
+    assert len(logged) == 1 and "the last good file stays in force" in logged[0]
+    _write(path, _entry("b", "tok-b", ["admin"]))
+    assert tokens.match("tok-b") is not None
+    fixed = tokens.status()
+    assert fixed is not None and fixed["ok"] is True and fixed["reloads_total"] == 2
 
 
 def test_missing_file_at_start_is_an_error(tmp_path: Path) -> None:

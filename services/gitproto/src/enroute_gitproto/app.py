@@ -201,6 +201,7 @@ class GitprotoApp:
         self.git = GitHandler(self.pool, self.authorizer, self.metrics, limits)
         self.api = ApiHandler(self.pool, self.authorizer)
         self.status = StatusEndpoints(node_id, self.pool.members, self.metrics)
+        self.status.sections["auth"] = self.authorizer.status
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

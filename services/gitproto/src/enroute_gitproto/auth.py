@@ -38,6 +38,7 @@ import hashlib
 import hmac
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,8 @@ from typing import Any
 import yaml
 
 from enroute_core.base.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from enroute_core.state.names import repo_name_problem
+from enroute_gitproto.rpc.convert import rfc3339_us
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,7 @@ SCOPES = ("read", "write", "admin")
 REALM = 'Basic realm="enroute"'
 _ANONYMOUS = {"none": frozenset(), "read": frozenset({"read"}), "write": frozenset(SCOPES)}
 _ENTRY_KEYS = frozenset({"name", "sha256", "scopes", "repos"})
+_GLOB_AS_LETTER = str.maketrans("*?[]!", "xxxxx")
 
 REMOTE: contextvars.ContextVar[str] = contextvars.ContextVar("enroute_remote", default="-")
 """The client address of the request being served; the app sets it, refusal logs name it."""
@@ -82,32 +86,91 @@ class Principal:
         return self.token is None or self.token.allows("read", repo)
 
 
+def repos_glob_problem(glob: str) -> str | None:
+    """Why ``glob`` cannot be a token's ``repos``, or None (docs/access-control.md).
+
+    Read with each glob character (``*``, ``?``, ``[``, ``]``, ``!``) as a letter, the
+    glob must be a valid repository name (state/names.py): so it has a repository
+    segment and no empty one (``""``, ``"/"``, ``"*/"`` and ``"team//*"`` are refused),
+    and holds nothing a name never holds. Such a glob could match no repository; it is
+    a templating slip (``"{{team}}/*"`` with an empty ``team``), not a restriction.
+    """
+    return repo_name_problem(glob.translate(_GLOB_AS_LETTER))
+
+
 def parse_tokens(text: str) -> dict[str, Token]:
-    """Tokens by digest; InvalidArgument names the bad entry."""
-    data: Any = yaml.safe_load(text) or {}
-    if not isinstance(data, dict) or not isinstance(data.get("tokens", []), list):
-        raise InvalidArgument("tokens file: expected a mapping with a 'tokens' list")
+    """Tokens by digest; InvalidArgument names the bad entry.
+
+    Strict (issue 24): a key that is not known, an entry without scopes, and a
+    ``repos`` that is present but empty, null or matches no repository name all
+    refuse the whole file, so a slip never widens a token. An absent ``repos``
+    is the only way to say "every repository".
+    """
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise InvalidArgument(f"tokens file: not valid YAML: {error}") from None
+    if data is None:
+        return {}  # an empty file: no tokens (every one revoked)
+    if not isinstance(data, dict) or not isinstance(data.get("tokens"), list):
+        raise InvalidArgument(
+            "tokens file: expected a mapping with a 'tokens' list (`tokens: []` for none)"
+        )
+    unknown = sorted(str(key) for key in data if key != "tokens")
+    if unknown:
+        raise InvalidArgument(f"tokens file: unknown keys {unknown}; the file holds 'tokens' only")
     found: dict[str, Token] = {}
-    for index, entry in enumerate(data.get("tokens") or []):
-        if not isinstance(entry, dict):
-            raise InvalidArgument(f"tokens file: entry {index} is not a mapping")
-        unknown = sorted(str(key) for key in entry if key not in _ENTRY_KEYS)
-        if unknown:
+    for index, entry in enumerate(data["tokens"]):
+        token = _parse_entry(index, entry)
+        if token.sha256 in found:
             raise InvalidArgument(
-                f"tokens file: entry {index}: unknown keys {unknown}; an entry holds name, "
-                "sha256, scopes and repos (the token itself is never stored)"
+                f"tokens file: entry {index}: the same sha256 as token {found[token.sha256].name!r}"
             )
-        digest = str(entry.get("sha256", "")).lower()
-        scopes = entry.get("scopes") or []
-        repos = entry.get("repos")
-        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise InvalidArgument(f"tokens file: entry {index}: sha256 must be 64 hex digits")
-        if not isinstance(scopes, list) or any(s not in SCOPES for s in scopes):
-            raise InvalidArgument(f"tokens file: entry {index}: scopes must be among {SCOPES}")
-        if repos is not None and not isinstance(repos, str):
-            raise InvalidArgument(f"tokens file: entry {index}: repos must be a glob string")
-        found[digest] = Token(str(entry.get("name", "")), digest, frozenset(scopes), repos)
+        found[token.sha256] = token
     return found
+
+
+def _parse_entry(index: int, entry: object) -> Token:
+    where = f"tokens file: entry {index}"
+    if not isinstance(entry, dict):
+        raise InvalidArgument(f"{where} is not a mapping")
+    unknown = sorted(str(key) for key in entry if key not in _ENTRY_KEYS)
+    if unknown:
+        raise InvalidArgument(
+            f"{where}: unknown keys {unknown}; an entry holds name, "
+            "sha256, scopes and repos (the token itself is never stored)"
+        )
+    name = entry.get("name", "")
+    digest = str(entry.get("sha256", "")).lower()
+    scopes = entry.get("scopes")
+    if not isinstance(name, str):
+        raise InvalidArgument(f"{where}: name must be a string")
+    where = f"{where} ({name!r})" if name else where
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise InvalidArgument(f"{where}: sha256 must be 64 hex digits")
+    if not isinstance(scopes, list) or not scopes or any(s not in SCOPES for s in scopes):
+        raise InvalidArgument(
+            f"{where}: scopes must be a non-empty list of {', '.join(SCOPES)} (got {scopes!r})"
+        )
+    repos = entry.get("repos")
+    if "repos" in entry:
+        if not isinstance(repos, str) or not repos:
+            raise InvalidArgument(
+                f"{where}: repos is {repos!r}; it must be a repository-name glob, or be left "
+                "out to cover every repository"
+            )
+        problem = repos_glob_problem(repos)
+        if problem is not None:
+            raise InvalidArgument(
+                f"{where}: repos {repos!r} matches no repository name: it {problem}"
+            )
+    return Token(name, digest, frozenset(scopes), repos)
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, InvalidArgument):
+        return error.message
+    return f"tokens file: cannot be read: {type(error).__name__}: {error}"
 
 
 def token_digest(token: str) -> str:
@@ -120,9 +183,10 @@ Stamp = tuple[str, int, int, int, int, int]
 class TokenFile:
     """The tokens file, read again whenever its resolved path, inode, size or times change.
 
-    A missing file at start-up is an error (a typo must not run with no
-    tokens); a file that disappears later revokes every token. A file that
-    no longer parses keeps the tokens last read, logged as an error.
+    A missing or invalid file at start-up is an error (a typo must not run
+    with no tokens, or with wider ones); a file that disappears later revokes
+    every token. A file that no longer parses keeps the tokens last read:
+    the error is logged once per change and shown by :meth:`status` (``/status``).
     """
 
     def __init__(self, path: str | None) -> None:
@@ -130,10 +194,17 @@ class TokenFile:
         self._stamp: Stamp | None = None
         self._tokens: tuple[Token, ...] = ()
         self.reloads_total = 0
+        self.error: str | None = None
+        """Why the file as it is now is not in force; None when it is."""
+        self.loaded_at_us: int | None = None
+        """Wall-clock time (µs) the tokens in force were read."""
         if path is not None:
             if self._read_stamp() is None:
                 raise InvalidArgument(f"tokens file {path} does not exist", key="auth.tokens_file")
-            self.entries()  # a broken file is an error at startup
+            try:
+                self.entries()
+            except (InvalidArgument, OSError, UnicodeDecodeError) as error:
+                raise InvalidArgument(f"{path}: {_reason(error)}", key="auth.tokens_file") from None
 
     def _read_stamp(self) -> Stamp | None:
         assert self.path is not None
@@ -151,6 +222,7 @@ class TokenFile:
         if stamp != self._stamp:
             if stamp is None:
                 self._tokens = ()
+                self.error = "the file is gone: every token is revoked"
                 log.warning("tokens file %s is gone: every token is revoked", self.path)
             else:
                 try:
@@ -158,12 +230,31 @@ class TokenFile:
                         text = f.read()
                     self._tokens = tuple(parse_tokens(text).values())
                     self.reloads_total += 1
-                except (InvalidArgument, yaml.YAMLError, OSError, UnicodeDecodeError) as error:
+                    self.error = None
+                    self.loaded_at_us = time.time_ns() // 1000
+                except (InvalidArgument, OSError, UnicodeDecodeError) as error:
                     if self._stamp is None:
                         raise
-                    log.error("tokens file %s not reloaded, keeping the last: %s", self.path, error)
+                    self.error = (
+                        f"not reloaded, the last good file stays in force: {_reason(error)}"
+                    )
+                    log.error("tokens file %s %s", self.path, self.error)
             self._stamp = stamp
         return self._tokens
+
+    def status(self) -> dict[str, object] | None:
+        """``auth.tokens_file`` of ``/status``: whether the file on disk is the one in force."""
+        if self.path is None:
+            return None
+        self.entries()
+        return {
+            "path": self.path,
+            "ok": self.error is None,
+            "error": self.error,
+            "loaded_at": None if self.loaded_at_us is None else rfc3339_us(self.loaded_at_us),
+            "tokens": len(self._tokens),
+            "reloads_total": self.reloads_total,
+        }
 
     def tokens(self) -> dict[str, Token]:
         """Entries by digest (listings and tests; matching uses :meth:`match`)."""
@@ -203,9 +294,14 @@ class Authorizer:
     def __init__(
         self, anonymous: str, tokens: TokenFile, on_failure: FailureHook | None = None
     ) -> None:
+        self.anonymous_level = anonymous
         self.anonymous = _ANONYMOUS[anonymous]
         self.tokens = tokens
         self.on_failure = on_failure
+
+    def status(self) -> dict[str, object]:
+        """The ``auth`` section of ``/status``."""
+        return {"anonymous": self.anonymous_level, "tokens_file": self.tokens.status()}
 
     def authorize(self, authorization: str | None, scope: str, repo: str | None) -> Principal:
         """The caller when ``scope`` on ``repo`` is allowed; Unauthenticated or PermissionDenied.

@@ -147,6 +147,8 @@ class StatusEndpoints:
         self.metrics = metrics
         self.set_members(members)
         self.ready = False
+        self.sections: dict[str, Callable[[], object]] = {}
+        """More ``/status`` sections by name (``auth``, ``connections``), each read per call."""
 
     async def __call__(self, scope: Scope, send: Send) -> bool:
         """Answer ``scope`` when it is a status path; False when it is not one."""
@@ -185,4 +187,5 @@ class StatusEndpoints:
                 )
             ),
             "requests_in_flight": self.metrics.in_flight_count,
+            **{name: section() for name, section in self.sections.items()},
         }
