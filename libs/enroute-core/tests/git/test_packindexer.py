@@ -456,3 +456,79 @@ def test_a_valid_pack_the_compiled_pass_leaves_is_indexed_by_the_reference() -> 
     result = index_pack(BytesSource(pack))
     assert not result.compiled
     assert [o.oid for o in result.objects] == [_oid(BASE)]
+
+
+def _expansion_pack() -> tuple[bytes, int]:
+    """A base and three deltas on it (OFS, REF, and one on a later delta): the results the
+    deltas declare, and the pack."""
+    build: list[Entry] = [
+        Full(OBJ_BLOB, BASE),
+        Ofs(0, create_delta(BASE, V1)),
+        Ref(_oid(BASE), create_delta(BASE, V2)),
+        Ofs(1, create_delta(V1, V3)),
+    ]
+    return _pack(build), len(V1) + len(V2) + len(V3)
+
+
+def _allowing(pack: bytes, declared: int) -> Limits:
+    """Limits whose expansion bound is exactly ``declared`` for ``pack`` (ratio 1)."""
+    return Limits(
+        pack_delta_expansion_ratio_max=1, pack_delta_expansion_free_bytes=declared - len(pack)
+    )
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_delta_expansion_is_charged_before_the_deltas_are_applied(compiled: bool) -> None:
+    """A delta bomb (issue 24, finding 2): the result sizes the deltas declare, added up in
+    pack order, may pass the free bytes by the ratio times the pack's bytes; one byte less
+    and the pack is refused, by the compiled pass (which gives up) and the reference alike,
+    before the delta over the bound is applied."""
+    pack, declared = _expansion_pack()
+    exact = _allowing(pack, declared)
+    result = index_pack(BytesSource(pack), limits=exact, compiled=compiled)
+    assert result.compiled == compiled, "the compiled pass gave up on a pack within the bound"
+    seen: list[int] = []
+    over = replace(exact, pack_delta_expansion_free_bytes=exact.pack_delta_expansion_free_bytes - 1)
+    with pytest.raises(LimitExceeded) as info:
+        index_pack(
+            BytesSource(pack),
+            limits=over,
+            on_object=lambda index, *_: seen.append(index),
+            compiled=compiled,
+        )
+    assert info.value.limit == "pack_delta_expansion_ratio_max"
+    assert "delta bomb" in str(info.value)
+    assert seen.count(3) == 0, "the last delta was applied before it was charged"
+    if compiled:
+        assert PackIndexer(BytesSource(pack), limits=over)._run_compiled() is None
+
+
+def test_a_ratio_of_zero_turns_the_expansion_bound_off() -> None:
+    pack, _ = _expansion_pack()
+    off = Limits(pack_delta_expansion_ratio_max=0, pack_delta_expansion_free_bytes=0)
+    assert index_pack(BytesSource(pack), limits=off).compiled
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_declared_result_over_the_object_limit_is_refused_before_its_base_is_read(
+    compiled: bool,
+) -> None:
+    """The delta's header is read as the delta is: a result over ``object_bytes_max``
+    is refused although its base never arrives (a thin base nobody is asked for)."""
+    delta = create_delta(BASE, V1)
+    pack = _pack([Ref(_oid(BASE), delta)])
+    asked: list[ObjectId] = []
+
+    def external_base(oid: ObjectId) -> tuple[int, bytes] | None:
+        asked.append(oid)
+        return None
+
+    with pytest.raises(LimitExceeded) as info:
+        index_pack(
+            BytesSource(pack),
+            limits=Limits(object_bytes_max=len(V1) - 1),
+            external_base=external_base,
+            compiled=compiled,
+        )
+    assert info.value.limit == "object_bytes_max"
+    assert asked == []

@@ -66,6 +66,8 @@ typedef struct {
     long depth_max;
     long long cache_max;
     Py_ssize_t window;
+    /* result bytes the deltas read so far declare, and what the pack's size allows */
+    unsigned long long declared, expansion_max;
     /* the sequential window */
     PyObject *win;
     long long win_start, read_pos;
@@ -793,6 +795,26 @@ lower_bound(const long long *offsets, int n, long long offset)
     return lo < n && offsets[lo] == offset ? lo : NONE;
 }
 
+/*
+ * Charge the result size a delta's header declares before it is applied (the reference's
+ * charge_delta): over object_bytes_max, or the pack's deltas over expansion_max, gives up.
+ * A header that does not parse is charged nothing; applying it gives up.
+ */
+static int
+charge(Run *r, PyObject *delta)
+{
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(delta);
+    Py_ssize_t n = PyBytes_GET_SIZE(delta), pos = 0;
+    unsigned long long src_size, dst_size;
+    if (!read_size(d, n, &pos, &src_size) || !read_size(d, n, &pos, &dst_size))
+        return DONE;
+    if (dst_size > r->object_bytes_max)
+        return GAVE_UP;
+    /* dst_size < 2^63 (read_size) and declared <= expansion_max < 2^63: no overflow */
+    r->declared += dst_size;
+    return r->declared > r->expansion_max ? GAVE_UP : DONE;
+}
+
 /* The pass over the entries in pack order (the reference's run loop). */
 static int
 scan(Run *r, long long *pos_out)
@@ -829,6 +851,8 @@ scan(Run *r, long long *pos_out)
         if (h.type_num < OBJ_OFS_DELTA) {
             status = settle(r, index, h.type_num, data, 0);
         }
+        else if (charge(r, data) != DONE)
+            status = GAVE_UP; /* a delta bomb, or a result over object_bytes_max: the reference says */
         else {
             int base;
             if (h.type_num == OBJ_OFS_DELTA) {
@@ -1017,12 +1041,15 @@ release(Run *r)
 
 PyDoc_STRVAR(index_pack_doc,
 "index_pack(read_seq, read_at, check_end, find, on_object, sha1, info_type, count, end,\n"
-"           size_max, object_bytes_max, free_bytes, ratio_max, depth_max, cache_max, window)\n"
+"           size_max, object_bytes_max, free_bytes, ratio_max, depth_max, cache_max, window,\n"
+"           expansion_max)\n"
 "--\n\n"
 "Every entry of the pack as a tuple of ``info_type`` in pack order, or None\n"
 "when the pack is not the usual one (the caller then runs the reference).\n"
 "``check_end(pos)`` is called once the entries are read, with the offset\n"
-"after the last one, before any base outside the pack is asked of ``find``.");
+"after the last one, before any base outside the pack is asked of ``find``.\n"
+"``expansion_max`` bounds the result bytes the pack's deltas declare in all,\n"
+"charged as each delta is read, before any is applied.");
 
 static PyObject *
 index_pack(PyObject *self, PyObject *args)
@@ -1033,10 +1060,11 @@ index_pack(PyObject *self, PyObject *args)
     Run *r = &run;
     PyObject *check_end;
     long long count;
-    if (!PyArg_ParseTuple(args, "OOOOOOOLLKKKKlLn:index_pack", &r->read_seq, &r->read_at,
+    if (!PyArg_ParseTuple(args, "OOOOOOOLLKKKKlLnK:index_pack", &r->read_seq, &r->read_at,
                           &check_end, &r->find, &r->on_object, &r->sha1, &r->info_type, &count,
                           &r->end, &r->size_max, &r->object_bytes_max, &r->free_bytes,
-                          &r->ratio_max, &r->depth_max, &r->cache_max, &r->window))
+                          &r->ratio_max, &r->depth_max, &r->cache_max, &r->window,
+                          &r->expansion_max))
         return NULL;
     if (!PyType_Check(r->info_type) ||
         !PyType_IsSubtype((PyTypeObject *)r->info_type, &PyTuple_Type)) {

@@ -20,5 +20,6 @@ def index_pack(
     depth_max: int,
     cache_max: int,
     window: int,
+    expansion_max: int,
     /,
 ) -> tuple[_Info, ...] | None: ...

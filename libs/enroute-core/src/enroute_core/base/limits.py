@@ -92,6 +92,14 @@ class Limits:
     # 0 turns the ratio check off).
     pack_inflate_ratio_max: int = 256
     pack_inflate_free_bytes: int = 16 * MiB
+    # The result sizes the deltas of one pack declare, added up as each delta is read and
+    # before any is applied, may pass pack_delta_expansion_free_bytes by at most
+    # pack_delta_expansion_ratio_max bytes per byte of the pack (a delta bomb: a few KiB of
+    # copy instructions declaring GiBs; 0 turns the ratio check off). Ingest caps the free
+    # bytes at its memory budget, ingest_body_cache_bytes_max. docs/security.md has the
+    # ratios of real packs.
+    pack_delta_expansion_ratio_max: int = 1024
+    pack_delta_expansion_free_bytes: int = 128 * MiB
     # A .gitmodules blob is read whole to be checked; a larger one is refused (gitmodulesLarge).
     gitmodules_bytes_max: int = 1 * MiB
 

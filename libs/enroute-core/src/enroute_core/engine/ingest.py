@@ -390,6 +390,10 @@ def _index(
     base_cache_max = limits.ingest_body_cache_bytes_max // _CACHE_SHARES * _BASE_SHARE
     if limits.pack_base_cache_bytes_max > base_cache_max:
         limits = replace(limits, pack_base_cache_bytes_max=base_cache_max)
+    # Delta results a pack declares for free stay within the ingest's memory budget.
+    if limits.pack_delta_expansion_free_bytes > limits.ingest_body_cache_bytes_max:
+        budget = limits.ingest_body_cache_bytes_max
+        limits = replace(limits, pack_delta_expansion_free_bytes=budget)
     return index_pack(
         source, limits=limits, external_base=external_base, on_object=headers.on_object
     )

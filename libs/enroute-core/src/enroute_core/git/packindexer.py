@@ -19,6 +19,14 @@ the pack along its chain. Chains longer than ``Limits.delta_chain_depth_max``
 raise ``LimitExceeded``. Memory is the cache, the bodies along the chain
 being resolved, and a few machine words per entry.
 
+A delta bomb (a few KiB of copy instructions declaring a GiB result) is
+charged before it is applied: as each delta is read, in pack order, its
+declared result size must be at most ``object_bytes_max``, and the sizes
+declared so far may pass ``pack_delta_expansion_free_bytes`` by at most
+``pack_delta_expansion_ratio_max`` bytes per byte of the pack
+(:func:`expansion_bytes_max`); over either, ``LimitExceeded`` before any
+result is allocated.
+
 ``on_object`` sees each object in resolution order, before the trailer is
 checked: what it saw is provisional until :func:`index_pack` returns.
 docs/formats/pack.md has the whole contract and the measurements.
@@ -41,10 +49,10 @@ from typing import NamedTuple
 
 from enroute_native.pack_index import index_pack as _index_compiled
 
-from enroute_core.base.errors import InvalidPack, LimitExceeded
+from enroute_core.base.errors import InvalidDelta, InvalidPack, LimitExceeded
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
-from enroute_core.git.delta import apply_delta
+from enroute_core.git.delta import apply_delta, delta_sizes
 from enroute_core.git.pack import (
     OBJ_OFS_DELTA,
     PACK_TRAILER_BYTES,
@@ -64,6 +72,7 @@ _NO_BASE = -1
 _HASH_PREFIX = {t: name + b" " for t, name in TYPE_NAMES.items()}  # "<type> " of the object id
 _HASH_JOIN_BYTES_MAX = 64 * 1024  # bodies hashed with their header joined, not copied if larger
 _EXTERNAL_BASE = -2
+_EXPANSION_UNBOUNDED = (1 << 63) - 1  # what the compiled pass's unsigned 64-bit sum can hold
 
 ObjectSink = Callable[[int, ObjectId, int, bytes], None]
 """Called once per resolved object, in resolution order: (entry index, oid, type, body)."""
@@ -102,6 +111,40 @@ class PackIndexResult:
     compiled: bool = True
     """Whether the compiled pass indexed it; False when it gave up and the reference did
     (an unusual pack: a count operators see, ``enroute_engine_reference_indexes_total``)."""
+
+
+def expansion_bytes_max(limits: Limits, pack_bytes: int) -> int:
+    """The result bytes the deltas of a pack of ``pack_bytes`` may declare in all."""
+    ratio = limits.pack_delta_expansion_ratio_max
+    if not ratio:
+        return _EXPANSION_UNBOUNDED
+    return min(limits.pack_delta_expansion_free_bytes + ratio * pack_bytes, _EXPANSION_UNBOUNDED)
+
+
+def charge_delta(delta: bytes, declared: int, allowed: int, limits: Limits) -> int:
+    """Add the result size ``delta``'s header declares to ``declared``, before it is applied.
+
+    Over ``object_bytes_max`` or over ``allowed`` (:func:`expansion_bytes_max`):
+    ``LimitExceeded``. A header that does not parse is charged nothing: applying it
+    raises ``InvalidDelta``.
+    """
+    try:
+        _, size, _ = delta_sizes(delta)
+    except InvalidDelta:
+        return declared
+    if size > limits.object_bytes_max:
+        raise LimitExceeded("object_bytes_max", size, limits.object_bytes_max)
+    declared += size
+    if declared > allowed:
+        raise LimitExceeded(
+            "pack_delta_expansion_ratio_max",
+            declared,
+            allowed,
+            f"the pack's deltas declare {declared} result bytes, over the {allowed} its size "
+            "allows (a delta bomb; pack_delta_expansion_ratio_max, "
+            "pack_delta_expansion_free_bytes)",
+        )
+    return declared
 
 
 class _BaseCache:
@@ -152,6 +195,7 @@ class PackIndexer:
         self._on_object = on_object
         self._compiled = compiled
         self._cache = _BaseCache(limits.pack_base_cache_bytes_max)
+        self._expansion_max = expansion_bytes_max(limits, source.size)
         # The reference's per-entry state, in pack order: made when the reference runs.
         self._offsets: list[int] = []
         self._entries: list[tuple[int, int, int, int]] = []  # (type, size, header len, end)
@@ -217,6 +261,7 @@ class PackIndexer:
             limits.delta_chain_depth_max,
             limits.pack_base_cache_bytes_max,
             SCAN_WINDOW_BYTES,
+            self._expansion_max,
         )
         if objects is None:
             return None
@@ -232,6 +277,7 @@ class PackIndexer:
         bases = self._bases
         cache = self._cache
         settle = self._settle
+        declared, allowed, limits = 0, self._expansion_max, self._limits
         for index, entry in enumerate(PackScanner(self._source, self._limits).entries()):
             offset, type_num, size, hlen, base_offset, base_oid, end, data = entry
             offsets[index] = offset
@@ -240,6 +286,7 @@ class PackIndexer:
             if type_num < OBJ_OFS_DELTA:
                 settle(index, type_num, data, 0)
             else:
+                declared = charge_delta(data, declared, allowed, limits)
                 if type_num == OBJ_OFS_DELTA:
                     base = by_offset.get(base_offset, _NO_BASE)
                     if base == _NO_BASE:
