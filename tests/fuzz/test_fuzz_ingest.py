@@ -49,6 +49,14 @@ class MapSnapshot:
     def contains(self, oid: ObjectId) -> bool:
         return oid in self.objects
 
+    def type_of(self, oid: ObjectId) -> ObjectType | None:
+        found = self.objects.get(oid)
+        return None if found is None else ObjectType(found[0])
+
+    def size_of(self, oid: ObjectId) -> int | None:
+        found = self.objects.get(oid)
+        return None if found is None else len(found[1])
+
     def read(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
         found = self.objects.get(oid)
         return None if found is None else (ObjectType(found[0]), found[1])

@@ -63,6 +63,14 @@ class MapSnapshot:
     def contains(self, oid: ObjectId) -> bool:
         return oid in self.objects
 
+    def type_of(self, oid: ObjectId) -> ObjectType | None:
+        found = self.objects.get(oid)
+        return None if found is None else found[0]
+
+    def size_of(self, oid: ObjectId) -> int | None:
+        found = self.objects.get(oid)
+        return None if found is None else len(found[1])
+
     def read(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
         self.reads.append(oid)
         return self.objects.get(oid)
@@ -92,6 +100,14 @@ class CatFileSnapshot:
 
     def contains(self, oid: ObjectId) -> bool:
         return self.read(oid) is not None
+
+    def type_of(self, oid: ObjectId) -> ObjectType | None:
+        found = self.read(oid)
+        return None if found is None else found[0]
+
+    def size_of(self, oid: ObjectId) -> int | None:
+        found = self.read(oid)
+        return None if found is None else len(found[1])
 
     def read(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
         if oid in self._seen:
@@ -586,6 +602,13 @@ def _both_plans(
         def contains(self, oid: ObjectId) -> bool:
             self.into.append(oid)
             return snapshot.contains(oid)
+
+        def type_of(self, oid: ObjectId) -> ObjectType | None:
+            self.into.append(oid)
+            return snapshot.type_of(oid)
+
+        def size_of(self, oid: ObjectId) -> int | None:
+            return snapshot.size_of(oid)
 
         def read(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
             return snapshot.read(oid)

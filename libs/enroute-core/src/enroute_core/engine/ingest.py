@@ -75,13 +75,15 @@ from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
 from enroute_core.engine.bodies import BodyCache, ObjectBodies
 from enroute_core.engine.segments import Visit
 from enroute_core.engine.snapshot import SnapshotObjects
-from enroute_core.git.commit import Commit
+from enroute_core.git.commit import Commit, commit_date
 from enroute_core.git.fsck import (
     RECEIVE_POLICY,
     USUAL_IDENT_DATE,
     USUAL_IDENT_NAME_EMAIL,
     USUAL_IDENT_ZONE,
     FsckPolicy,
+    FsckWarning,
+    FsckWarnings,
     TreeCheckMemo,
     check_gitmodules,
     check_object,
@@ -159,6 +161,9 @@ class IngestResult:
     """Pack objects no new ref tip reaches, not stored."""
     compiled_index: bool = True
     """Whether the compiled pass indexed the pack (:attr:`PackIndexResult.compiled`)."""
+    warnings: tuple[FsckWarning, ...] = ()
+    """What the checks let in with a warning (harmless classes, docs/security.md): per
+    message id, how many objects of the pack and the first of them, sorted by id."""
 
     def new_layer(
         self, *, inline: bool, upload_gen: int = 0, data: bytes | None = None
@@ -195,13 +200,24 @@ class _CommitHead:
 class _Headers:
     """Step 1's by-product: commit and tag headers of the pack, tree bodies into the cache."""
 
-    __slots__ = ("cache", "commits", "fsck", "gitmodules", "limits", "memo", "tag_types", "tags")
+    __slots__ = (
+        "cache",
+        "commits",
+        "fsck",
+        "gitmodules",
+        "limits",
+        "memo",
+        "tag_types",
+        "tags",
+        "warnings",
+    )
 
     def __init__(self, cache: BodyCache, limits: Limits, fsck: FsckPolicy | None) -> None:
         self.cache = cache
         self.limits = limits
         self.fsck = fsck
         self.memo = TreeCheckMemo(_memo_bytes(limits))
+        self.warnings = FsckWarnings()  # noted only for an object with a problem
         self.commits: dict[ObjectId, _CommitHead] = {}
         self.tags: dict[ObjectId, ObjectId] = {}
         self.tag_types: dict[ObjectId, ObjectType] = {}  # the type each tag says it names
@@ -212,7 +228,14 @@ class _Headers:
         plain ints, the usual tree first."""
         if type_num == _TREE:
             if self.fsck is not None:
-                found = check_tree(oid, body, policy=self.fsck, limits=self.limits, memo=self.memo)
+                found = check_tree(
+                    oid,
+                    body,
+                    policy=self.fsck,
+                    limits=self.limits,
+                    memo=self.memo,
+                    warnings=self.warnings,
+                )
                 for blob in found:
                     self.gitmodules[blob] = None
             self.cache.put(oid, ObjectType.TREE, body)
@@ -220,7 +243,14 @@ class _Headers:
             self._commit(oid, body)
         elif type_num != _BLOB:
             if self.fsck is not None:
-                check_object(oid, type_num, body, policy=self.fsck, limits=self.limits)
+                check_object(
+                    oid,
+                    type_num,
+                    body,
+                    policy=self.fsck,
+                    limits=self.limits,
+                    warnings=self.warnings,
+                )
             if type_num == _TAG and oid not in self.tags:
                 tag = Tag.parse(body, limits=self.limits)
                 self.tags[oid] = tag.object
@@ -231,7 +261,14 @@ class _Headers:
         head = _clean_head(body, self.limits)
         if head is None:
             if self.fsck is not None:
-                check_object(oid, ObjectType.COMMIT, body, policy=self.fsck, limits=self.limits)
+                check_object(
+                    oid,
+                    ObjectType.COMMIT,
+                    body,
+                    policy=self.fsck,
+                    limits=self.limits,
+                    warnings=self.warnings,
+                )
             if oid in self.commits:
                 return
             head = _commit_head(body, self.limits)
@@ -280,10 +317,13 @@ def _head_of(usual: re.Match[bytes], limits: Limits) -> _CommitHead | None:
 
 
 def _commit_head(body: bytes, limits: Limits) -> _CommitHead:
-    """Tree, parents and committer time, as ``Commit.parse`` reads them.
+    """Tree, parents (as ``Commit.parse`` reads them) and the commit time (as git's
+    ``parse_commit_date`` reads it: :func:`~enroute_core.git.commit.commit_date`).
 
     A commit headed as git writes it is read with one regular expression (the
-    whole parse cost 60 us a commit); any other goes through ``Commit.parse``.
+    whole parse cost 60 us a commit); any other goes through ``Commit.parse``:
+    one with an identity quirk an old tool wrote (``--700`` for a zone, no
+    email) still has the time git gives it.
     """
     usual = _USUAL_COMMIT_HEAD.match(body)
     if usual is not None:
@@ -291,9 +331,8 @@ def _commit_head(body: bytes, limits: Limits) -> _CommitHead:
         if head is not None:
             return head
     commit = Commit.parse(body, limits=limits)
-    committer = commit.committer
-    stamp = committer.timestamp if committer is not None else None
-    return _CommitHead(commit.tree, commit.parents, min(stamp or 0, _I64_MAX))
+    stamp = commit_date(body, len(commit.parents))
+    return _CommitHead(commit.tree, commit.parents, min(stamp, _I64_MAX))
 
 
 def ingest_pack(
@@ -327,7 +366,13 @@ def ingest_pack(
     bodies = ObjectBodies(source, indexed.objects, by_oid, snapshot, limits=limits, cache=cache)
     if fsck is not None:
         _check_gitmodules(
-            headers.gitmodules, indexed.objects, by_oid, bodies, policy=fsck, limits=limits
+            headers.gitmodules,
+            indexed.objects,
+            by_oid,
+            bodies,
+            snapshot=snapshot,
+            policy=fsck,
+            limits=limits,
         )
     walk = _Walk(
         indexed.objects, by_oid, snapshot=snapshot, bodies=bodies, headers=headers, limits=limits
@@ -368,6 +413,7 @@ def ingest_pack(
         deduplicated=dedup,
         dropped=dropped,
         compiled_index=indexed.compiled,
+        warnings=headers.warnings.summary(),
     )
 
 
@@ -417,23 +463,38 @@ def _check_gitmodules(
     by_oid: dict[ObjectId, int],
     bodies: ObjectBodies,
     *,
+    snapshot: SnapshotObjects,
     policy: FsckPolicy,
     limits: Limits,
 ) -> None:
-    """The .gitmodules blobs the pack brings (fsck.c ``fsck_finish``); the repository's own
-    were checked when they were pushed."""
+    """Every blob a tree of the pack names .gitmodules, wherever it is stored (fsck.c
+    ``fsck_finish`` reads each from the object database, the pack's or the repository's).
+
+    A blob the repository already holds may have arrived under another name, unchecked
+    (push ``notes.txt``, then a tree naming the same blob ``.gitmodules``): it is checked
+    here like one the pack brings, its type and size told by the snapshot before its body
+    is read. One that neither holds is missing, as index-pack's ``check_objects`` dies on
+    a tree entry naming an object it did not receive.
+    """
     for oid in oids:
         index = by_oid.get(oid)
-        if index is None:
-            continue
-        info = objects[index]
+        if index is not None:
+            info = objects[index]
+            type_num, size = info.type_num, info.object_size
+        else:
+            held = snapshot.type_of(oid)
+            if held is None:
+                raise _missing(oid, None)
+            type_num, found_size = int(held), snapshot.size_of(oid)
+            assert found_size is not None, oid_to_hex(oid)  # the snapshot holds it
+            size = found_size
 
         def read(oid: ObjectId = oid) -> bytes:
             found = bodies.get(oid)
-            assert found is not None, oid_to_hex(oid)  # a pack object always has a body
+            assert found is not None, oid_to_hex(oid)  # the pack or the snapshot holds it
             return found[1]
 
-        check_gitmodules(oid, info.type_num, read, info.object_size, policy=policy, limits=limits)
+        check_gitmodules(oid, type_num, read, size, policy=policy, limits=limits)
 
 
 def _refuse_duplicate(objects: Sequence[PackObjectInfo]) -> None:
@@ -481,6 +542,7 @@ class _Walk:
         self.headers = headers
         self.limits = limits
         self.known: dict[ObjectId, bool] = {}  # oid -> new (True) or in the snapshot (False)
+        self.held: dict[ObjectId, int] = {}  # type numbers of the snapshot's objects named
         self.placed: dict[ObjectId, Kind] = {}
         self.order: tuple[list[ObjectId], ...] = ([], [], [], [])
         self.context: dict[ObjectId, ObjectId] = {}
@@ -495,14 +557,16 @@ class _Walk:
     # classification
 
     def is_new(self, oid: ObjectId, needed_by: ObjectId | None) -> bool:
-        """True for a pack object the snapshot lacks; False for one the snapshot holds."""
+        """True for a pack object the snapshot lacks; False for one the snapshot holds
+        (its type noted, told by the snapshot without reading its body)."""
         known = self.known.get(oid)
         if known is not None:
             return known
-        in_pack = oid in self.by_oid
-        if self.snapshot.contains(oid):
+        held = self.snapshot.type_of(oid)
+        if held is not None:
+            self.held[oid] = int(held)
             new = False
-        elif in_pack:
+        elif oid in self.by_oid:
             new = True
         else:
             raise _missing(oid, needed_by)
@@ -510,7 +574,9 @@ class _Walk:
         return new
 
     def type_of(self, oid: ObjectId) -> ObjectType:
-        return ObjectType(self.objects[self.by_oid[oid]].type_num)
+        """The type of an object :meth:`is_new` has classified: the snapshot's or the pack's."""
+        held = self.held.get(oid)
+        return ObjectType(held if held is not None else self.objects[self.by_oid[oid]].type_num)
 
     def place(self, oid: ObjectId, context: ObjectId | None) -> None:
         if oid in self.placed:
@@ -525,8 +591,8 @@ class _Walk:
             self.context[oid] = context
 
     def _expect(self, oid: ObjectId, want: ObjectType, needed_by: ObjectId | None) -> None:
-        if self.objects[self.by_oid[oid]].type_num == want:
-            return
+        """An object named as ``want`` is one, in the pack or in the snapshot alike
+        (index-pack.c ``check_object``: "expected type %s, found %s")."""
         got = self.type_of(oid)
         if got != want:
             raise InvalidObject(
@@ -548,10 +614,11 @@ class _Walk:
             if oid in seen:
                 continue
             seen.add(oid)
-            if not self.is_new(oid, via):
-                continue
+            new = self.is_new(oid, via)
             if want is not None:
                 self._expect(oid, want, via)
+            if not new:
+                continue
             type_ = self.type_of(oid)
             if via is not None:
                 self.context[oid] = via
@@ -590,10 +657,11 @@ class _Walk:
         (22,333 times on the benchmark push, docs/ingest.md "Speed")."""
         known = self.known
         known_get = known.get
+        held = self.held
         placed = self.placed
         by_oid = self.by_oid
         objects = self.objects
-        contains = self.snapshot.contains
+        held_type = self.snapshot.type_of
         order = self.order
         context = self.context
         objects_max = self.limits.ingest_objects_max
@@ -604,17 +672,20 @@ class _Walk:
         def visit(oid: ObjectId, is_tree: bool, via: ObjectId) -> None:
             new = known_get(oid)
             if new is None:  # is_new, inlined
-                in_pack = oid in by_oid
-                if contains(oid):
+                found = held_type(oid)
+                if found is not None:
+                    held[oid] = int(found)
                     new = False
-                elif in_pack:
+                elif oid in by_oid:
                     new = True
                 else:
                     raise _missing(oid, via)
                 known[oid] = new
-            if not new:
-                return
             want = tree_num if is_tree else blob_num
+            if not new:  # the snapshot's object, named as a tree or a blob
+                if held[oid] != want:
+                    expect(oid, ObjectType(want), via)
+                return
             type_num = objects[by_oid[oid]].type_num
             if type_num != want:
                 expect(oid, ObjectType(want), via)
@@ -659,11 +730,12 @@ class _Walk:
                 tree, depth = stack.pop()
                 for entry in Tree.parse(self.bodies.tree(tree), limits=self.limits).entries:
                     entry_oid = entry.oid
-                    if entry.mode == MODE_GITLINK or entry_oid in self.placed:
+                    if entry.mode == MODE_GITLINK:
                         continue
-                    if self.is_new(entry_oid, tree):
-                        want = ObjectType.TREE if entry.is_tree else ObjectType.BLOB
-                        self._expect(entry_oid, want, tree)
+                    new = self.is_new(entry_oid, tree)
+                    want = ObjectType.TREE if entry.is_tree else ObjectType.BLOB
+                    self._expect(entry_oid, want, tree)
+                    if new and entry_oid not in self.placed:
                         self.place(entry_oid, tree)
                         if entry.is_tree:
                             _check_depth(depth + 1, entry_oid, self.limits.tree_depth_max)
@@ -705,15 +777,13 @@ def _postorder(
 
 
 def _check_ref_types(refs: Sequence[tuple[bytes, ObjectId]], walk: _Walk) -> None:
-    """A branch (``refs/heads/``) names a commit, as git's own tools assume."""
+    """A branch (``refs/heads/``) names a commit, as git's own tools assume; the type of
+    one the snapshot holds is told without reading its body."""
     for ref, oid in refs:
         if not ref.startswith(b"refs/heads/"):
             continue
-        if walk.is_new(oid, None):
-            got = walk.type_of(oid)
-        else:
-            found = walk.bodies.get(oid)
-            got = ObjectType.COMMIT if found is None else found[0]
+        walk.is_new(oid, None)
+        got = walk.type_of(oid)
         if got != ObjectType.COMMIT:
             shown = ref[:200].decode("utf-8", "replace")
             raise InvalidObject(

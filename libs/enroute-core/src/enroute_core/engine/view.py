@@ -631,6 +631,19 @@ class View:
     def contains(self, oid: ObjectId) -> bool:
         return self.id_of_oid(oid) is not None
 
+    def type_of(self, oid: ObjectId) -> ObjectType | None:
+        """The kind of the id's run (seed 004, "Kinds are id runs"): no body is read."""
+        found = self.id_of_oid(oid)
+        return None if found is None else TYPE_OF_KIND[self.kind_of(found)]
+
+    def size_of(self, oid: ObjectId) -> int | None:
+        """The size the layer's object table records: no body is read."""
+        found = self.id_of_oid(oid)
+        if found is None:
+            return None
+        reader, local = self.locate(found)
+        return reader.record(local).size
+
     def read(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
         found = self.id_of_oid(oid)
         if found is None:

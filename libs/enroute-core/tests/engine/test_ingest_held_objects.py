@@ -1,0 +1,235 @@
+"""Pushed objects that name objects the repository already holds are checked as git checks them.
+
+``index-pack --strict`` (what ``receive.fsckObjects`` runs) looks past the
+pack: ``check_object`` (builtin/index-pack.c) asks the object database the type
+of every object a pushed tree, commit or tag names ("object %s: expected type
+%s, found %s"), and ``fsck_finish`` (fsck.c) reads every blob a pushed tree
+names ``.gitmodules`` from the object database, wherever it is stored. Each
+case pushes a first layer, then a second pack against a real
+:class:`~enroute_core.engine.view.View` of it, so the snapshot's answers are
+the layers' own (kinds from id runs, sizes from the object table).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import pytest
+
+from enroute_core.base.errors import InvalidObject, MissingObject
+from enroute_core.base.ids import ObjectId
+from enroute_core.base.limits import DEFAULT_LIMITS, Limits
+from enroute_core.engine.ingest import IngestResult, ingest_pack
+from enroute_core.engine.snapshot import EMPTY_SNAPSHOT, SnapshotObjects
+from enroute_core.engine.view import View
+from enroute_core.git.object_type import ObjectType
+from enroute_core.git.packwrite import write_pack
+from enroute_core.git.source import BytesSource
+from enroute_core.storage.layer import LayerReader
+from enroute_testing.pushed import inline_entry
+
+IDENT = b"A U Thor <a@example.com> 1700000000 +0000"
+HOSTILE = b'[submodule "x"]\n\tpath = x\n\turl = --upload-pack=touch x\n'
+README = b"hello\n"
+
+
+def oid(type_num: int, body: bytes) -> ObjectId:
+    name = ObjectType(type_num).type_name
+    return ObjectId(hashlib.sha1(name + b" %d\0" % len(body) + body).digest())
+
+
+def tree(*entries: tuple[bytes, bytes, ObjectId]) -> bytes:
+    return b"".join(m + b" " + n + b"\0" + o for m, n, o in sorted(entries, key=_git_order))
+
+
+def _git_order(entry: tuple[bytes, bytes, ObjectId]) -> bytes:
+    mode, name, _ = entry
+    return name + (b"/" if mode == b"40000" else b"")
+
+
+def commit(tree_oid: ObjectId, parents: Sequence[ObjectId] = (), message: bytes = b"m\n") -> bytes:
+    head = b"tree " + tree_oid.hex().encode() + b"\n"
+    head += b"".join(b"parent " + p.hex().encode() + b"\n" for p in parents)
+    return head + b"author " + IDENT + b"\ncommitter " + IDENT + b"\n\n" + message
+
+
+def tag(target: ObjectId, type_name: bytes) -> bytes:
+    return (
+        b"object " + target.hex().encode() + b"\ntype " + type_name
+        + b"\ntag v1\ntagger " + IDENT + b"\n\nt\n"
+    )  # fmt: skip
+
+
+class Recorded:
+    """The view, noting which bodies ingest reads (a type or size is never a body read)."""
+
+    def __init__(self, view: View) -> None:
+        self.view = view
+        self.reads: list[ObjectId] = []
+
+    def contains(self, oid: ObjectId) -> bool:
+        return self.view.contains(oid)
+
+    def type_of(self, oid: ObjectId) -> ObjectType | None:
+        return self.view.type_of(oid)
+
+    def size_of(self, oid: ObjectId) -> int | None:
+        return self.view.size_of(oid)
+
+    def read(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
+        self.reads.append(oid)
+        return self.view.read(oid)
+
+
+class Repo:
+    """The first push: a commit over ``notes.txt`` (the hostile text as a harmless file),
+    ``README`` and ``dir/README``; a view of its layer is the snapshot of every case."""
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.blob = oid(3, HOSTILE)
+        self.readme = oid(3, README)
+        sub = tree((b"100644", b"README", self.readme))
+        self.subtree = oid(2, sub)
+        root = tree(
+            (b"100644", b"notes.txt", self.blob),
+            (b"100644", b"README", self.readme),
+            (b"40000", b"dir", self.subtree),
+        )
+        self.tree = oid(2, root)
+        first = commit(self.tree)
+        self.commit = oid(1, first)
+        objects = [(1, first), (2, root), (2, sub), (3, HOSTILE), (3, README)]
+        result = ingest_pack(BytesSource(write_pack(objects)), [self.commit], EMPTY_SNAPSHOT)
+        assert result.data is not None and result.sealed is not None
+        reader = LayerReader.open(BytesSource(result.data), meta_size=result.sealed.meta_size)
+        self.snapshot = Recorded(View([(inline_entry(result.sealed, 0, 1), reader)]))
+        self.limits = limits
+
+    def push_tree(
+        self, entries: Sequence[tuple[bytes, bytes, ObjectId]], **kw: object
+    ) -> IngestResult:
+        """A commit on the first over a new root tree of ``entries`` (the tree and commit only)."""
+        body = tree(*entries)
+        top = commit(oid(2, body), [self.commit], b"next\n")
+        return self.push([(2, body), (1, top)], oid(1, top), **kw)
+
+    def push(self, objects: list[tuple[int, bytes]], tip: ObjectId, **kw: object) -> IngestResult:
+        snapshot: SnapshotObjects = self.snapshot
+        return ingest_pack(
+            BytesSource(write_pack(objects)),
+            [tip],
+            snapshot,
+            limits=self.limits,
+            **kw,  # type: ignore[arg-type]
+        )
+
+
+# -- .gitmodules that arrives under another name (fsck.c fsck_finish) ---------------------------
+
+
+@pytest.mark.parametrize(
+    "name", [b".gitmodules", b".GitModules", b"GITMOD~1", b".gitmodules\xe2\x80\x8c"]
+)
+def test_a_held_blob_renamed_gitmodules_is_checked(name: bytes) -> None:
+    repo = Repo()
+    with pytest.raises(InvalidObject, match="gitmodulesUrl") as info:
+        repo.push_tree([(b"100644", name, repo.blob)])
+    assert info.value.details["msg_id"] == "gitmodulesUrl"
+    assert repo.snapshot.reads.count(repo.blob) == 1  # read from the view, once
+    repo.push_tree([(b"100644", name, repo.blob)], fsck=None)  # the check is what refused it
+
+
+def test_a_held_gitmodules_over_the_bound_is_refused_unread() -> None:
+    repo = Repo(Limits(gitmodules_bytes_max=len(HOSTILE) - 1))
+    with pytest.raises(InvalidObject, match="gitmodulesLarge"):
+        repo.push_tree([(b"100644", b".gitmodules", repo.blob)])
+    assert repo.blob not in repo.snapshot.reads  # its size came from the layer's table
+
+
+def test_a_held_tree_named_gitmodules_is_not_a_blob() -> None:
+    repo = Repo()
+    with pytest.raises(InvalidObject, match="gitmodulesBlob"):
+        repo.push_tree([(b"40000", b".gitmodules", repo.subtree)])
+    assert repo.subtree not in repo.snapshot.reads
+
+
+def test_a_gitmodules_blob_neither_side_holds_is_missing() -> None:
+    """index-pack's ``check_objects`` dies on an entry naming an object it did not receive,
+    before ``fsck_finish`` reads .gitmodules blobs."""
+    repo = Repo()
+    absent = oid(3, b"absent\n")
+    with pytest.raises(MissingObject, match=absent.hex()):
+        repo.push_tree([(b"100644", b".gitmodules", absent)])
+
+
+def test_a_harmless_held_gitmodules_is_accepted() -> None:
+    repo = Repo()
+    result = repo.push_tree([(b"100644", b".gitmodules", repo.readme)])
+    assert result.object_count == 2  # the new tree and commit; the blob stays where it is
+
+
+# -- wrong-type references to held objects (index-pack.c check_object) -------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "target", "message"),
+    [
+        (b"100644", "commit", "is a commit, expected a blob"),
+        (b"100755", "tree", "is a tree, expected a blob"),
+        (b"120000", "tree", "is a tree, expected a blob"),
+        (b"40000", "blob", "is a blob, expected a tree"),
+        (b"40000", "commit", "is a commit, expected a tree"),
+    ],
+)
+def test_a_tree_entry_naming_a_held_object_of_another_type_is_refused(
+    mode: bytes, target: str, message: str
+) -> None:
+    repo = Repo()
+    named = {"commit": repo.commit, "tree": repo.subtree, "blob": repo.readme}[target]
+    with pytest.raises(InvalidObject, match=message) as info:
+        repo.push_tree([(mode, b"x", named), (b"100644", b"README", repo.readme)])
+    assert info.value.details["oid"] == named.hex()
+    if named != repo.commit:  # the parent commit is read for its tree, as for any push
+        assert named not in repo.snapshot.reads  # told by the layer's kinds, no body read
+
+
+def test_a_gitlink_to_a_held_object_is_not_checked() -> None:
+    """git's fsck_walk_tree skips gitlinks: a submodule's commit is not in this repository."""
+    repo = Repo()
+    repo.push_tree([(b"160000", b"sub", repo.readme)])
+
+
+def test_a_tag_naming_a_held_object_of_another_type_is_refused() -> None:
+    repo = Repo()
+    for type_name, got in ((b"blob", "commit"), (b"commit", "tree"), (b"tree", "blob")):
+        target = {"commit": repo.commit, "tree": repo.tree, "blob": repo.readme}[got]
+        body = tag(target, type_name)
+        expected = type_name.decode()
+        with pytest.raises(InvalidObject, match=f"is a {got}, expected a {expected}"):
+            repo.push([(4, body)], oid(4, body))
+        good = tag(target, got.encode())
+        assert repo.push([(4, good)], oid(4, good)).object_count == 1
+
+
+def test_a_parent_naming_a_held_tree_is_refused() -> None:
+    repo = Repo()
+    body = commit(repo.tree, [repo.subtree])
+    with pytest.raises(InvalidObject, match="is a tree, expected a commit"):
+        repo.push([(1, body)], oid(1, body))
+
+
+def test_a_branch_naming_a_held_blob_is_refused_unread() -> None:
+    repo = Repo()
+    with pytest.raises(InvalidObject, match="must name a commit"):
+        repo.push([], repo.readme, refs=[(b"refs/heads/main", repo.readme)])
+    assert repo.readme not in repo.snapshot.reads
+
+
+def test_a_tree_a_tag_names_is_checked_against_held_objects() -> None:
+    """A tree reached through a tag, not a commit, is walked whole; its entries too."""
+    repo = Repo()
+    body = tree((b"100644", b"x", repo.commit))
+    top = tag(oid(2, body), b"tree")
+    with pytest.raises(InvalidObject, match="is a commit, expected a blob"):
+        repo.push([(2, body), (4, top)], oid(4, top))
