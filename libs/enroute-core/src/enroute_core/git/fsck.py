@@ -904,9 +904,11 @@ def _gitmodules_problems(entries: tuple[ConfigEntry, ...]) -> Iterator[FsckProbl
     """``fsck_gitmodules_fn`` for each ``submodule.<name>.<key>`` variable."""
     for entry in entries:
         split = split_key(entry.name, b"submodule")
-        if split is None or split[0] is None:
+        if split is None:
             continue
         name, key = split
+        if name is None:
+            continue  # submodule.<key>: no name, nothing git reads as a submodule
         value = entry.value
         if not _submodule_name_ok(name):
             shown = name[:100].decode("utf-8", "replace")
