@@ -2,22 +2,26 @@
 
 Git ``Documentation/fsck-msgids.adoc`` lists every check with its default
 severity; ``fsck.c`` (``fsck_tree``, ``fsck_commit``, ``fsck_tag_standalone``,
-``fsck_ident``, ``verify_headers``) says how each is found. A push is checked
-as ``receive.fsckObjects`` checks it: ``index-pack --strict``, where a WARN
-counts as an ERROR and an INFO or IGNORE never refuses (``fsck.c``,
-``fsck_vreport``).
+``fsck_ident``, ``verify_headers``) says how each is found. A push is not
+checked with git's severities but with two classes (:data:`FSCK_RULES`,
+docs/security.md): what can attack a client or break Enroute's own reading
+of the object is refused; malformed but harmless metadata that old tools
+wrote (identity and date quirks, zero-padded modes) is accepted and reported
+as a warning, as git's ``http-backend`` accepts it by default.
 
 Pure: bytes in, problems out. :func:`fsck_object` lists the problems of one
 object body; :func:`check_object` raises :class:`InvalidObject` for the first
 one the :class:`FsckPolicy` refuses, its message shaped as git prints it
-(``object <oid>: <msgId>: <text>``) so a client sees the id it can look up.
+(``object <oid>: <msgId>: <text>``) so a client sees the id it can look up,
+followed by the setting that would let it in; the others, when a
+:class:`FsckWarnings` is given, are counted there.
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -38,9 +42,14 @@ from enroute_core.git.tree import (
 )
 
 __all__ = [
+    "FSCK_RULES",
+    "FsckClass",
     "FsckMsg",
     "FsckPolicy",
     "FsckProblem",
+    "FsckRule",
+    "FsckWarning",
+    "FsckWarnings",
     "Severity",
     "TreeCheckMemo",
     "check_gitmodules",
@@ -53,6 +62,8 @@ __all__ = [
     "fsck_tag",
     "fsck_tree",
     "gitmodules_blobs",
+    "refusal",
+    "render_policy_table",
 ]
 
 
@@ -125,64 +136,528 @@ class FsckMsg(enum.Enum):
     GITMODULES_UPDATE = "gitmodulesUpdate"
 
     @property
+    def rule(self) -> FsckRule:
+        """Git's severity, Enroute's class and why (:data:`FSCK_RULES`)."""
+        return FSCK_RULES[self.value]
+
+    @property
     def default_severity(self) -> Severity:
-        return _DEFAULT_SEVERITY.get(self, Severity.ERROR)
+        """Git's default severity (fsck-msgids.adoc)."""
+        return FSCK_RULES[self.value].git
 
 
-_F, _W, _I = Severity.FATAL, Severity.WARN, Severity.INFO
-_DEFAULT_SEVERITY: Mapping[FsckMsg, Severity] = MappingProxyType(
-    {
-        FsckMsg.NUL_IN_HEADER: _F,
-        FsckMsg.UNTERMINATED_HEADER: _F,
-        FsckMsg.NUL_IN_COMMIT: _W,
-        FsckMsg.BAD_TAG_NAME: _I,
-        FsckMsg.MISSING_TAGGER_ENTRY: _I,
-        FsckMsg.NULL_SHA1: _W,
-        FsckMsg.FULL_PATHNAME: _W,
-        FsckMsg.EMPTY_NAME: _W,
-        FsckMsg.HAS_DOT: _W,
-        FsckMsg.HAS_DOTDOT: _W,
-        FsckMsg.HAS_DOTGIT: _W,
-        FsckMsg.LARGE_PATHNAME: _W,
-        FsckMsg.ZERO_PADDED_FILEMODE: _W,
-        FsckMsg.BAD_FILEMODE: _I,
-        FsckMsg.GITMODULES_PARSE: _I,
+class FsckClass(enum.Enum):
+    """How a push takes an object with this problem when no setting says otherwise.
+
+    The question is whether the object can hurt a client that clones it, or
+    break what Enroute relies on when it stores, walks and serves it. Git's
+    own severities answer another one (what ``git fsck`` should flag), and
+    ``index-pack --strict`` refuses every WARN: that refuses the identity and
+    mode quirks old tools wrote into histories that cannot be rewritten.
+    """
+
+    HARMLESS = "harmless"
+    """Accepted; the pusher is told (``remote: warning: <id>: ...``) and a metric counts it."""
+    ERROR = "error"
+    """Refused: the push fails and nothing changes."""
+
+
+@dataclass(frozen=True, slots=True)
+class FsckRule:
+    """One git message id: git's default severity, Enroute's class, and why."""
+
+    git: Severity
+    cls: FsckClass
+    reason: str
+    fixed: bool = False
+    """No ``receive.fsck`` setting lowers it: git marks it FATAL, or Enroute could not
+    read, walk or serve such an object anyway (its parser refuses it too)."""
+
+
+def _rules() -> Mapping[str, FsckRule]:
+    F, E, W, I, N = (  # noqa: N806, E741 - git's one-letter severities, as fsck.h lists them
+        Severity.FATAL,
+        Severity.ERROR,
+        Severity.WARN,
+        Severity.INFO,
+        Severity.IGNORE,
+    )
+    ok, bad = FsckClass.HARMLESS, FsckClass.ERROR
+    ident = "an identity line old tools and converters wrote; "
+    never = (
+        "a check of a local ref store (git fsck --references); refs never travel as files in a push"
+    )
+    attrs = (
+        "git's attribute reader once overflowed on such files (CVE-2022-23521, CVE-2022-41903); "
+    )
+    unread = (
+        "Enroute cannot read such an object, as git cannot (parse_commit_buffer, parse_tag_buffer)"
+    )
+    table: dict[str, FsckRule] = {
+        "badDate": FsckRule(
+            E,
+            ok,
+            ident + "the date is not digits: read without a date (split_ident_line) and a commit "
+            "time of 0, as git reads it",
+        ),
+        "badDateOverflow": FsckRule(
+            E,
+            ok,
+            ident + "the date overflows 64 bits: read saturated, as git's strtoumax reads it",
+        ),
+        "badEmail": FsckRule(
+            E,
+            ok,
+            ident + "'<' or '>' misplaced in the email: only shown, never acted on; the date after "
+            "the last '>' is read as git reads it",
+        ),
+        "badFilemode": FsckRule(
+            I,
+            ok,
+            "modes early git wrote (100664 and other permission bits): read as git reads them"
+            " (canon_mode), kept byte for byte",
+        ),
+        "badGpgsig": FsckRule(
+            E,
+            ok,
+            "not checked here: a truncated tag signature header; only signature verification "
+            "reads it, and fails there",
+        ),
+        "badHeaderContinuation": FsckRule(
+            E,
+            ok,
+            "not checked here: a truncated continuation of a signature header; only signature"
+            " verification reads it",
+        ),
+        "badName": FsckRule(
+            E,
+            ok,
+            ident + "'>' before the '<': the name is only shown",
+        ),
+        "badObjectSha1": FsckRule(
+            E,
+            bad,
+            "the tag's object line is not 40 hex digits: " + unread,
+            True,
+        ),
+        "badPackedRefEntry": FsckRule(
+            E,
+            bad,
+            never,
+        ),
+        "badPackedRefHeader": FsckRule(
+            E,
+            bad,
+            never,
+        ),
+        "badParentSha1": FsckRule(
+            E,
+            bad,
+            "a parent line is not 40 hex digits: the history cannot be walked; " + unread,
+            True,
+        ),
+        "badRefContent": FsckRule(
+            E,
+            bad,
+            never,
+        ),
+        "badRefFiletype": FsckRule(
+            E,
+            bad,
+            never,
+        ),
+        "badRefName": FsckRule(
+            E,
+            bad,
+            never + "; pushed ref names are checked as receive-pack checks them (funny refname)",
+        ),
+        "badReferentName": FsckRule(
+            E,
+            bad,
+            never,
+        ),
+        "badReftableFiletype": FsckRule(
+            E,
+            bad,
+            never,
+        ),
+        "badReftableTableName": FsckRule(
+            W,
+            ok,
+            never,
+        ),
+        "badTagName": FsckRule(
+            I,
+            ok,
+            "the tag line is a label: refs name tags, nothing reads this line as a ref",
+        ),
+        "badTimezone": FsckRule(
+            E,
+            ok,
+            ident + "a zone such as --700 or +051800: the commit time is read without it, as git "
+            "reads it",
+        ),
+        "badTree": FsckRule(
+            E,
+            bad,
+            "the tree does not parse: it cannot be walked or served",
+            True,
+        ),
+        "badTreeSha1": FsckRule(
+            E,
+            bad,
+            "the tree line is not 40 hex digits: " + unread,
+            True,
+        ),
+        "badType": FsckRule(
+            E,
+            bad,
+            "a tag type other than commit, tree, blob or tag: its target cannot be checked; "
+            + unread,
+            True,
+        ),
+        "duplicateEntries": FsckRule(
+            E,
+            bad,
+            "one name twice in a tree: a checkout is ambiguous, readers disagree on which "
+            "entry counts, and tree diffs look entries up by name",
+        ),
+        "emptyName": FsckRule(
+            W,
+            bad,
+            "an entry with an empty name: git's tree decoder refuses it (badTree)",
+            True,
+        ),
+        "emptyPackedRefsFile": FsckRule(
+            I,
+            ok,
+            never,
+        ),
+        "extraHeaderEntry": FsckRule(
+            N,
+            ok,
+            "not checked here: headers after a tag's tagger are kept byte for byte and "
+            "nothing acts on them",
+        ),
+        "fullPathname": FsckRule(
+            W,
+            bad,
+            "a name holding '/': a checkout could write outside the directory the tree stands for",
+        ),
+        "gitattributesBlob": FsckRule(
+            E,
+            bad,
+            "not checked yet: a tree or commit named .gitattributes; "
+            + attrs
+            + "it can attack clients",
+        ),
+        "gitattributesLarge": FsckRule(
+            E,
+            bad,
+            "not checked yet: a .gitattributes over git's 100 MiB; "
+            + attrs
+            + "it can attack clients",
+        ),
+        "gitattributesLineLength": FsckRule(
+            E,
+            bad,
+            "not checked yet: a .gitattributes line over git's 2 KiB; "
+            + attrs
+            + "it can attack clients",
+        ),
+        "gitattributesMissing": FsckRule(
+            E,
+            bad,
+            "not checked yet: a .gitattributes blob that cannot be read; "
+            + attrs
+            + "it can attack clients",
+        ),
+        "gitattributesSymlink": FsckRule(
+            I,
+            ok,
+            "not checked here: git since 2.32 does not follow a symbolic link when it reads "
+            ".gitattributes",
+        ),
+        "gitignoreSymlink": FsckRule(
+            I,
+            ok,
+            "not checked here: git since 2.32 does not follow a symbolic link when it reads "
+            ".gitignore",
+        ),
+        "gitmodulesBlob": FsckRule(
+            E,
+            bad,
+            "a tree or commit named .gitmodules: submodule code reads it as a file "
+            "(CVE-2018-11235)",
+        ),
+        "gitmodulesLarge": FsckRule(
+            E,
+            bad,
+            "a .gitmodules over gitmodules_bytes_max: it could not be checked",
+        ),
+        "gitmodulesMissing": FsckRule(
+            E,
+            bad,
+            "not checked as such: a tree naming an object neither the push nor the repository"
+            " holds is refused as missing objects",
+        ),
+        "gitmodulesName": FsckRule(
+            E,
+            bad,
+            "a submodule name with a '..' component: a clone could write outside .git/modules"
+            " (CVE-2018-11235)",
+        ),
+        "gitmodulesParse": FsckRule(
+            I,
+            ok,
+            "a .gitmodules git's config reader stops in: every variable before the fault is "
+            "checked as the others are, and git reads none after it",
+        ),
+        "gitmodulesPath": FsckRule(
+            E,
+            bad,
+            "a submodule path that reads as a command-line option (CVE-2018-17456)",
+        ),
+        "gitmodulesSymlink": FsckRule(
+            E,
+            bad,
+            ".gitmodules as a symbolic link: a checkout could read or write through it "
+            "(CVE-2018-11235)",
+        ),
+        "gitmodulesUpdate": FsckRule(
+            E,
+            bad,
+            "update = !command: a clone could run it (CVE-2019-19604)",
+        ),
+        "gitmodulesUrl": FsckRule(
+            E,
+            bad,
+            "a submodule url that reads as an option or smuggles a newline or credentials "
+            "(CVE-2018-17456, CVE-2020-5260)",
+        ),
+        "hasDot": FsckRule(
+            W,
+            bad,
+            "an entry named '.': a checkout could write where the tree does not say",
+        ),
+        "hasDotdot": FsckRule(
+            W,
+            bad,
+            "an entry named '..': a checkout could write outside the working tree",
+        ),
+        "hasDotgit": FsckRule(
+            W,
+            bad,
+            "'.git' in any case, HFS+ or NTFS spelling: a checkout could write into the "
+            "repository's .git (CVE-2014-9390, CVE-2019-1352)",
+        ),
+        "largePathname": FsckRule(
+            W,
+            bad,
+            "a name over tree_entry_name_bytes_max: no file system checks it out, and Enroute"
+            " bounds every name",
+        ),
+        "mailmapSymlink": FsckRule(
+            I,
+            ok,
+            "not checked here: git since 2.32 does not follow a symbolic link when it reads "
+            ".mailmap",
+        ),
+        "missingAuthor": FsckRule(
+            E,
+            ok,
+            "a commit without an author line: nothing acts on it; the commit time is 0, as "
+            "git's parse_commit_date reads it",
+        ),
+        "missingCommitter": FsckRule(
+            E,
+            ok,
+            "a commit without a committer line: nothing acts on it; the commit time is 0, as "
+            "git reads it",
+        ),
+        "missingEmail": FsckRule(
+            E,
+            ok,
+            ident + "no '<...>': shown as a name alone; the commit time is 0, as git reads it",
+        ),
+        "missingNameBeforeEmail": FsckRule(
+            E,
+            ok,
+            ident + "an empty name: shown empty",
+        ),
+        "missingObject": FsckRule(
+            E,
+            bad,
+            "a tag without an object line: " + unread,
+            True,
+        ),
+        "missingSpaceBeforeDate": FsckRule(
+            E,
+            ok,
+            ident + "no space before the date: read as git reads it",
+        ),
+        "missingSpaceBeforeEmail": FsckRule(
+            E,
+            ok,
+            ident + "no space before the '<': the name is read as git reads it",
+        ),
+        "missingTag": FsckRule(
+            E,
+            bad,
+            "a tag ending after its type line: " + unread,
+            True,
+        ),
+        "missingTagEntry": FsckRule(
+            E,
+            bad,
+            "a tag without a tag line: " + unread,
+            True,
+        ),
+        "missingTaggerEntry": FsckRule(
+            I,
+            ok,
+            "a tag without a tagger: early tags have none",
+        ),
+        "missingTree": FsckRule(
+            E,
+            bad,
+            "a commit without a tree line: " + unread,
+            True,
+        ),
+        "missingType": FsckRule(
+            E,
+            bad,
+            "a tag without a type value: " + unread,
+            True,
+        ),
+        "missingTypeEntry": FsckRule(
+            E,
+            bad,
+            "a tag without a type line: " + unread,
+            True,
+        ),
+        "multipleAuthors": FsckRule(
+            E,
+            ok,
+            "readers take the first author line; the others are kept byte for byte",
+        ),
+        "nulInCommit": FsckRule(
+            W,
+            ok,
+            "a NUL in a commit's message (old encodings): kept byte for byte; git shows the "
+            "message up to it",
+        ),
+        "nulInHeader": FsckRule(
+            F,
+            bad,
+            "a NUL in the header: readers that stop at it and readers that do not see "
+            "different headers",
+            True,
+        ),
+        "nullSha1": FsckRule(
+            W,
+            bad,
+            "an entry naming the all-zero id, which no object has: clients fail on it",
+        ),
+        "packedRefEntryNotTerminated": FsckRule(
+            E,
+            bad,
+            never,
+        ),
+        "packedRefUnsorted": FsckRule(
+            E,
+            bad,
+            never,
+        ),
+        "refMissingNewline": FsckRule(
+            I,
+            ok,
+            never,
+        ),
+        "symlinkRef": FsckRule(
+            I,
+            ok,
+            never,
+        ),
+        "symrefTargetIsNotARef": FsckRule(
+            I,
+            ok,
+            never,
+        ),
+        "trailingRefContent": FsckRule(
+            I,
+            ok,
+            never,
+        ),
+        "treeNotSorted": FsckRule(
+            E,
+            bad,
+            "entries out of git's order: git's tree walks and merges assume it, and readers "
+            "disagree on lookups",
+        ),
+        "unknownType": FsckRule(
+            E,
+            bad,
+            "not checked as such: a pack cannot carry an unknown type, the indexer refuses "
+            "its type code",
+            True,
+        ),
+        "unterminatedHeader": FsckRule(
+            F,
+            bad,
+            "a header not ended by LF: git's parsers rely on it to stay in bounds (verify_headers)",
+            True,
+        ),
+        "zeroPaddedDate": FsckRule(
+            E,
+            ok,
+            ident + "a date with leading zeros: read as its number, as git reads it",
+        ),
+        "zeroPaddedFilemode": FsckRule(
+            W,
+            ok,
+            "modes such as 040000 (old tools): read as their number by git and Enroute, kept "
+            "byte for byte",
+        ),
     }
-)
-"""Git's defaults (fsck-msgids.adoc); every id not listed is an ERROR."""
+    return MappingProxyType(table)
+
+
+FSCK_RULES: Mapping[str, FsckRule] = _rules()
+"""Every message id of git's fsck (``Documentation/fsck-msgids.adoc``, ``fsck.h``
+``FOREACH_FSCK_MSG_ID``), sorted: git's severity, Enroute's class and why.
+docs/security.md shows it (:func:`render_policy_table`). Ids not in
+:class:`FsckMsg` are not checked here; their class says what a check would do."""
 
 
 @dataclass(frozen=True, slots=True)
 class FsckPolicy:
-    """Which problems refuse an object: ``fsck.<msg-id>`` settings plus ``strict``.
+    """Which problems refuse an object, and which are only reported.
 
-    ``strict`` is ``index-pack --strict`` (what ``receive.fsckObjects`` runs):
-    a default WARN counts as ERROR. ``overrides`` maps a message id to its
-    severity as ``receive.fsck.<msg-id> = error|warn|ignore`` would; as in git
-    (``fsck_set_msg_type``), a severity set there stands, ``strict`` or not, so
-    ``warn`` lets the object in. FATAL ids cannot be lowered.
+    By default each id takes its class (:data:`FSCK_RULES`): an error refuses,
+    a harmless one is a warning. ``overrides`` maps a message id to a severity
+    as ``receive.fsck.<msg-id> = error|warn|ignore`` sets it; as in git
+    (``fsck_set_msg_type``), a severity set there stands. A ``fixed`` id
+    (FATAL in git, or an object Enroute could not read) is never lowered.
     """
 
-    strict: bool = True
     overrides: Mapping[str, Severity] = field(default_factory=lambda: MappingProxyType({}))
 
     def severity(self, msg: FsckMsg) -> Severity:
-        default = msg.default_severity
-        if default is Severity.FATAL:
-            return default
+        rule = FSCK_RULES[msg.value]
         found = self.overrides.get(msg.value)
-        if found is not None:
+        if found is not None and not (rule.fixed and found > Severity.ERROR):
             return found
-        if default is Severity.WARN and self.strict:
-            return Severity.ERROR
-        return default
+        if rule.git is Severity.FATAL:
+            return Severity.FATAL
+        return Severity.ERROR if rule.cls is FsckClass.ERROR else Severity.WARN
 
     def refuses(self, msg: FsckMsg) -> bool:
         return self.severity(msg) <= Severity.ERROR
 
 
 RECEIVE_POLICY = FsckPolicy()
-"""What a push is checked with: strict, git's default severities."""
+"""What a push is checked with: each id's class, no overrides."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +668,78 @@ class FsckProblem:
     def describe(self) -> str:
         """``<msgId>: <text>``, as git prints it after ``object <oid>:``."""
         return f"{self.msg.value}: {self.text}"
+
+
+@dataclass(frozen=True, slots=True)
+class FsckWarning:
+    """One id a push drew warnings for: how many objects, and the first of them."""
+
+    msg_id: str
+    count: int
+    example: ObjectId
+
+    def describe(self) -> str:
+        """``<id>: <count> object(s), e.g. <oid>``: one side-band line of the push."""
+        return f"{self.msg_id}: {self.count} object(s), e.g. {oid_to_hex(self.example)}"
+
+
+class FsckWarnings:
+    """The warnings of one push, per id (:meth:`note` is called only for a problem found,
+    so a clean object costs nothing here)."""
+
+    __slots__ = ("_counts", "_first")
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._first: dict[str, ObjectId] = {}
+
+    def note(self, msg: FsckMsg, oid: ObjectId) -> None:
+        msg_id = msg.value
+        self._counts[msg_id] = self._counts.get(msg_id, 0) + 1
+        self._first.setdefault(msg_id, oid)
+
+    def summary(self) -> tuple[FsckWarning, ...]:
+        """Each id once, sorted by id."""
+        return tuple(
+            FsckWarning(msg_id, count, self._first[msg_id])
+            for msg_id, count in sorted(self._counts.items())
+        )
+
+
+def refusal(oid: ObjectId, problem: FsckProblem) -> InvalidObject:
+    """The error of an object a policy refuses: git's ``object <oid>: <msgId>: <text>``, then
+    what would let it in, so the pusher can look the id up and knows the setting to change."""
+    hex_oid = oid_to_hex(oid)
+    msg_id = problem.msg.value
+    rule = FSCK_RULES[msg_id]
+    if rule.git is Severity.FATAL:
+        hint = "refused; fatal in git, no setting lowers it"
+    elif rule.fixed:
+        hint = "refused; Enroute cannot read such an object, no setting lowers it"
+    else:
+        hint = f"refused; receive.fsck.{msg_id}: warn lowers it"
+    return InvalidObject(
+        f"object {hex_oid}: {problem.describe()} ({hint})",
+        oid=hex_oid,
+        msg_id=msg_id,
+        **({} if rule.fixed else {"setting": f"receive.fsck.{msg_id}"}),
+    )
+
+
+def render_policy_table() -> str:
+    """The table docs/security.md shows between its ``fsck-policy`` markers."""
+    checked = {m.value for m in FsckMsg}
+    lines = [
+        "| id | git | Enroute | checked | why |",
+        "|---|---|---|---|---|",
+    ]
+    for msg_id, rule in FSCK_RULES.items():
+        enroute = rule.cls.value + (" (fixed)" if rule.fixed else "")
+        lines.append(
+            f"| `{msg_id}` | {rule.git.name} | {enroute} "
+            f"| {'yes' if msg_id in checked else 'no'} | {rule.reason} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 # -- headers and identities -------------------------------------------------------------------
@@ -301,8 +848,14 @@ def _line(body: bytes, pos: int) -> tuple[bytes, int]:
 
 
 def fsck_commit(body: bytes) -> list[FsckProblem]:
-    """``fsck_commit``: tree, parents, exactly one author, a committer, each ident valid."""
-    found: list[FsckProblem] = []
+    """``fsck_commit``: tree, parents, exactly one author, a committer, each ident valid.
+
+    Every problem in git's order. Where git goes on after a problem it only
+    warns about (author and committer lines, their count), so does this list,
+    so that a harmless problem never hides a later one; where git stops
+    whatever the severity (no tree line, no committer line) or cannot read on
+    (a bad tree or parent line), the list ends.
+    """
     header = _verify_headers(body)
     if header is not None:
         return [header]
@@ -316,25 +869,28 @@ def fsck_commit(body: bytes) -> list[FsckProblem]:
         if after is None:
             return [FsckProblem(FsckMsg.BAD_PARENT_SHA1, "invalid 'parent' line format - bad sha1")]
         pos = after
+    found: list[FsckProblem] = []
     authors = 0
     while body.startswith(b"author ", pos):
         authors += 1
         line, pos = _line(body, pos + 7)
         problem = fsck_ident(line)
         if problem is not None:
-            return [problem]
+            found.append(problem)
     if authors < 1:
-        return [FsckProblem(FsckMsg.MISSING_AUTHOR, "invalid format - expected 'author' line")]
-    if authors > 1:
-        return [FsckProblem(FsckMsg.MULTIPLE_AUTHORS, "invalid format - multiple 'author' lines")]
+        text = "invalid format - expected 'author' line"
+        found.append(FsckProblem(FsckMsg.MISSING_AUTHOR, text))
+    elif authors > 1:
+        text = "invalid format - multiple 'author' lines"
+        found.append(FsckProblem(FsckMsg.MULTIPLE_AUTHORS, text))
     if not body.startswith(b"committer ", pos):
-        return [
-            FsckProblem(FsckMsg.MISSING_COMMITTER, "invalid format - expected 'committer' line")
-        ]
+        text = "invalid format - expected 'committer' line"
+        found.append(FsckProblem(FsckMsg.MISSING_COMMITTER, text))
+        return found
     line, pos = _line(body, pos + 10)
     problem = fsck_ident(line)
     if problem is not None:
-        return [problem]
+        found.append(problem)
     if b"\0" in body:
         found.append(FsckProblem(FsckMsg.NUL_IN_COMMIT, "NUL byte in the commit object body"))
     return found
@@ -667,22 +1223,32 @@ def check_object(
     *,
     policy: FsckPolicy = RECEIVE_POLICY,
     limits: Limits = DEFAULT_LIMITS,
+    warnings: FsckWarnings | None = None,
 ) -> None:
-    """Raise :class:`InvalidObject` for the first problem ``policy`` refuses."""
+    """Raise :class:`InvalidObject` for the first problem ``policy`` refuses; count the
+    problems it only warns about in ``warnings``."""
     if type_num == ObjectType.BLOB:
         return
-    _refuse_first(oid, fsck_object(type_num, body, limits=limits), policy)
+    _refuse_first(oid, fsck_object(type_num, body, limits=limits), policy, warnings)
 
 
-def _refuse_first(oid: ObjectId, problems: list[FsckProblem], policy: FsckPolicy) -> None:
+def _refuse_first(
+    oid: ObjectId,
+    problems: Sequence[FsckProblem],
+    policy: FsckPolicy,
+    warnings: FsckWarnings | None = None,
+) -> None:
+    """git's ``report``: a refused problem stops the object; a warned one is counted once
+    per object and id (a commit may hold one id twice: author and committer)."""
+    noted: set[FsckMsg] = set()
     for problem in problems:
-        if policy.refuses(problem.msg):
-            hex_oid = oid_to_hex(oid)
-            raise InvalidObject(
-                f"object {hex_oid}: {problem.describe()}",
-                oid=hex_oid,
-                msg_id=problem.msg.value,
-            )
+        msg = problem.msg
+        severity = policy.severity(msg)
+        if severity <= Severity.ERROR:
+            raise refusal(oid, problem)
+        if warnings is not None and severity < Severity.IGNORE and msg not in noted:
+            noted.add(msg)
+            warnings.note(msg, oid)
 
 
 class TreeCheckMemo:
@@ -743,6 +1309,7 @@ def check_tree(
     policy: FsckPolicy = RECEIVE_POLICY,
     limits: Limits = DEFAULT_LIMITS,
     memo: TreeCheckMemo | None = None,
+    warnings: FsckWarnings | None = None,
 ) -> list[ObjectId]:
     """:func:`check_object` for a tree, then its :func:`gitmodules_blobs`, from one parse.
 
@@ -767,19 +1334,19 @@ def check_tree(
                 before, after, may_name_gitmodules = known
                 if before or after or b"\0" + ZERO_OID in body:
                     null = (_NULL_SHA1_PROBLEM,) if b"\0" + ZERO_OID in body else ()
-                    _refuse_first(oid, [*before, *null, *after], policy)
+                    _refuse_first(oid, [*before, *null, *after], policy, warnings)
                 return gitmodules_blobs(body, limits=limits) if may_name_gitmodules else []
         else:
             skeleton = b""  # a NUL without 20 bytes after it: not a usual tree
     usual = _usual_tree_names(body, limits)
     if usual is None:
-        check_object(oid, ObjectType.TREE, body, policy=policy, limits=limits)
+        check_object(oid, ObjectType.TREE, body, policy=policy, limits=limits, warnings=warnings)
         return gitmodules_blobs(body, limits=limits)
     problems, joined = usual
     may_name_gitmodules = _may_name_gitmodules(joined)
     if memo is not None and skeleton:
         memo.put(skeleton, problems, may_name_gitmodules)
-    _refuse_first(oid, problems, policy)
+    _refuse_first(oid, problems, policy, warnings)
     return gitmodules_blobs(body, limits=limits) if may_name_gitmodules else []
 
 
@@ -859,10 +1426,11 @@ def _curl_url(url: bytes) -> bytes | None:
 def _credential_url_ok(url: bytes) -> bool:
     """credential.c ``credential_from_url_gently`` succeeds and gives a host.
 
-    git 2.39 ends the host at ``/``; later versions at ``/``, ``?`` or ``#``
+    Older git ends the host at ``/``; git 2.39.5 at ``/``, ``?`` or ``#``
     (an earlier end can only empty the host): both are tried and either
-    failing refuses. A component with a newline anywhere, and a host that
-    decodes to nothing before a NUL, fail as they do in git.
+    failing refuses. A component with a newline anywhere fails, as in git; a
+    host that decodes to nothing before a NUL fails too (git leaves ``%00``
+    undecoded, so it is stricter here).
     """
     scheme_end = url.find(b"://")
     if scheme_end <= 0 or b"\n" in url[:scheme_end]:
@@ -888,8 +1456,9 @@ def _submodule_url_ok(url: bytes) -> bool:
     url that climbs out with ``../`` into ``:`` or ``/`` (CVE-2020-11008),
     or holds a newline once %-decoded; a url git-remote-curl would get
     (``http[s]::``, ``ftp[s]::``, ``http[s]://``, ``ftp[s]://``) that a
-    credential cannot be read from or that has no host. git checks newlines
-    only in the first two kinds; any url with one is refused here.
+    credential cannot be read from or that has no host, or with a newline in
+    a component. git lets a newline through in a url of any other scheme
+    (``ssh://h/%0a``); any url with one is refused here.
     """
     if url.startswith(b"-") or b"\n" in _url_decode(url):
         return False
@@ -952,6 +1521,7 @@ def check_gitmodules(
     *,
     policy: FsckPolicy = RECEIVE_POLICY,
     limits: Limits = DEFAULT_LIMITS,
+    warnings: FsckWarnings | None = None,
 ) -> None:
     """Raise :class:`InvalidObject` for a refused problem of an object a tree names .gitmodules.
 
@@ -967,9 +1537,4 @@ def check_gitmodules(
         problems = [FsckProblem(FsckMsg.GITMODULES_LARGE, text)]
     else:
         problems = fsck_gitmodules(read())
-    for problem in problems:
-        if policy.refuses(problem.msg):
-            hex_oid = oid_to_hex(oid)
-            raise InvalidObject(
-                f"object {hex_oid}: {problem.describe()}", oid=hex_oid, msg_id=problem.msg.value
-            )
+    _refuse_first(oid, problems, policy, warnings)
