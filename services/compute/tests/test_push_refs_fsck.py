@@ -124,15 +124,25 @@ def test_push_of_funny_refs_only_creates_nothing() -> None:
 
 
 def test_receive_fsck_setting_reaches_the_push() -> None:
+    """zeroPaddedFilemode is harmless by default (docs/security.md): the push lands, and
+    with side-band the pusher is told; ``receive.fsck`` raising it to error refuses it,
+    the error naming the id and the setting that lowers it."""
     pack, tip = _commit_over(b"0100644")
+    tree_hex = _oid(2, b"0100644 a\0" + bytes.fromhex(_oid(3, BLOB).decode()))
     lines, refs = _push([(tip, b"refs/heads/main")], pack)
-    assert lines[0].startswith(b"unpack object ") and b"zeroPaddedFilemode" in lines[0]
-    assert lines[1:] == [b"ng refs/heads/main unpacker error"]
-    assert not refs
-    config = load_config("receive:\n  fsck:\n    zeroPaddedFilemode: ignore\n", {})
-    lines, refs = _push([(tip, b"refs/heads/main")], pack, fsck=config.receive.fsck_policy())
     assert lines == [b"unpack ok", b"ok refs/heads/main"]
     assert refs == {b"refs/heads/main": tip}
+    lines, _ = _push([(tip, b"refs/heads/main")], pack, caps=b"report-status side-band-64k")
+    assert lines[0] == b"\x02warning: zeroPaddedFilemode: 1 object(s), e.g. " + tree_hex
+    assert lines[1].startswith(b"\x01") and b"ok refs/heads/main" in lines[1]
+    config = load_config("receive:\n  fsck:\n    zeroPaddedFilemode: error\n", {})
+    lines, refs = _push([(tip, b"refs/heads/main")], pack, fsck=config.receive.fsck_policy())
+    assert lines[0] == (
+        b"unpack object " + tree_hex + b": zeroPaddedFilemode: contains zero-padded file modes"
+        b" (refused; receive.fsck.zeroPaddedFilemode: warn lowers it)"
+    )
+    assert lines[1:] == [b"ng refs/heads/main unpacker error"]
+    assert not refs
 
 
 def test_duplicate_objects_are_refused() -> None:

@@ -34,7 +34,7 @@ from pydantic import (
 
 from enroute_core.base.errors import InvalidArgument
 from enroute_core.base.limits import DEFAULT_LIMITS, GiB, KiB, Limits, MiB
-from enroute_core.git.fsck import RECEIVE_POLICY, FsckMsg, FsckPolicy, Severity
+from enroute_core.git.fsck import FSCK_RULES, RECEIVE_POLICY, FsckMsg, FsckPolicy, Severity
 from enroute_core.storage.objectstore.base import StoreOptions
 
 ENV_PREFIX = "ENROUTE_"
@@ -348,38 +348,50 @@ _FSCK_SEVERITIES = {"error": Severity.ERROR, "warn": Severity.WARN, "ignore": Se
 
 
 def _fsck_section(value: object) -> object:
-    """git's ``receive.fsck.<msg-id>``: ids matched without regard to case, as git does;
-    an id not checked here, or a FATAL one set below ``error``, is refused (git dies)."""
+    """git's ``receive.fsck.<msg-id>``: ids matched without regard to case, as git does.
+    Refused: an id git does not know (git dies), one git knows but not checked here (the
+    setting would silently do nothing), and a ``fixed`` one set below ``error``."""
     if not isinstance(value, Mapping):
         return value
     ids = {m.value.lower(): m for m in FsckMsg}
+    known = {msg_id.lower(): msg_id for msg_id in FSCK_RULES}
     out: dict[str, str] = {}
     for key, raw in value.items():
         msg = ids.get(str(key).lower())
         if msg is None:
-            raise ValueError(
-                f"{key!r} is not a message id checked here; docs/security.md lists them"
-            )
+            if str(key).lower() in known:
+                raise ValueError(
+                    f"{known[str(key).lower()]} is a git fsck message id Enroute does not "
+                    "check; docs/security.md lists the ids and which are checked"
+                )
+            raise ValueError(f"{key!r} is not a git fsck message id; docs/security.md lists them")
         if raw not in _FSCK_SEVERITIES:
             raise ValueError(f"receive.fsck.{key} must be error, warn or ignore, not {raw!r}")
-        if msg.default_severity is Severity.FATAL and raw != "error":
-            raise ValueError(f"receive.fsck.{key}: {msg.value} is fatal and cannot be lowered")
+        if msg.rule.fixed and raw != "error":
+            why = (
+                "fatal in git"
+                if msg.default_severity is Severity.FATAL
+                else "an object Enroute cannot read"
+            )
+            raise ValueError(f"receive.fsck.{key}: {msg.value} is {why} and cannot be lowered")
         out[msg.value] = str(raw)
     return out
 
 
 class ReceiveConfig(_Section):
-    """How pushed objects are checked: as git's receive.fsckObjects (docs/security.md)."""
+    """How pushed objects are checked (docs/security.md, "Object checks")."""
 
     fsck: Annotated[dict[str, str], BeforeValidator(_fsck_section)] = Field(
         default_factory=dict,
         description="git fsck message id -> error, warn or ignore (git's receive.fsck.<msg-id>), "
-        "e.g. {zeroPaddedFilemode: ignore}; warn and ignore let such objects in. Ids git "
-        "marks fatal (nulInHeader, unterminatedHeader) cannot be lowered.",
+        "over each id's class: errors refuse a push, harmless ids are accepted with a warning. "
+        "E.g. {badTimezone: error} refuses what is harmless by default, {hasDotgit: warn} lets "
+        "such trees in. Ids git marks fatal, and those of objects Enroute cannot read "
+        "(missingTree, badTree, ...), cannot be lowered.",
     )
 
     def fsck_policy(self) -> FsckPolicy:
-        """The :class:`FsckPolicy` pushes are checked with (strict, these overrides)."""
+        """The :class:`FsckPolicy` pushes are checked with (the classes, these overrides)."""
         if not self.fsck:
             return RECEIVE_POLICY
         overrides = {key: _FSCK_SEVERITIES[raw] for key, raw in self.fsck.items()}

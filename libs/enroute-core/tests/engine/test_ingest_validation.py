@@ -77,10 +77,17 @@ def test_fsck_refuses_bad_trees(bad_tree: bytes, msg: str) -> None:
     ingest(objects, oid(1, c), fsck=None)  # the checks are what refused it
 
 
-def test_fsck_refuses_bad_commit() -> None:
+def test_harmless_commit_is_taken_with_a_warning_unless_raised() -> None:
+    """badTimezone is harmless (docs/security.md): taken, counted; raised to error, refused."""
     c = commit(oid(2, GOOD_TREE), author=b"A <a@example.com> 1700000000 +00")
-    with pytest.raises(InvalidObject, match="badTimezone"):
-        ingest([(3, BLOB), (2, GOOD_TREE), (1, c)], oid(1, c))
+    objects = [(3, BLOB), (2, GOOD_TREE), (1, c)]
+    result = ingest(objects, oid(1, c))
+    assert [(w.msg_id, w.count, w.example) for w in result.warnings] == [
+        ("badTimezone", 1, oid(1, c))
+    ]
+    config = load_config("receive:\n  fsck:\n    badTimezone: error\n", {})
+    with pytest.raises(InvalidObject, match=r"badTimezone: .* warn lowers it"):
+        ingest(objects, oid(1, c), fsck=config.receive.fsck_policy())
 
 
 def test_tree_depth_is_bounded() -> None:
@@ -145,13 +152,15 @@ def test_fsck_policy_from_configuration_lets_zero_padded_modes_in() -> None:
     padded = tree((b"0100644", b"a", oid(3, BLOB)))
     c = commit(oid(2, padded))
     objects = [(3, BLOB), (2, padded), (1, c)]
+    assert ingest(objects, oid(1, c)).warnings[0].msg_id == "zeroPaddedFilemode"
+    config = load_config("receive:\n  fsck:\n    zeroPaddedFilemode: error\n", {})
     with pytest.raises(InvalidObject, match="zeroPaddedFilemode"):
-        ingest(objects, oid(1, c))
-    for severity in ("ignore", "warn"):  # a severity set explicitly stands, strict or not
+        ingest(objects, oid(1, c), fsck=config.receive.fsck_policy())
+    for severity, warned in (("ignore", 0), ("warn", 1)):  # a severity set explicitly stands
         config = load_config(f"receive:\n  fsck:\n    zeroPaddedFilemode: {severity}\n", {})
         result = ingest(objects, oid(1, c), fsck=config.receive.fsck_policy())
-        assert result.object_count == 3
-    # the other checks keep git's severities
+        assert result.object_count == 3 and len(result.warnings) == warned
+    # the other checks keep their classes
     config = load_config("receive:\n  fsck:\n    zeroPaddedFilemode: ignore\n", {})
     dotgit = tree((b"0100644", b".git", oid(3, BLOB)))
     c2 = commit(oid(2, dotgit))

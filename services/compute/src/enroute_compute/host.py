@@ -129,6 +129,8 @@ class RepositoryHost:
         """Changes that updated a view in place (layers appended or a stretch swapped)."""
         self.reference_indexes = 0
         """Pushes whose pack the Python indexer read because the compiled pass gave up."""
+        self.fsck_warnings: Counter[str] = Counter()
+        """Objects pushes brought with a harmless fsck problem, by message id (let in)."""
         self._retired: dict[tuple[str, str], int] = {}
         """Stored layers that left a manifest here: (segment, key) -> when (clock us)."""
         self._read_pins: Counter[tuple[str, str]] = Counter()

@@ -92,6 +92,15 @@ class _NodeCollector:
              "pushes whose pack the Python indexer read: the compiled pass gave up"),
         ):  # fmt: skip
             yield _counter(name, doc, value)
+        warned = CounterMetricFamily(
+            "enroute_engine_fsck_warnings",
+            "objects pushes brought with a harmless fsck problem, let in with a warning "
+            "(docs/security.md), by git message id",
+            labels=["msg_id"],
+        )
+        for msg_id, count in sorted(host.fsck_warnings.items()):
+            warned.add_metric([msg_id], count)
+        yield warned
         if self.ops.maintainer is not None:
             text = "\n".join(self.ops.maintainer.metrics_lines()) + "\n"
             yield from text_string_to_metric_families(text)

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
+import logging
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -58,6 +60,8 @@ from enroute_core.storage.localfile import ScratchFile
 from enroute_proto.request_id import derive_request_id, new_request_id
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class Pusher:
@@ -135,6 +139,7 @@ class Pusher:
         tips = [c.new for c in commands if not c.is_delete]
         branch_targets = [(c.ref, c.new) for c in commands if not c.is_delete]
         result: IngestResult | None = None
+        warned: tuple[bytes, ...] = ()  # the ingest's warnings, shown whatever the outcome
 
         def refuse_all(reason: bytes, unpack: bytes | None = None) -> bytes:
             # an unpack failure reports "unpacker error" for every command (execute_commands)
@@ -142,7 +147,7 @@ class Pusher:
                 ReportStatus(c.ref, reason if unpack is not None else c.refusal or reason)
                 for c in request.commands
             )
-            return encode_report(PushReport(unpack, statuses), request)
+            return encode_report(PushReport(unpack, statuses, warned), request)
 
         layer_file = self._scratch("layer")
         pinned = contextlib.ExitStack()
@@ -171,6 +176,8 @@ class Pusher:
                     return refuse_all(b"unpacker error", git_message(exc))
             if result is not None and not result.compiled_index:
                 self.host.reference_indexes += 1
+            if result is not None and result.warnings:
+                warned = self._warned(name, result)
             new_layer = (
                 None
                 if result is None
@@ -211,7 +218,21 @@ class Pusher:
         # once its refs are written. This view catches up on its own; every ref read
         # (and the next push's advertisement) waits for it behind a barrier (DESIGN
         # "Read path"), so the pusher's next fetch still sees its push.
-        return encode_report(_report(proposed.change, request), request)
+        report = dataclasses.replace(_report(proposed.change, request), warnings=warned)
+        return encode_report(report, request)
+
+    def _warned(self, name: str, result: IngestResult) -> tuple[bytes, ...]:
+        """The push's fsck warnings: counted for /metrics, logged once, and the lines the
+        pusher sees (``remote: warning: <id>: <count> object(s), e.g. <oid>``)."""
+        for w in result.warnings:
+            self.host.fsck_warnings[w.msg_id] += w.count
+        shown = [w.describe() for w in result.warnings]
+        log.warning(
+            "push to %s: accepted objects with harmless fsck problems: %s",
+            name,
+            "; ".join(shown),
+        )
+        return tuple(f"warning: {line}".encode() for line in shown)
 
     # -- API commits ----------------------------------------------------------------------
 
@@ -257,6 +278,7 @@ class Pusher:
                 [built.oid],
                 snap.view,
                 limits=self.host.limits,
+                fsck=self.host.fsck,
             )
         command = Commit(
             incarnation=snap.state.incarnation,

@@ -339,3 +339,51 @@ def _tree_and_parents(
         if h.has_continuation:
             break
     return oid_from_header(tree_hex), tuple(parents)
+
+
+_TREE_LINE_BYTES = 46  # "tree " + 40 hex digits + LF
+_PARENT_LINE_BYTES = 48  # "parent " + 40 hex digits + LF
+_UINTMAX = 2**64 - 1
+
+
+def commit_date(body: bytes, parents: int) -> int:
+    """The commit time git keeps for a commit (``commit.c``, ``parse_commit_date``).
+
+    ``parents`` is how many parent lines :meth:`Commit.parse` read. Git reads
+    the number after the last ``>`` of the committer line, which must follow
+    the author line right after the parents; the zone is not looked at, so a
+    commit with ``--700`` or no email still has its time, and one without
+    those lines has 0. The number is ``strtoumax``'s: saturated, a ``-`` taken
+    modulo 2**64 (:meth:`Identity.parse` reads identities as ``split_ident_line``
+    does, which gives such lines no date at all).
+    """
+    pos = _TREE_LINE_BYTES + _PARENT_LINE_BYTES * parents
+    end = len(body)
+    if pos + 6 >= end or not body.startswith(b"author", pos):
+        return 0
+    nl = body.find(b"\n", pos)
+    if nl < 0:
+        return 0
+    line = nl + 1
+    if line + 9 >= end or not body.startswith(b"committer", line):
+        return 0
+    eol = body.find(b"\n", line)
+    if eol < 0:
+        return 0
+    gt = body.rfind(b">", line, eol)
+    if gt < 0:
+        return 0
+    date = gt + 1
+    while date < eol and body[date] in _GIT_SPACE:
+        date += 1
+    number = _STRTOUMAX.match(body, date, eol)
+    if number is None:
+        return 0  # neither a digit nor '-' first: git returns 0 without parsing
+    digits = number.group(2).lstrip(b"0") or b"0"
+    if len(digits) > 20 or int(digits) > _UINTMAX:
+        return _UINTMAX  # ERANGE, whatever the sign
+    value = int(digits)
+    return (-value) % (_UINTMAX + 1) if number.group(1) else value
+
+
+_STRTOUMAX = re.compile(rb"(-?)([0-9]+)")

@@ -20,7 +20,9 @@ Report (``gitprotocol-pack.txt``, "Report Status"; report-status-v2):
 
 With side-band-64k the whole report, its flush-pkt included, travels in
 band-1 packets and a last flush-pkt ends the response; progress goes on band 2
-and a fatal error on band 3.
+and a fatal error on band 3. Warnings about objects the push let in (fsck's
+harmless classes) go on band 2 before the report, as receive-pack's
+``rp_warning`` lines do; git shows them as ``remote: warning: ...``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,13 @@ from enroute_core.git.pktline import (
     pkt_text,
 )
 from enroute_core.git.refname import ref_name_problem
-from enroute_core.git.sideband import BAND_PACK, SIDEBAND_64K_DATA_BYTES_MAX, sideband_mux
+from enroute_core.git.sideband import (
+    BAND_PACK,
+    BAND_PROGRESS,
+    SIDEBAND_64K_DATA_BYTES_MAX,
+    sideband_mux,
+    sideband_pkt,
+)
 from enroute_core.protocol._common import (
     Conversation,
     bounded_append,
@@ -313,14 +321,24 @@ def refused(ref: bytes, exc: EnrouteError) -> RefStatus:
 class PushReport:
     unpack_error: bytes | None  # None: "unpack ok"
     refs: tuple[RefStatus, ...]
+    warnings: tuple[bytes, ...] = ()
+    """Lines the client shows as ``remote: <line>`` before the report (side-band channel 2,
+    as receive-pack's ``rp_warning``); dropped when the client asked for no side-band."""
 
 
 def encode_report(report: PushReport, request: PushRequest) -> bytes:
     """The report the client asked for (v2 when it said report-status-v2), framed
-    in band 1 with side-band-64k. Nothing when it asked for no report."""
+    in band 1 with side-band-64k, its warnings first in band 2. Nothing when it
+    asked for no report."""
     v2 = request.has(b"report-status-v2")
     if not v2 and not request.has(b"report-status"):
         return b""
+    shown = b""
+    if report.warnings and request.has(b"side-band-64k"):
+        shown = b"".join(
+            sideband_pkt(BAND_PROGRESS, line[: SIDEBAND_64K_DATA_BYTES_MAX - 1] + b"\n")
+            for line in report.warnings
+        )
     lines = [b"unpack " + (report.unpack_error or b"ok")]
     for status in report.refs:
         if status.reason is not None:
@@ -335,7 +353,7 @@ def encode_report(report: PushReport, request: PushRequest) -> bytes:
     if not request.has(b"side-band-64k"):
         return body
     framed = sideband_mux(BAND_PACK, body, max_payload=SIDEBAND_64K_DATA_BYTES_MAX)
-    return b"".join(framed) + FLUSH_PKT
+    return shown + b"".join(framed) + FLUSH_PKT
 
 
 def ref_statuses_ok(commands: Sequence[PushCommand]) -> tuple[RefStatus, ...]:
