@@ -19,6 +19,20 @@ patched and partly replaced; the optional large file is word text changed in
 a few lines at a time. File names always carry a ``.`` and directory names
 never do, so a path is never a file on one side and a directory on another.
 
+Profiles (``PROFILES``, ``profile``) shape a spec like a large real project:
+hundreds of thousands of objects, a directory of thousands of entries, a few
+files edited so often that ``git repack --depth=50`` makes chains of depth 50,
+blobs of tens of MiB, octopus merges, about a thousand tags, annotated tags on
+a blob and on a tree, and (``quirks``) a legacy prefix of objects that old
+converters wrote and that ``git fsck`` flags (badTimezone, zeroPaddedDate,
+missingSpaceBeforeDate, missingEmail, badEmail, zeroPaddedFilemode). fast-import
+refuses to write such objects, so they are computed here and written with
+``git hash-object --literally`` before the stream starts; the stream's first
+commit names the legacy tip by id. The stream goes to fast-import in pieces, so
+a history of several hundred MiB is never held whole in memory.
+``cached_repo`` keeps a generated repository under a directory keyed by the
+spec, so benchmarks generate a profile once.
+
 The helpers ``pack_objects``, ``all_objects`` and ``verify_pack`` wrap
 ``git pack-objects``, ``git cat-file --batch`` and ``git index-pack`` +
 ``git verify-pack -v`` (gitformat-pack(5)) for interop tests and benchmarks.
@@ -26,23 +40,33 @@ The helpers ``pack_objects``, ``all_objects`` and ``verify_pack`` wrap
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import random
+import shutil
+import subprocess
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from enroute_testing.gitcli import GitFailed, run_git
+from enroute_testing.gitcli import GitFailed, default_home, git_env, run_git
 
 __all__ = [
+    "PROFILES",
+    "QUIRK_IDS",
     "GeneratedRepo",
     "RepoSpec",
     "VerifyPackEntry",
     "all_objects",
+    "cached_repo",
     "fast_import_stream",
     "generate_repo",
     "list_refs",
     "pack_objects",
+    "profile",
     "verify_pack",
 ]
 
@@ -69,7 +93,34 @@ _LARGE_CHANGES = 4  # target number of large-file revisions after the first
 _PACK_TYPES = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag", 6: b"ofs-delta", 7: b"ref-delta"}
 _OBJECT_TYPES = frozenset((b"commit", b"tree", b"blob", b"tag"))
 _LONG_TIMEOUT_S = 900.0
+_GENERATE_TIMEOUT_S = 7200.0  # a large profile: fast-import plus a full repack on 2 cores
 _PACK_OBJECTS_OPTIONS = frozenset(("--all", "--reflog", "--indexed-objects"))
+_FLUSH_BYTES = 8 << 20  # stream pieces handed to fast-import
+
+MiB = 1 << 20
+_WIDE_DIR = b"i18n"  # vocabulary words never hold a digit, so no generated path lands here
+_WIDE_EXT = b"po"  # and no text file has this extension
+_HOT_EXT = b"list"
+_BIG_DIR = b"assets"
+_BIG_KINDS = (b"random", b"text", b"nibbles")  # incompressible, text, 4 bits per byte
+_BIG_CHANGES = 1  # each big blob is patched this many times on main
+
+# The legacy prefix (``RepoSpec.quirks``): one commit per quirk, oldest first, each with
+# the author line old tools wrote. git fsck reports the id in the comment (fsck.c,
+# fsck_ident and fsck_tree); receive-pack accepts them unless receive.fsckObjects is on.
+_LEGACY_TIME_S = 1_113_690_036  # April 2005
+_LEGACY_WHO = b"Pat Legacy <pat@example.com> %d +0000"
+_LEGACY_AUTHORS: tuple[tuple[str, bytes], ...] = (
+    ("badTimezone", b"Pat Legacy <pat@example.com> %d --700"),
+    ("badTimezone", b"Pat Legacy <pat@example.com> %d +051800"),
+    ("zeroPaddedDate", b"Pat Legacy <pat@example.com> 000%d +0000"),
+    ("missingSpaceBeforeDate", b"Pat Legacy <pat@example.com>%d +0000"),
+    ("missingEmail", b"Pat Legacy %d +0000"),
+    ("badEmail", b"Pat Legacy <pat<at>example.com> %d +0000"),
+)
+QUIRK_IDS = frozenset(
+    [quirk for quirk, _ in _LEGACY_AUTHORS] + ["zeroPaddedFilemode"]
+)  # every git fsck message id the legacy prefix triggers
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +133,7 @@ class RepoSpec:
     merge_every: int = 10  # a merge on main after every N main commits (0 = none)
     files: int = 40  # initial text files
     tree_depth: int = 4  # max directory depth
+    new_dir_rate: float = 0.3  # chance that a new file opens a new directory
     rename_rate: float = 0.05  # fraction of commits that rename a path
     delete_rate: float = 0.03
     binary_files: int = 3  # random (incompressible) binary files
@@ -91,10 +143,23 @@ class RepoSpec:
     file_bytes: int = 2000  # typical text file size; scales all contents
     executable_rate: float = 0.05
     symlinks: int = 1
+    edits_max: int = 3  # most text files one ordinary commit edits (at least one)
+    # Shapes of large real projects (``PROFILES``); the defaults leave them out.
+    wide_files: int = 0  # files of one flat directory: a tree of this many entries
+    wide_edit_rate: float = 0.0  # fraction of commits that edit one file of that directory
+    hot_files: int = 0  # change logs edited far more often than the rest: deep delta chains
+    hot_edit_rate: float = 0.0  # fraction of main's commits that log a line in one hot file
+    big_blob_bytes: tuple[int, ...] = ()  # big files, kinds in turn from _BIG_KINDS
+    octopus_width: int = 2  # most branches one octopus merge takes (2 + main: 3 parents)
+    blob_tags: int = 0  # annotated tags on a blob no tree names (a maintainer's public key)
+    tree_tags: int = 0  # annotated tags on a tree no commit names
+    quirks: bool = False  # a legacy prefix of objects git fsck flags (QUIRK_IDS)
+    repack_depth: int = 0  # if >0, `git repack -adf --depth=N` after the import
 
     def __post_init__(self) -> None:
         counts = {
             "commits": self.commits,
+            "edits_max": self.edits_max,
             "files": self.files,
             "file_bytes": self.file_bytes,
         }
@@ -110,7 +175,16 @@ class RepoSpec:
             "annotated_tags": self.annotated_tags,
             "lightweight_tags": self.lightweight_tags,
             "symlinks": self.symlinks,
+            "wide_files": self.wide_files,
+            "hot_files": self.hot_files,
+            "blob_tags": self.blob_tags,
+            "tree_tags": self.tree_tags,
+            "repack_depth": self.repack_depth,
         }
+        if any(size < 1 for size in self.big_blob_bytes):
+            raise ValueError(f"RepoSpec.big_blob_bytes must be >= 1, got {self.big_blob_bytes}")
+        if self.octopus_width < 2:
+            raise ValueError(f"RepoSpec.octopus_width must be >= 2, got {self.octopus_width}")
         for name, value in non_negative.items():
             if value < 0:
                 raise ValueError(f"RepoSpec.{name} must be >= 0, got {value}")
@@ -118,6 +192,9 @@ class RepoSpec:
             "rename_rate": self.rename_rate,
             "delete_rate": self.delete_rate,
             "executable_rate": self.executable_rate,
+            "new_dir_rate": self.new_dir_rate,
+            "wide_edit_rate": self.wide_edit_rate,
+            "hot_edit_rate": self.hot_edit_rate,
         }
         for name, rate in rates.items():
             if not 0.0 <= rate <= 1.0:
@@ -212,12 +289,95 @@ def _data(payload: bytes) -> bytes:
     return b"data %d\n%s\n" % (len(payload), payload)
 
 
+def _object_id(kind: bytes, body: bytes) -> bytes:
+    """The 40-hex id git gives ``body`` as an object of ``kind`` (gitformat-loose(5))."""
+    return hashlib.sha1(b"%s %d\0" % (kind, len(body)) + body).hexdigest().encode()
+
+
+def _tree(entries: Sequence[tuple[bytes, bytes, bytes]]) -> bytes:
+    """A tree body from (mode, name, 40-hex id) entries already in git's order.
+
+    The mode is written as given, so ``b"040000"`` makes a zero-padded entry."""
+    return b"".join(
+        b"%s %s\0%s" % (mode, name, bytes.fromhex(oid.decode())) for mode, name, oid in entries
+    )
+
+
+_NIBBLES = bytes(0x30 | (b & 0x0F) for b in range(256))
+
+
+@dataclass(frozen=True, slots=True)
+class _Loose:
+    """An object written with ``git hash-object`` before the stream (fast-import cannot)."""
+
+    kind: bytes
+    body: bytes
+    literally: bool  # malformed on purpose: ``--literally`` skips hash-object's own checks
+
+    @property
+    def oid(self) -> bytes:
+        return _object_id(self.kind, self.body)
+
+
+def _prelude(spec: RepoSpec) -> tuple[list[_Loose], bytes | None, list[bytes]]:
+    """Objects written before the stream: the legacy prefix (``spec.quirks``) and the trees
+    of ``spec.tree_tags``. Returns them in write order, the legacy tip commit (or None) and
+    the tagged trees' ids. Their own seeded generator leaves the stream's untouched."""
+    rng = random.Random(f"{spec.seed}-prelude")
+    objects: list[_Loose] = []
+
+    def add(kind: bytes, body: bytes, literally: bool = False) -> bytes:
+        objects.append(_Loose(kind, body, literally))
+        return objects[-1].oid
+
+    tip: bytes | None = None
+    if spec.quirks:
+        history = add(b"blob", b"Changes before the import were kept in CVS.\n")
+        docs = add(b"tree", _tree([(_MODE_FILE, b"HISTORY", history)]))
+        notes = add(b"blob", b"Imported from CVS by an old converter.\n")
+        # "040000": the zero-padded mode old git wrote for a directory (zeroPaddedFilemode).
+        legacy = add(
+            b"tree", _tree([(_MODE_FILE, b"NOTES", notes), (b"040000", b"docs", docs)]), True
+        )
+        for n, (quirk, author) in enumerate(_LEGACY_AUTHORS):
+            when = _LEGACY_TIME_S + n * 86_400
+            readme = add(b"blob", b"Legacy import, revision %d\n" % (n + 1))
+            root = add(
+                b"tree", _tree([(_MODE_FILE, b"README", readme), (b"40000", b"legacy", legacy)])
+            )
+            parent = b"parent %s\n" % tip if tip else b""
+            body = b"tree %s\n%sauthor %s\ncommitter %s\n\nLegacy revision %d (%s)\n" % (
+                root,
+                parent,
+                author % when,
+                _LEGACY_WHO % when,
+                n + 1,
+                quirk.encode(),
+            )
+            tip = add(b"commit", body, True)
+    trees = []
+    for j in range(spec.tree_tags):
+        readme = add(b"blob", b"Source tree snapshot %d, kept for reference.\n" % (j + 1))
+        key = add(b"blob", b"".join(rng.randbytes(48).hex().encode() + b"\n" for _ in range(20)))
+        trees.append(
+            add(b"tree", _tree([(_MODE_FILE, b"README", readme), (_MODE_FILE, b"key.asc", key)]))
+        )
+    return objects, tip, trees
+
+
 class _StreamBuilder:
-    def __init__(self, spec: RepoSpec) -> None:
+    def __init__(self, spec: RepoSpec, sink: Callable[[bytes], object] | None = None) -> None:
         self.spec = spec
         self.rng = random.Random(spec.seed)
         self.vocab = _vocabulary(self.rng)
         self.out: list[bytes] = []
+        self.sink = sink  # None: keep the whole stream in ``out``
+        self.pending = 0  # content bytes in ``out`` since the last flush
+        self.prelude, self.legacy_tip, self.tagged_trees = _prelude(spec)
+        self.wide: list[bytes] = []
+        self.hot: list[bytes] = []
+        self.big: list[bytes] = []  # big blob paths; the kind is _BIG_KINDS[index % 3]
+        self.big_turn = 0
         self.mark = 0
         self.clock = 0  # commits and tags made so far; dates follow it
         self.dir_list: list[bytes] = [b""]
@@ -231,6 +391,12 @@ class _StreamBuilder:
         self.rename_credit = _Credit(spec.rename_rate, rng.random())
         self.delete_credit = _Credit(spec.delete_rate, rng.random())
         self.large_credit = _Credit(min(1.0, _LARGE_CHANGES / spec.commits), rng.random())
+        # Only a spec that asks for a shape draws from the generator for it, so the
+        # streams of specs without these shapes stay as they were.
+        self.wide_credit = _Credit(spec.wide_edit_rate, rng.random()) if spec.wide_files else None
+        self.hot_credit = _Credit(spec.hot_edit_rate, rng.random()) if spec.hot_files else None
+        changes = min(1.0, _BIG_CHANGES * len(spec.big_blob_bytes) / spec.commits)
+        self.big_credit = _Credit(changes, rng.random()) if spec.big_blob_bytes else None
 
     # -- contents --
 
@@ -286,6 +452,22 @@ class _StreamBuilder:
             data = data[:start] + self._line() + data[end:]
         return data
 
+    def _big_blob(self, kind: bytes, size: int) -> bytes:
+        if kind == b"text":
+            return self._large(size)
+        data = self.rng.randbytes(size)
+        return data.translate(_NIBBLES) if kind == b"nibbles" else data
+
+    def _edit_big(self, kind: bytes, data: bytes) -> bytes:
+        """A few patches, so the new version deltas well against the old one."""
+        if kind == b"text":
+            return self._edit_large(data)
+        for _ in range(3):
+            patch = self._big_blob(kind, min(len(data), 4096))
+            at = self.rng.randrange(len(data) - len(patch) + 1)
+            data = data[:at] + patch + data[at + len(patch) :]
+        return data
+
     def _edit_binary(self, data: bytes) -> bytes:
         rng = self.rng
         if rng.random() < 0.5 or len(data) < 64:
@@ -298,7 +480,7 @@ class _StreamBuilder:
 
     def _pick_dir(self) -> bytes:
         rng = self.rng
-        if rng.random() < 0.3:
+        if rng.random() < self.spec.new_dir_rate:
             parents = [d for d in self.dir_list if self.dir_depth[d] < self.spec.tree_depth]
             if parents:
                 parent = rng.choice(parents)
@@ -332,10 +514,18 @@ class _StreamBuilder:
         br.state[path] = (mode, data)
         br.touched[path] = None
         ops.append(b"M %s inline %s\n%s" % (mode, path, _data(data)))
+        self.pending += len(data)
+
+    def _flush(self) -> None:
+        if self.sink is not None and self.out:
+            self.sink(b"".join(self.out))
+            self.out.clear()
+            self.pending = 0
 
     def _commit(
-        self, br: _Branch, parents: Sequence[int], ops: list[bytes], subject: bytes
+        self, br: _Branch, parents: Sequence[int | bytes], ops: list[bytes], subject: bytes
     ) -> None:
+        """Emit a commit; a parent is a mark, or (the legacy tip) a 40-hex id."""
         rng = self.rng
         name, email, tz = _IDENTITIES[rng.randrange(len(_IDENTITIES))]
         when = BASE_TIME_S + self.clock * COMMIT_STEP_S
@@ -348,11 +538,14 @@ class _StreamBuilder:
         head = [b"commit %s\nmark :%d\n" % (br.ref, self.mark)]
         head.append(b"author " + who + b"committer " + who + _data(message))
         if parents:
-            head.append(b"from :%d\n" % parents[0])
-            head.extend(b"merge :%d\n" % p for p in parents[1:])
+            ref = [p if isinstance(p, bytes) else b":%d" % p for p in parents]
+            head.append(b"from %s\n" % ref[0])
+            head.extend(b"merge %s\n" % p for p in ref[1:])
         self.out.extend(head)
         self.out.extend(ops)
         self.out.append(b"\n")
+        if self.pending >= _FLUSH_BYTES:
+            self._flush()
         br.tip = self.mark
         br.commits += 1
         if br is self.main:
@@ -383,7 +576,27 @@ class _StreamBuilder:
             path = self._new_path(main, b"lnk")
             self.links.append(path)
             self._set(main, ops, path, _MODE_LINK, self._link_target(main, path))
-        self._commit(main, (), ops, b"Initial import")
+        self._shaped_root(ops)
+        parents = (self.legacy_tip,) if self.legacy_tip else ()
+        self._commit(main, parents, ops, b"Initial import")
+
+    def _shaped_root(self, ops: list[bytes]) -> None:
+        """The root commit's part of the large-project shapes (none for a plain spec)."""
+        spec, rng, main = self.spec, self.rng, self.main
+        size = max(1, spec.file_bytes // 4)
+        for i in range(spec.wide_files):
+            path = b"%s/%s-%04d.%s" % (_WIDE_DIR, rng.choice(self.vocab), i, _WIDE_EXT)
+            self.wide.append(path)
+            self._set(main, ops, path, _MODE_FILE, self._text(size))
+        for i in range(spec.hot_files):
+            path = b"NEWS-%d.%s" % (i + 1, _HOT_EXT)
+            self.hot.append(path)
+            self._set(main, ops, path, _MODE_FILE, self._text(spec.file_bytes * 6))
+        for i, size in enumerate(spec.big_blob_bytes):
+            kind = _BIG_KINDS[i % len(_BIG_KINDS)]
+            path = b"%s/%s-%d.bin" % (_BIG_DIR, kind, i + 1)
+            self.big.append(path)
+            self._set(main, ops, path, _MODE_FILE, self._big_blob(kind, size))
 
     def _add_text(self, br: _Branch, ops: list[bytes], executable: bool) -> bytes:
         if executable:
@@ -412,7 +625,7 @@ class _StreamBuilder:
         ops: list[bytes] = []
         busy: set[bytes] = set()  # membership only: never write a path twice in one commit
         words: list[bytes] = []
-        for _ in range(rng.randint(1, 3)):
+        for _ in range(rng.randint(1, spec.edits_max)):
             path = self._pick(br.text, busy, br)
             if path is not None:
                 mode, data = br.state[path]
@@ -435,6 +648,7 @@ class _StreamBuilder:
                 ops.append(b"D %s\n" % path)
                 words.append(b"delete " + path)
         words.extend(self._other_changes(br, ops, busy))
+        words.extend(self._shaped_changes(br, ops, busy))
         if not ops:
             words.append(b"add " + self._add_text(br, ops, False))
         subject = b"%s: " % br.ref.removeprefix(b"refs/heads/") + b", ".join(words[:3])
@@ -486,6 +700,39 @@ class _StreamBuilder:
                 words.append(b"chmod " + path)
         return words
 
+    def _shaped_changes(self, br: _Branch, ops: list[bytes], busy: set[bytes]) -> list[bytes]:
+        """Edits of the wide directory, the hot files and the big blobs (these two on main).
+
+        A hot file is a change log: each edit puts a line on top, as NEWS files grow,
+        and rewrites one older line. Sorted by size (pack-objects' order), its versions
+        are then in history order; each is nearest to the next (the rewritten lines add
+        up), so the deltas form one line and ``--depth=50`` chains fill up. Random edits
+        of small files stop short of 50: the delta size cap shrinks with depth, and a
+        file that only grows at the top deltas every version against the newest."""
+        words: list[bytes] = []
+        if self.wide_credit is not None and self.wide_credit.due():
+            path = self._pick(self.wide, busy, br)
+            if path is not None:
+                self._set(br, ops, path, _MODE_FILE, self._edit_text(br.state[path][1]))
+                busy.add(path)
+                words.append(b"edit " + path)
+        if self.hot_credit is not None and br is self.main and self.hot_credit.due():
+            path = self.hot[self.rng.randrange(len(self.hot))]
+            lines = br.state[path][1].splitlines(keepends=True)
+            lines[self.rng.randrange(len(lines))] = self._line()
+            self._set(br, ops, path, _MODE_FILE, b"".join([b"* " + self._line(), *lines]))
+            busy.add(path)
+            words.append(b"log " + path)
+        if self.big_credit is not None and br is self.main and self.big_credit.due():
+            index = self.big_turn % len(self.big)
+            self.big_turn += 1
+            path = self.big[index]
+            data = self._edit_big(_BIG_KINDS[index % len(_BIG_KINDS)], br.state[path][1])
+            self._set(br, ops, path, _MODE_FILE, data)
+            busy.add(path)
+            words.append(b"update " + path)
+        return words
+
     def merge(self, sources: list[_Branch]) -> None:
         main = self.main
         final: dict[bytes, tuple[bytes, bytes] | None] = {}
@@ -512,6 +759,7 @@ class _StreamBuilder:
     # -- the whole history --
 
     def build(self) -> bytes:
+        """The whole stream, or (with a sink) b"" after handing it to the sink in pieces."""
         spec, rng, main = self.spec, self.rng, self.main
         self.root()
         branches = [
@@ -534,7 +782,8 @@ class _StreamBuilder:
             if spec.merge_every and ready and self.since_merge >= spec.merge_every - 1:
                 # One merge in four is an octopus, as soon as two branches are ready.
                 if len(ready) > 1 and merges // 4 >= octopi:
-                    sources = rng.sample(ready, 2)
+                    width = min(len(ready), spec.octopus_width)
+                    sources = rng.sample(ready, rng.randint(2, width) if width > 2 else 2)
                     octopi += 1
                 else:
                     sources = [rng.choice(ready)]
@@ -552,8 +801,12 @@ class _StreamBuilder:
             if br.commits == 0:
                 self.out.append(b"reset %s\nfrom :%d\n\n" % (br.ref, fork_mark[k]))
         self._tags()
+        self._object_tags()
         self.out.append(b"done\n")
-        return b"".join(self.out)
+        if self.sink is None:
+            return b"".join(self.out)
+        self._flush()
+        return b""
 
     def _fork_points(self, count: int) -> list[int]:
         """Commit indexes where branches fork, one per stratum of the first two thirds."""
@@ -589,6 +842,27 @@ class _StreamBuilder:
             at = rng.randrange(len(marks))
             self.out.append(b"reset refs/tags/snapshot-%d\nfrom :%d\n\n" % (j + 1, marks[at]))
 
+    def _object_tags(self) -> None:
+        """Annotated tags on a blob no tree names (git.git's junio-gpg-pub is one) and on
+        the prelude's trees (linux's v2.6.11-tree is one)."""
+        name, email, tz = _TAGGER
+        targets = []
+        for j in range(self.spec.blob_tags):
+            self.mark += 1
+            armor = b"".join(self.rng.randbytes(48).hex().encode() + b"\n" for _ in range(30))
+            key = b"-----BEGIN PGP PUBLIC KEY BLOCK-----\n\n%s-----END PGP PUBLIC KEY BLOCK-----\n"
+            self.out.append(b"blob\nmark :%d\n%s" % (self.mark, _data(key % armor)))
+            targets.append((b"maintainer-pubkey-%d" % (j + 1), b":%d" % self.mark))
+        targets += [(b"snapshot-tree-%d" % (j + 1), t) for j, t in enumerate(self.tagged_trees)]
+        for tag, target in targets:
+            when = BASE_TIME_S + self.clock * COMMIT_STEP_S
+            self.clock += 1
+            message = b"%s\n" % tag
+            self.out.append(
+                b"tag %s\nfrom %s\ntagger %s <%s> %d %s\n%s"
+                % (tag, target, name, email, when, tz, _data(message))
+            )
+
 
 def fast_import_stream(spec: RepoSpec) -> bytes:
     """The whole ``git fast-import`` input for ``spec`` (raw dates, ends with ``done``)."""
@@ -617,19 +891,149 @@ def list_refs(repo: Path) -> dict[bytes, bytes]:
 
 
 def generate_repo(path: Path, spec: RepoSpec) -> GeneratedRepo:
-    """Create a bare repository at ``path`` (absent or empty) holding ``spec``'s history."""
+    """Create a bare repository at ``path`` (absent or empty) holding ``spec``'s history.
+
+    The prelude objects go in first, one ``git hash-object`` each (their ids are checked
+    against the ones the stream names); the stream then goes to one ``git fast-import``
+    in pieces; with ``spec.repack_depth`` one ``git repack -adf`` follows."""
     path.mkdir(parents=True, exist_ok=True)
     if any(path.iterdir()):
         raise FileExistsError(f"{path} is not empty")
-    stream = fast_import_stream(spec)
     _init_bare(path)
-    run_git(
-        ["fast-import", "--quiet", "--date-format=raw", "--done"],
-        cwd=path,
-        input=stream,
-        timeout_s=_LONG_TIMEOUT_S,
-    )
+    argv = ["git", "fast-import", "--quiet", "--date-format=raw", "--done"]
+    argv.append(f"--active-branches={max(5, spec.branches + 1)}")  # no tree reloads
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            argv,
+            cwd=path,
+            env=git_env(default_home()),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        assert proc.stdin is not None
+        try:
+            builder = _StreamBuilder(spec, proc.stdin.write)
+            _write_prelude(path, builder.prelude)
+            builder.build()
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # fast-import died: its status and stderr say why, below
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        status = proc.wait(timeout=_GENERATE_TIMEOUT_S)
+        if status != 0:
+            err.seek(0)
+            raise GitFailed(argv, status, err.read()[-64 * 1024 :])
+    if spec.repack_depth:
+        repack = ["repack", "-a", "-d", "-f", "-q", f"--depth={spec.repack_depth}", "--window=10"]
+        run_git(repack, cwd=path, timeout_s=_GENERATE_TIMEOUT_S)
     return GeneratedRepo(path=path, spec=spec, refs=list_refs(path), head=b"refs/heads/main")
+
+
+def _write_prelude(repo: Path, objects: Sequence[_Loose]) -> None:
+    for obj in objects:
+        args = ["hash-object", "-w", "-t", obj.kind.decode(), "--stdin"]
+        if obj.literally:
+            args.append("--literally")
+        written = run_git(args, cwd=repo, input=obj.body).strip()
+        if written != obj.oid:
+            raise AssertionError(f"prelude object {obj.oid!r} was written as {written!r}")
+
+
+# --- profiles -------------------------------------------------------------------------------
+
+# The shape of a large real project's history (the issue's C project: about 410,000
+# objects, 1,000 tags, a 307 MiB pack) and a scaled-down copy CI affords in seconds.
+PROFILES: dict[str, RepoSpec] = {
+    "large": RepoSpec(
+        commits=80_000,
+        branches=40,
+        merge_every=8,
+        files=5_000,
+        tree_depth=1,
+        new_dir_rate=0.05,
+        rename_rate=0.02,
+        delete_rate=0.01,
+        binary_files=20,
+        annotated_tags=600,
+        lightweight_tags=400,
+        file_bytes=2_400,
+        executable_rate=0.03,
+        symlinks=10,
+        edits_max=2,
+        wide_files=3_200,
+        wide_edit_rate=0.02,
+        hot_files=4,
+        hot_edit_rate=0.1,
+        big_blob_bytes=(24 * MiB, 96 * MiB, 40 * MiB),
+        octopus_width=6,
+        blob_tags=2,
+        tree_tags=2,
+        quirks=True,
+        repack_depth=50,
+    ),
+    "large-ci": RepoSpec(
+        commits=1_200,
+        branches=6,
+        merge_every=6,
+        files=200,
+        rename_rate=0.05,
+        delete_rate=0.02,
+        binary_files=3,
+        annotated_tags=12,
+        lightweight_tags=8,
+        file_bytes=1_500,
+        wide_files=3_000,
+        wide_edit_rate=0.02,
+        hot_files=1,
+        hot_edit_rate=0.25,
+        big_blob_bytes=(1 * MiB, 2 * MiB, 1 * MiB),
+        octopus_width=4,
+        blob_tags=1,
+        tree_tags=1,
+        quirks=True,
+        repack_depth=50,
+    ),
+}
+
+
+def profile(name: str, *, seed: int = 0, quirks: bool | None = None) -> RepoSpec:
+    """``PROFILES[name]`` with ``seed`` and, unless None, ``quirks`` replaced."""
+    spec = replace(PROFILES[name], seed=seed)
+    return spec if quirks is None else replace(spec, quirks=quirks)
+
+
+_CACHE_FORMAT = 1  # bump when the generator's output for a spec changes
+_CACHE_READY = "generated.json"
+
+
+def cached_repo(spec: RepoSpec, cache: Path, label: str = "repo") -> tuple[GeneratedRepo, float]:
+    """The repository of ``spec`` under ``cache``, generated on the first call only.
+
+    The directory is named by ``label``, the seed, quirks and a digest of the whole
+    spec, so another spec never reuses it; it appears (renamed into place) only once
+    complete. Returns the repository and the seconds its generation took then."""
+    digest = hashlib.sha256(f"{_CACHE_FORMAT} {spec!r}".encode()).hexdigest()[:12]
+    quirks = "quirks" if spec.quirks else "plain"
+    final = cache / f"{label}-seed{spec.seed}-{quirks}-{digest}"
+    ready = final / _CACHE_READY
+    if not ready.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f"{final.name}.", dir=cache))
+        try:
+            start = time.perf_counter()
+            generate_repo(work / "repo.git", spec)
+            took = time.perf_counter() - start
+            (work / _CACHE_READY).write_text(json.dumps({"spec": repr(spec), "seconds": took}))
+            os.rename(work, final)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    seconds = float(json.loads(ready.read_text())["seconds"])
+    path = final / "repo.git"
+    return GeneratedRepo(path, spec, list_refs(path), b"refs/heads/main"), seconds
 
 
 def pack_objects(
