@@ -336,7 +336,32 @@ class TransportConfig(_Section):
     connections_max: int = Field(
         default=1024,
         ge=1,
-        description="Open HTTP connections this node accepts; more are answered 503 at once.",
+        description="Open HTTP connections on this node. When reached, the connection waiting "
+        "longest for a request head is closed for a new one; if every connection is busy with "
+        "a request, the new one gets 503 at once.",
+    )
+    client_connections_max: int = Field(
+        default=256,
+        ge=0,
+        description="Open HTTP connections from one client address (behind a proxy: the "
+        "proxy's); more get 503 at once. 0: no bound.",
+    )
+    client_requests_max: int = Field(
+        default=128,
+        ge=0,
+        description="Git and API requests in flight from one client address (behind a proxy: "
+        "the proxy's); more get 503 with Retry-After. 0: no bound.",
+    )
+    header_timeout: Seconds = Field(
+        default=20.0,
+        gt=0,
+        description="Longest wait for a whole request head, from the connection's start or the "
+        "end of its previous request; then the connection is closed (408 if a head had begun).",
+    )
+    header_max: Bytes = Field(
+        default=16 * KiB,
+        ge=1024,
+        description="Largest request head (request line and header fields); larger gets 431.",
     )
 
 

@@ -27,9 +27,10 @@ from enroute_core.base.errors import (
     Timeout,
     Unavailable,
 )
-from enroute_core.base.limits import DEFAULT_LIMITS, MiB
+from enroute_core.base.limits import DEFAULT_LIMITS, KiB, MiB
 from enroute_gitproto.api import PREFIX, ApiHandler
 from enroute_gitproto.auth import REMOTE, Authorizer, TokenFile
+from enroute_gitproto.connections import Connections
 from enroute_gitproto.githttp import (
     ConversationBroken,
     GitHandler,
@@ -66,23 +67,40 @@ class TransportLimits:
     connections_max: int = 1024
     rpc_message_bytes_max: int = DEFAULT_LIMITS.rpc_message_bytes_max
     """One gRPC message to or from a compute (the ``rpc_message_bytes_max`` limit)."""
+    client_connections_max: int = 256
+    """Open connections from one client address; 0: no bound (connections.py)."""
+    client_requests_max: int = 128
+    """Requests in flight from one client address; 0: no bound."""
+    header_timeout_s: float = 20.0
+    """From a connection's start, or the end of its last request, to a whole request head."""
+    header_bytes_max: int = 16 * KiB
+    """Request line and header fields of one request."""
 
 
 class Admission:
-    """Requests in flight on this node and per repository; one event loop, so no lock."""
+    """Requests in flight on this node, per repository and per client address; one event
+    loop, so no lock."""
 
     def __init__(self, limits: TransportLimits) -> None:
         self.limits = limits
         self.total = 0
         self.by_repo: dict[str, int] = {}  # at most requests_max keys: zero counts go
+        self.by_client: dict[str, int] = {}  # likewise
 
-    def enter(self, repo: str | None) -> None:
+    def enter(self, repo: str | None, client: str = "-") -> None:
         """Take a slot, or Unavailable (503, Retry-After) naming the bound that is full."""
         limits = self.limits
         if self.total >= limits.requests_max:
             raise Unavailable(
                 f"this node is serving its limit of {limits.requests_max} requests "
                 "(transport.requests_max); retry later",
+                retry_after_s=limits.retry_after_s,
+            )
+        cap = limits.client_requests_max
+        if cap and self.by_client.get(client, 0) >= cap:
+            raise Unavailable(
+                f"client {client} has its limit of {cap} requests in flight "
+                "(transport.client_requests_max); retry later",
                 retry_after_s=limits.retry_after_s,
             )
         if repo is not None and self.by_repo.get(repo, 0) >= limits.repo_requests_max:
@@ -92,12 +110,18 @@ class Admission:
                 retry_after_s=limits.retry_after_s,
             )
         self.total += 1
+        self.by_client[client] = self.by_client.get(client, 0) + 1
         if repo is not None:
             self.by_repo[repo] = self.by_repo.get(repo, 0) + 1
 
-    def leave(self, repo: str | None) -> None:
+    def leave(self, repo: str | None, client: str = "-") -> None:
         assert self.total > 0
         self.total -= 1
+        left_client = self.by_client[client] - 1
+        if left_client:
+            self.by_client[client] = left_client
+        else:
+            del self.by_client[client]
         if repo is not None:
             left = self.by_repo[repo] - 1
             if left:
@@ -202,6 +226,17 @@ class GitprotoApp:
         self.api = ApiHandler(self.pool, self.authorizer)
         self.status = StatusEndpoints(node_id, self.pool.members, self.metrics)
         self.status.sections["auth"] = self.authorizer.status
+        t = self.transport
+        self.connections = Connections(
+            connections_max=t.connections_max,
+            client_connections_max=t.client_connections_max,
+            header_timeout_s=t.header_timeout_s,
+            header_bytes_max=t.header_bytes_max,
+            retry_after_s=t.retry_after_s,
+            on_close=lambda reason: self.metrics.connections_closed.labels(reason).inc(),
+        )
+        self.metrics.connections_open.set_function(lambda: self.connections.open)
+        self.status.sections["connections"] = self.connections.status
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -231,13 +266,14 @@ class GitprotoApp:
         api = kind == "api"
         guard = _Guard(receive, send, self.transport, api)
         repo = api_repo(scope["path"]) if api else git_repo(scope)
+        client = scope["client"][0] if scope.get("client") else "-"
         try:
             if api:
                 self._check_api_length(scope)
                 if scope["method"] == "POST":
                     # every API POST needs write: refuse before its body is read
                     self.authorizer.authorize(header(scope, b"authorization"), "write", repo)
-            self.admission.enter(repo)
+            self.admission.enter(repo, client)
         except EnrouteError as error:
             return await self._refuse(guard, error, api)
         timer = asyncio.timeout(self.transport.request_timeout_s)
@@ -260,7 +296,7 @@ class GitprotoApp:
                 raise ConversationBroken(late.message) from None
             return await self._refuse(guard, late, api)
         finally:
-            self.admission.leave(repo)
+            self.admission.leave(repo, client)
 
     def _check_api_length(self, scope: Scope) -> None:
         length = (header(scope, b"content-length") or "").strip()

@@ -22,6 +22,7 @@ from enroute_core.base.errors import EnrouteError, InvalidArgument
 from enroute_core.config import Config, load_config
 from enroute_core.discovery import MemberSource, follow, member_source
 from enroute_gitproto.app import GitprotoApp, TransportLimits
+from enroute_gitproto.connections import guarded_protocol
 from enroute_gitproto.githttp import GitHttpLimits
 from enroute_gitproto.observe import DiscoveryCollector, RequestMetrics
 
@@ -84,7 +85,7 @@ async def serve(
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-        limit_concurrency=app.transport.connections_max,
+        http=guarded_protocol(app.connections),  # connection bounds: connections.py
     )
     server = _Server(config)
     loop = asyncio.get_running_loop()
@@ -130,6 +131,10 @@ def transport_limits(config: Config) -> tuple[GitHttpLimits, TransportLimits]:
         api_body_bytes_max=t.api_body_max,
         connections_max=t.connections_max,
         rpc_message_bytes_max=config.resource_limits().rpc_message_bytes_max,
+        client_connections_max=t.client_connections_max,
+        client_requests_max=t.client_requests_max,
+        header_timeout_s=t.header_timeout,
+        header_bytes_max=t.header_max,
     )
     return git, every
 

@@ -65,6 +65,14 @@ class Metrics:
             "Requests refused by authentication or authorization, by reason",
             ["reason"], registry=r,
         )  # fmt: skip
+        self.connections_open = Gauge(
+            "enroute_gitproto_connections_open", "HTTP connections open on this node", registry=r
+        )
+        self.connections_closed = Counter(
+            "enroute_gitproto_connections_closed_total",
+            "HTTP connections refused or closed by a connection bound, by reason",
+            ["reason"], registry=r,
+        )  # fmt: skip
         self.compute_members = Gauge(
             "enroute_gitproto_compute_members", "Compute members requests are routed over",
             registry=r,
