@@ -222,8 +222,7 @@ class GuardedH11Protocol(H11Protocol):
         self.host = self.client[0] if self.client else "-"
         refused = self.bounds.join(self)
         if refused is not None:
-            transport.write(raw_response(503, refused, self.bounds.retry_after_s))
-            transport.close()
+            self._answer_and_close(raw_response(503, refused, self.bounds.retry_after_s))
             return
         self.await_head()
 
@@ -278,10 +277,18 @@ class GuardedH11Protocol(H11Protocol):
         if self.transport.is_closing():
             return
         self.bounds.note(reason, self.host, message)
-        if status is None or not self.transport.can_write_eof():
+        if status is None:
+            self.transport.close()
+        else:
+            self._answer_and_close(raw_response(status, message))
+
+    def _answer_and_close(self, answer: bytes) -> None:
+        """Send ``answer``, then read and drop for LINGER_S before closing (module docstring
+        of LINGER_S: an immediate close could reset the connection before it is read)."""
+        self.transport.write(answer)
+        if not self.transport.can_write_eof():
             self.transport.close()
             return
-        self.transport.write(raw_response(status, message))
         self.transport.write_eof()
         self._lingering = True
         self.transport.resume_reading()
