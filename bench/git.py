@@ -2,17 +2,28 @@
 
 Both servers run side by side in the same run and serve the same generated
 repositories to the same git client (scrubbed environment); every measurement
-alternates between them. Reported: wall time min / median / max over runs, and
-the ratio enroute/git of paired runs. Targets: clones at most 1.0x, initial
-push at most 1.5x, ls-remote at most 1.0x.
+alternates between them. Reported per measurement: the client's wall time min /
+median / max over runs and the ratio enroute/git of paired runs; the server's CPU
+and peak RSS over the same runs (``Meter`` says exactly what is read). Targets:
+clones at most 1.0x, initial push at most 1.5x, ls-remote at most 1.0x.
 
-Usage: ``python -m bench.git [--quick] [--runs N] [--only NAME,...]`` from the checkout root;
-``--only`` runs a subset of the measurements (names: ``SECTIONS``).
+Profiles: ``default`` (section "git"), ``quick`` (a smoke run, same section) and the
+large-project shapes of ``enroute_testing.repogen.PROFILES`` (``large``,
+``large-ci``; section "git-<profile>"), which run the initial push, the full,
+blobless and depth-1 clones, the incremental push and fetch and the concurrent
+clones. Generated repositories are kept under ``--cache`` (``.bench-cache/``), so
+a profile is generated once. The large profiles carry the legacy quirks
+(``RepoSpec.quirks``) only if Enroute accepts a push of them; otherwise they run
+without, and the section says so.
+
+Usage: ``python -m bench.git [--profile NAME] [--quick] [--runs N] [--only NAME,...]`` from
+the checkout root; ``--only`` runs a subset of the measurements (names: ``SECTIONS``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -20,15 +31,26 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from bench.report import CLK_TCK, ROOT, Series, cpu_ticks, fmt3, write_section
 from enroute_testing.gitcli import git_env
-from enroute_testing.repogen import RepoSpec, generate_repo
+from enroute_testing.repogen import (
+    PROFILES,
+    QUIRK_IDS,
+    GeneratedRepo,
+    RepoSpec,
+    cached_repo,
+    generate_repo,
+    profile,
+)
 
 READY_TIMEOUT_S = 120.0
 NEW_COMMITS = 20
@@ -38,6 +60,13 @@ SHORT_RUNS_FACTOR = 3
 """The depth-1 clone (about 0.1 s) runs this many times as often as the rest."""
 SECTIONS = ("push", "clone-v2", "clone-v0", "blobless", "depth1", "incremental", "ls-remote",
             "concurrent")  # fmt: skip
+LARGE_SECTIONS = ("push", "clone-v2", "blobless", "depth1", "incremental", "concurrent")
+SMALL_PROFILES = {
+    "default": RepoSpec(commits=2000, files=500),
+    "quick": RepoSpec(commits=100, files=50),
+}
+CACHE = ROOT / ".bench-cache"
+SAMPLE_S = 0.02
 
 
 @dataclass
@@ -91,11 +120,85 @@ def _server_cpu_s(s: Server) -> float:
     return sum(cpu_ticks(p) for p in [pid, *_children(pid)]) / CLK_TCK
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants alive now."""
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        with contextlib.suppress(OSError, ValueError):  # a process that ended meanwhile
+            todo += _children(found[-1])
+    return found
+
+
 def _hwm_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
     return 0
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One run of one measurement against one server."""
+
+    wall_s: float  # the git client's wall time: the request from start to end
+    server_cpu_s: float
+    client_cpu_s: float  # the git clients this process ran (RUSAGE_CHILDREN)
+    server_rss_kib: int
+
+
+class Meter:
+    """The server's CPU and peak RSS while ``with Meter(server):`` runs.
+
+    Peak RSS is read from every process of the server's tree: the server process
+    and all its descendants (enroute's dev process and its roles; the bridge and,
+    per request, ``git http-backend`` with its upload-pack / receive-pack and their
+    pack-objects / index-pack). Each reports its own peak resident set, VmHWM in
+    /proc/PID/status. At the start, the processes alive (the long-lived ones) have
+    that peak reset to their current RSS (``5`` written to /proc/PID/clear_refs), so
+    it is their peak during the measurement. A thread reads the tree every 20 ms;
+    the result is the sum, over every process seen, of the last VmHWM read. So a
+    process that lives less than 20 ms can be missed, and processes that peak at
+    different times are added as if they peaked together (an upper bound).
+
+    CPU is ``_server_cpu_s`` before and after: user + system time of the server
+    process and its children (for git, the CGI processes the bridge has reaped).
+    """
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.peaks: dict[int, int] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample_loop, daemon=True)
+        self.cpu_s = 0.0
+
+    def _sample(self) -> None:
+        for pid in _tree(self.server.proc.pid):
+            with contextlib.suppress(OSError, ValueError):
+                self.peaks[pid] = max(self.peaks.get(pid, 0), _hwm_kib(pid))
+
+    def _sample_loop(self) -> None:
+        while not self.stop.wait(SAMPLE_S):
+            self._sample()
+
+    def __enter__(self) -> Meter:
+        for pid in _tree(self.server.proc.pid):
+            with contextlib.suppress(OSError):
+                Path(f"/proc/{pid}/clear_refs").write_text("5")
+        self._sample()
+        self.cpu_s = -_server_cpu_s(self.server)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self._sample()
+        self.cpu_s += _server_cpu_s(self.server)
+
+    @property
+    def rss_kib(self) -> int:
+        return sum(self.peaks.values())
 
 
 class Bench:
@@ -182,22 +285,98 @@ def _row(label: str, series: dict[str, Series], scale: float = 1.0) -> str:
     )
 
 
-def run(
-    work: Path, spec: RepoSpec, runs: int, only: frozenset[str] = frozenset(SECTIONS)
-) -> list[str]:
-    bench = Bench(work, runs)
-    t0 = time.perf_counter()
-    source = generate_repo(work / "source.git", spec).path
-    gen_s = time.perf_counter() - t0
-    objects = subprocess.run(
-        ["git", "count-objects", "-v"],
-        check=True,
-        cwd=source,
+def _server_row(label: str, samples: dict[str, list[Sample]]) -> str:
+    def cols(name: str) -> list[str]:
+        runs = samples[name]
+        cpu = Series(tuple(x.server_cpu_s for x in runs))
+        rss = Series(tuple(x.server_rss_kib / 1024 for x in runs))
+        client = statistics.median(x.client_cpu_s for x in runs)
+        return [fmt3(cpu, digits=2), fmt3(rss, digits=0), f"{client:.2f}"]
+
+    ours, ref = cols("enroute"), cols("git")
+    return (
+        "| " + " | ".join([label, ours[0], ref[0], ours[1], ref[1], f"{ours[2]} / {ref[2]}"]) + " |"
+    )
+
+
+def _describe(source: GeneratedRepo, env: dict[str, str]) -> tuple[str, Counter[str]]:
+    """The shape of the generated repository as git sees it, for the report."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", *args], cwd=source.path, env=env, check=True, capture_output=True, text=True
+        )
+        return done.stdout
+
+    kinds: Counter[str] = Counter()
+    base: dict[str, str] = {}
+    biggest = 0
+    check = "--batch-check=%(objectname) %(objecttype) %(objectsize) %(deltabase)"
+    for line in git("cat-file", "--batch-all-objects", check).splitlines():
+        oid, kind, size, delta_base = line.split()
+        kinds[kind] += 1
+        if kind == "blob":
+            biggest = max(biggest, int(size))
+        if delta_base != "0" * len(delta_base):
+            base[oid] = delta_base
+    depth: dict[str, int] = {}
+    for start in base:
+        chain, at = [], start
+        while at in base and at not in depth:
+            chain.append(at)
+            at = base[at]
+        d = depth.get(at, 0)
+        for o in reversed(chain):
+            d += 1
+            depth[o] = d
+    deepest = max(depth.values(), default=0)
+    counts = dict(line.split(": ") for line in git("count-objects", "-v").splitlines())
+    tags = len(git("for-each-ref", "refs/tags").splitlines())
+    merges = Counter(
+        len(ln.split()) - 1 for ln in git("rev-list", "--parents", "--merges", "--all").splitlines()
+    )
+    by_kind = ", ".join(f"{n:,} {k}s" for k, n in sorted(kinds.items()))
+    packed_mib = (int(counts["size-pack"]) + int(counts["size"])) / 1024
+    text = (
+        f"{sum(kinds.values()):,} objects ({by_kind}), "
+        f"{packed_mib:.0f} MiB packed, {tags:,} tag refs, "
+        f"{sum(merges.values()):,} merges (the widest with {max(merges, default=0)} parents), "
+        f"delta chains up to depth {deepest} ({sum(1 for d in depth.values() if d == deepest):,} "
+        f"objects at it), the biggest blob {biggest / 2**20:.0f} MiB"
+    )
+    return text, kinds
+
+
+def _quirks_refused(bench: Bench, server: Server) -> str | None:
+    """None if ``server`` takes a push of the legacy quirks, else git's message."""
+    probe = generate_repo(
+        bench.work / "quirks-probe.git", RepoSpec(commits=2, files=2, quirks=True)
+    )
+    done = subprocess.run(
+        ["git", "push", f"{server.url}/quirks-probe.git", "refs/heads/*:refs/heads/*"],
+        cwd=probe.path,
         env=bench.env,
         capture_output=True,
         text=True,
-    ).stdout
-    size = dict(line.split(": ") for line in objects.splitlines())
+        check=False,
+    )
+    if done.returncode == 0:
+        return None
+    return " ".join(
+        ln.strip() for ln in done.stderr.splitlines() if "rejected" in ln or "error" in ln
+    )
+
+
+def run(
+    work: Path,
+    name: str,
+    runs: int,
+    only: frozenset[str] = frozenset(SECTIONS),
+    *,
+    cache: Path = CACHE,
+    seed: int = 0,
+) -> list[str]:
+    bench = Bench(work, runs)
     python = sys.executable
     enroute = str(Path(python).parent / "enroute")
     servers = [
@@ -215,43 +394,68 @@ def run(
         ),
     ]
     rows: list[str] = []
-    notes: list[str] = []
+    server_rows: list[str] = []
+    notes: list[str] = []  # before the tables
+    after: list[str] = []
     try:
+        spec = (
+            replace(SMALL_PROFILES[name], seed=seed)
+            if name in SMALL_PROFILES
+            else profile(name, seed=seed)
+        )
+        if spec.quirks and (refused := _quirks_refused(bench, servers[0])):
+            spec = replace(spec, quirks=False)
+            notes.append(
+                "Run without the legacy quirks (`quirks=False`): Enroute refused a push of "
+                f"them with default configuration ({refused})."
+            )
+        elif spec.quirks:
+            notes.append(
+                "The history starts with the legacy quirks (" + ", ".join(sorted(QUIRK_IDS)) + "); "
+                "both servers accepted them with default configuration."
+            )
+        repo, gen_s = cached_repo(spec, cache, name)
+        source = repo.path
+        shape, _ = _describe(repo, bench.env)
         push_refs = ["refs/heads/*:refs/heads/*", "refs/tags/*:refs/tags/*"]
+        stats: dict[tuple[str, str], list[Sample]] = {}
 
-        cpu: dict[tuple[str, str], list[tuple[float, float]]] = {}
-
-        def with_cpu(section: str, s: Server, work: Callable[[], float]) -> float:
-            """``work``'s result; the server's and the clients' CPU kept under ``section``."""
-            server0 = _server_cpu_s(s)
+        def measured(section: str, s: Server, work: Callable[[], float]) -> float:
+            """``work``'s wall time; the server's CPU and peak RSS and the clients' CPU
+            are kept under ``section``."""
             kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            took = work()
+            with Meter(s) as meter:
+                took = work()
             kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             clients = kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime
-            cpu.setdefault((section, s.name), []).append((_server_cpu_s(s) - server0, clients))
+            stats.setdefault((section, s.name), []).append(
+                Sample(took, meter.cpu_s, clients, meter.rss_kib)
+            )
             return took
 
-        def cpu_note(section: str, what: str) -> str:
-            def med(name: str, i: int) -> float:
-                return statistics.median(x[i] for x in cpu[section, name])
-
-            return (
-                f"CPU per {what}, median: the server {med('enroute', 0):.2f} s for enroute "
-                f"(its three roles) and {med('git', 0):.2f} s for `git http-backend` (the "
-                f"bridge and its CGI processes); the git clients {med('enroute', 1):.2f} s "
-                f"and {med('git', 1):.2f} s."
+        def report(section: str, label: str) -> None:
+            by_server = {s.name: stats[section, s.name] for s in servers}
+            rows.append(
+                _row(label, {k: Series(tuple(x.wall_s for x in v)) for k, v in by_server.items()})
             )
+            server_rows.append(_server_row(label, by_server))
+
+        served: dict[str, str] = {}
 
         def initial_push(s: Server) -> float:
             bench.counter += 1
-            url = f"{s.url}/push-{bench.counter}.git"
-            return with_cpu("push", s, lambda: bench.git("push", "-q", url, *push_refs, cwd=source))
+            repo_name = f"push-{bench.counter}"
+            served.setdefault(s.name, repo_name)
+            url = f"{s.url}/{repo_name}.git"
+            return measured("push", s, lambda: bench.git("push", "-q", url, *push_refs, cwd=source))
 
         if "push" in only:
-            rows.append(_row("initial push", bench.paired(servers, initial_push)))
-            notes.append(cpu_note("push", "initial push"))
+            bench.paired(servers, initial_push)
+            report("push", "initial push")
         for s in servers:
-            bench.git("push", "-q", f"{s.url}/main.git", *push_refs, cwd=source)
+            if s.name not in served:  # the repository the clones read: the first push's
+                bench.git("push", "-q", f"{s.url}/main.git", *push_refs, cwd=source)
+                served[s.name] = "main"
         for section, label, flags in (
             ("clone-v2", "full clone, protocol v2", ["-c", "protocol.version=2"]),
             ("clone-v0", "full clone, protocol v0", ["-c", "protocol.version=0"]),
@@ -264,17 +468,27 @@ def run(
             clone_flags = [f for f in flags if f not in git_flags and f != "-c"]
 
             def clone(
-                s: Server, git_flags: list[str] = git_flags, cf: list[str] = clone_flags
+                s: Server,
+                section: str = section,
+                git_flags: list[str] = git_flags,
+                cf: list[str] = clone_flags,
             ) -> float:
                 dest = bench.scratch()
                 pre = ["-c", git_flags[0]] if git_flags else []
-                took = bench.git(*pre, "clone", "-q", "--bare", *cf, f"{s.url}/main.git", str(dest))
+                url = f"{s.url}/{served[s.name]}.git"
+                took = measured(
+                    section,
+                    s,
+                    lambda: bench.git(*pre, "clone", "-q", "--bare", *cf, url, str(dest)),
+                )
                 shutil.rmtree(dest)
                 return took
 
-            # a depth-1 clone takes about 0.1 s, near the noise of one run: more runs
+            # a depth-1 clone of a small repository takes about 0.1 s, near the noise of
+            # one run: more runs
             more = runs * SHORT_RUNS_FACTOR if section == "depth1" else None
-            rows.append(_row(label, bench.paired(servers, clone, more)))
+            bench.paired(servers, clone, more)
+            report(section, label)
 
         if "incremental" in only:
             # Incremental push and fetch: one local repository gains 20 commits per run;
@@ -284,102 +498,97 @@ def run(
             fetchers = {}
             for s in servers:
                 fetchers[s.name] = work / f"fetch-{s.name}.git"
-                bench.git("clone", "-q", "--bare", f"{s.url}/main.git", str(fetchers[s.name]))
-            pushes: dict[str, list[float]] = {s.name: [] for s in servers}
-            fetches: dict[str, list[float]] = {s.name: [] for s in servers}
+                url = f"{s.url}/{served[s.name]}.git"
+                bench.git("clone", "-q", "--bare", url, str(fetchers[s.name]))
+
+            def push(s: Server) -> float:
+                return bench.git("push", "-q", f"{s.url}/{served[s.name]}.git", "main", cwd=local)
+
+            def fetch(s: Server) -> float:
+                refspec = "+refs/heads/*:refs/heads/*"
+                return bench.git("fetch", "-q", "origin", refspec, cwd=fetchers[s.name])
+
             for i in range(runs):
                 bench.fast_import_commits(local, NEW_COMMITS)
                 order = servers if i % 2 == 0 else servers[::-1]
                 for s in order:
-                    url = f"{s.url}/main.git"
-                    pushes[s.name].append(bench.git("push", "-q", url, "main", cwd=local))
+                    measured("incremental-push", s, partial(push, s))
                 for s in order:
-                    fetches[s.name].append(
-                        bench.git(
-                            "fetch",
-                            "-q",
-                            "origin",
-                            "+refs/heads/*:refs/heads/*",
-                            cwd=fetchers[s.name],
-                        )
-                    )
-            rows.append(
-                _row(
-                    f"incremental push ({NEW_COMMITS} commits)",
-                    {k: Series(tuple(v)) for k, v in pushes.items()},
-                )
-            )
-            rows.append(
-                _row(
-                    f"incremental fetch ({NEW_COMMITS} commits)",
-                    {k: Series(tuple(v)) for k, v in fetches.items()},
-                )
-            )
+                    measured("incremental-fetch", s, partial(fetch, s))
+            report("incremental-push", f"incremental push ({NEW_COMMITS} commits)")
+            report("incremental-fetch", f"incremental fetch ({NEW_COMMITS} commits)")
 
         def ls_remotes(s: Server) -> float:
-            start = time.perf_counter()
-            for _ in range(LS_REMOTES):
-                bench.git("ls-remote", f"{s.url}/main.git")
-            return time.perf_counter() - start
+            def all_of_them() -> float:
+                start = time.perf_counter()
+                for _ in range(LS_REMOTES):
+                    bench.git("ls-remote", f"{s.url}/{served[s.name]}.git")
+                return time.perf_counter() - start
+
+            return measured("ls-remote", s, all_of_them)
 
         if "ls-remote" in only:
-            rows.append(
-                _row(f"{LS_REMOTES} sequential `git ls-remote`", bench.paired(servers, ls_remotes))
-            )
+            bench.paired(servers, ls_remotes)
+            report("ls-remote", f"{LS_REMOTES} sequential `git ls-remote`")
 
         def concurrent(s: Server) -> float:
             def round_of_clones() -> float:
                 start = time.perf_counter()
                 with ThreadPoolExecutor(CONCURRENT_CLONES) as pool:
-                    list(pool.map(lambda _: bench.clone(s, "main"), range(CONCURRENT_CLONES)))
+                    list(
+                        pool.map(lambda _: bench.clone(s, served[s.name]), range(CONCURRENT_CLONES))
+                    )
                 return time.perf_counter() - start
 
-            return with_cpu("concurrent", s, round_of_clones)
+            return measured("concurrent", s, round_of_clones)
 
         if "concurrent" in only:
-            rows.append(
-                _row(
-                    f"{CONCURRENT_CLONES} concurrent full clones (wall)",
-                    bench.paired(servers, concurrent),
-                )
+            bench.paired(servers, concurrent)
+            report("concurrent", f"{CONCURRENT_CLONES} concurrent full clones (wall)")
+            after.append(
+                f"On {os.cpu_count()} cores the {CONCURRENT_CLONES} concurrent clones' own "
+                "work (the clients' CPU above) is most of their wall time."
             )
-            notes.append(
-                cpu_note("concurrent", f"round of {CONCURRENT_CLONES} concurrent clones")
-                + f" On {os.cpu_count()} cores the clients' own work is most of the wall time."
-            )
-        pids = [servers[0].proc.pid, *_children(servers[0].proc.pid)]
-        enroute_kib = sum(_hwm_kib(p) for p in pids)
-        bridge_kib = _hwm_kib(servers[1].proc.pid)
     finally:
         for s in servers:
             s.proc.terminate()
-        outs = {s.name: s.proc.communicate(timeout=30)[0] for s in servers}
-    cgi_kib = 0
-    for line in outs["git"].splitlines():
-        if line.startswith("cgi peak rss kib: "):
-            cgi_kib = int(line.split(": ")[1])
+        for s in servers:
+            s.proc.communicate(timeout=60)
+    load = os.getloadavg()
+    if name in SMALL_PROFILES:
+        what = f"`RepoSpec(commits={spec.commits}, files={spec.files})`"
+    else:
+        what = f"profile `{name}` (`enroute_testing.repogen.PROFILES[{name!r}]`, seed {spec.seed})"
     return [
-        f"Repository: `RepoSpec(commits={spec.commits}, files={spec.files})`, generated in "
-        f"{gen_s:.1f} s: {int(size['in-pack']) + int(size['count'])} objects, "
-        f"{(int(size['size-pack']) + int(size['size'])) / 1024:.1f} MiB packed. "
-        "Enroute: `enroute dev` (ledger, compute, "
-        "gitproto on loopback, file:// store). Reference: `git http-backend` behind the "
-        "threaded CGI bridge `bench/http_backend.py` (one CGI process per request). "
-        f"{runs} runs each ({runs * SHORT_RUNS_FACTOR} of the depth-1 clone, which takes "
-        "about 0.1 s), alternating servers; wall seconds of the git client.",
+        f"Repository: {what}, generated in {gen_s:.1f} s (cached under `.bench-cache/`): "
+        f"{shape}. Enroute: `enroute dev` (ledger, compute, gitproto on loopback, file:// "
+        "store). Reference: `git http-backend` behind the threaded CGI bridge "
+        "`bench/http_backend.py` (one CGI process per request). "
+        f"{runs} runs each ({runs * SHORT_RUNS_FACTOR} of the depth-1 clone), alternating "
+        "servers. Load average at the end: "
+        f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min; other work shared "
+        "the machine).",
+        "",
+        *(line for note in notes for line in (note, "")),
+        "Wall seconds of the git client, from its start to its exit:",
         "",
         "| measurement | enroute s min / median / max | git http-backend s min / median / max"
         " | ratio of medians | paired ratio min / median / max |",
         "|---|---|---|---|---|",
         *rows,
         "",
-        f"Peak RSS: enroute {enroute_kib / 1024:.0f} MiB (VmHWM of the dev process and its "
-        f"{len(pids) - 1} children, summed); git http-backend bridge {bridge_kib / 1024:.0f} MiB "
-        f"plus at most {cgi_kib / 1024:.0f} MiB per CGI request (largest VmHWM summed "
-        "over one `git http-backend` process tree with its upload-pack / receive-pack and "
-        "pack-objects, sampled every 20 ms).",
+        "The server's CPU seconds (enroute: the dev process and its roles; git: the bridge "
+        "and the CGI processes it has reaped) and its peak RSS in MiB (`bench.git.Meter`: "
+        "the VmHWM of every process of the server's tree, the long-lived ones reset at the "
+        "start, read every 20 ms and summed over the processes), min / median / max over the "
+        "runs; the git clients' CPU seconds, median:",
         "",
-        *(line for note in notes for line in (note, "")),
+        "| measurement | enroute CPU s | git http-backend CPU s | enroute peak RSS MiB"
+        " | git http-backend peak RSS MiB | clients' CPU s enroute / git |",
+        "|---|---|---|---|---|---|",
+        *server_rows,
+        "",
+        *(line for note in after for line in (note, "")),
         "Targets (ratio enroute/git): clones at most 1.0x, initial push at most 1.5x, "
         "ls-remote at most 1.0x.",
         "",
@@ -388,20 +597,25 @@ def run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small inputs, for a smoke run")
+    choices = [*SMALL_PROFILES, *PROFILES]
+    parser.add_argument("--profile", choices=choices, default="default", help="what to generate")
+    parser.add_argument("--quick", action="store_true", help="same as --profile quick")
     parser.add_argument("--runs", type=int, default=None, help="runs per measurement")
-    parser.add_argument(
-        "--only", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}"
-    )
+    parser.add_argument("--only", default=None, help=f"comma-separated subset of {SECTIONS}")
+    parser.add_argument("--seed", type=int, default=0, help="the generator's seed")
+    parser.add_argument("--cache", type=Path, default=CACHE, help="generated repositories")
     args = parser.parse_args()
-    only = frozenset(n.strip() for n in args.only.split(",") if n.strip())
+    name = "quick" if args.quick else args.profile
+    large = name not in SMALL_PROFILES
+    only = frozenset(
+        n.strip() for n in (args.only or ",".join(LARGE_SECTIONS if large else SECTIONS)).split(",")
+    ) - {""}
     if unknown := only - set(SECTIONS):
         parser.error(f"unknown --only names {sorted(unknown)}; choose from {SECTIONS}")
-    runs = args.runs or (3 if args.quick else 5)
-    spec = RepoSpec(commits=100, files=50) if args.quick else RepoSpec(commits=2000, files=500)
+    runs = args.runs or (3 if name in ("quick", "large") else 5)
     with tempfile.TemporaryDirectory(prefix="enroute-bench-git-") as tmp:
-        lines = run(Path(tmp), spec, runs, only)
-    write_section("git", lines)
+        lines = run(Path(tmp), name, runs, only, cache=args.cache, seed=args.seed)
+    write_section("git" if not large else f"git-{name}", lines)
     print("\n".join(lines))
 
 
