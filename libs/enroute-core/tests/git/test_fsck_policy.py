@@ -115,7 +115,9 @@ def test_security_doc_shows_the_table() -> None:
     found = block.search(text)
     assert found is not None, "docs/security.md lacks its fsck-policy markers"
     if os.environ.get("REWRITE") == "1" and found.group(2) != render_policy_table():
-        SECURITY_MD.write_text(text[: found.end(1)] + render_policy_table() + text[found.start(3) :])
+        SECURITY_MD.write_text(
+            text[: found.end(1)] + render_policy_table() + text[found.start(3) :]
+        )
         return
     assert found.group(2) == render_policy_table(), (
         "docs/security.md's fsck table is stale: REWRITE=1 pytest " + __file__

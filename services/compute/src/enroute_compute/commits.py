@@ -46,6 +46,7 @@ from enroute_core.git.tree import (
     MODE_TREE,
     Tree,
     TreeEntry,
+    canonical_mode,
     is_dotgit_name,
 )
 
@@ -193,7 +194,13 @@ class _Overlay:
         found = self.read(tree)
         if found is None or found[0] is not ObjectType.TREE:
             raise CorruptData(f"tree {tree.hex()} of the parent is not readable", section="view")
-        return {e.name: e for e in Tree.parse(found[1], limits=self.limits).entries}
+        # each entry with the mode git would write for it (canon_mode), as git's index
+        # holds it: a tree rewritten here is in git's form even when an old tool wrote
+        # the parent's (040000, 100664), as a commit from a git checkout would be
+        return {
+            e.name: TreeEntry(canonical_mode(e.mode), e.name, e.oid)
+            for e in Tree.parse(found[1], limits=self.limits).entries
+        }
 
     def build(self, tree: ObjectId | None, node: _Node) -> ObjectId | None:
         """The new tree for ``tree`` overlaid with ``node``; None when it ends up empty."""
