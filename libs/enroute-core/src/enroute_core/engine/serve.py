@@ -207,8 +207,13 @@ def plan_fetch(
     """``closure(wants) - closure(haves)``, then filtered, plus include-tag's tags.
 
     Wants may be any objects (a partial clone fetches missing trees and blobs by
-    id); a wanted object itself is always sent, the filter applies below it, as
-    ``git rev-list --filter`` treats objects it is given. ``include_tag`` takes the
+    id). What the client names is always sent, the filter applies below it, as git's
+    ``list_objects_filter__filter_object`` exempts objects not marked
+    ``NOT_USER_GIVEN`` (list-objects-filter.c): the wants, and the tags and the tree
+    or blob that a wanted tag peels to (revision.c ``handle_commit`` adds those as
+    given). A tag on a blob or a tree thus brings its target under every filter, and
+    ``git rev-list --objects --all --missing=print`` in the partial clone finds no
+    tag without its target. ``include_tag`` takes the
     annotated tags the refs name (gitprotocol-v2 "fetch", include-tag): each is sent
     when the object it peels to is sent. Haves the view lacks are ignored (the client
     may have more than we do); a want it lacks raises ``MissingObject``. The shallow
@@ -236,8 +241,8 @@ def plan_fetch(
     have_closure = _reach(view, have_ids + unshallow, bound.grafts)
     ids = _reach(view, want_ids + extra_wants, bound.grafts) - have_closure
     if filter is not None:
-        ids = _apply_filter(view, ids, filter, have_closure)
-        ids.update(w for w in want_ids if w not in have_closure)
+        given = _given(view, want_ids) - have_closure
+        ids = _apply_filter(view, ids, filter, have_closure, given) | given
     tags = _included_tags(view, include_tag, ids, have_closure)
     ids |= tags
     return PackPlan(ids, have_closure, bound.shallow, thin, ofs_delta, bound.unshallow)
@@ -422,7 +427,24 @@ def _reach(view: View, starts: Sequence[int], grafts: BitMap) -> BitMap:
     return out
 
 
-def _apply_filter(view: View, ids: BitMap, spec: FetchFilter, have: BitMap) -> BitMap:
+def _given(view: View, want_ids: Iterable[int]) -> BitMap:
+    """The objects a fetch names itself: each want, and down each wanted tag's chain
+    the tags and the object it ends at (git's objects without ``NOT_USER_GIVEN``).
+    A chain is walked once per tag, so its length is bounded by the tags of the view."""
+    out = BitMap()
+    for want in want_ids:
+        current = want
+        while current not in out:
+            out.add(current)
+            if view.kind_of(current) != Kind.TAG:
+                break
+            current = _want_id(view, view.tag_target(current))
+    return out
+
+
+def _apply_filter(
+    view: View, ids: BitMap, spec: FetchFilter, have: BitMap, given: BitMap
+) -> BitMap:
     blobs = ids & view.kind_ids(Kind.BLOB)
     if isinstance(spec, BlobNone):
         return ids - blobs
@@ -433,12 +455,23 @@ def _apply_filter(view: View, ids: BitMap, spec: FetchFilter, have: BitMap) -> B
             if reader.record(local).size >= spec.limit_bytes:
                 big.add(b)
         return ids - big
-    return _tree_depth(view, ids, spec.depth, have)
+    return _tree_depth(view, ids, spec.depth, have, given & view.kind_ids(Kind.TREE))
 
 
-def _tree_depth(view: View, ids: BitMap, depth: int, have: BitMap) -> BitMap:
+def _tree_depth(view: View, ids: BitMap, depth: int, have: BitMap, given: BitMap) -> BitMap:
     """Commits and tags, and trees and blobs met above ``depth`` (breadth first, so each
-    object is met first at its smallest depth, as git's filter counts it)."""
+    object is met first at its smallest depth, as git's filter counts it).
+
+    A commit's root tree is at depth 0 and its entries at 1. A tree the client names
+    (``given``: a want, or a wanted tag's target) is sent whatever the depth, and its
+    entries are at depth 0: git's filter never sees the given tree itself, so its
+    depth count does not go up for it (list-objects-filter.c, ``filter_trees_depth``;
+    ``git rev-list --objects --filter=tree:1 <tree>`` lists the tree's entries).
+
+    ``depth`` is the client's number and may be anything up to 2^64: the walk ends at
+    the first level that adds no tree, so its work is bounded by the trees of the
+    closure, never by ``depth`` (``tree:18446744073709551615`` is a whole clone).
+    """
     kept = ids & (view.kind_ids(Kind.COMMIT) | view.kind_ids(Kind.TAG))
     if depth == 0:
         return kept
@@ -449,25 +482,37 @@ def _tree_depth(view: View, ids: BitMap, depth: int, have: BitMap) -> BitMap:
         roots.append(commit.tree_id)
     level = [t for t in dict.fromkeys(roots) if t not in have]
     seen = BitMap(level)
-    for d in range(depth):
+    # The entries of a given tree start at depth 0, beside the commits' root trees.
+    level.extend(_unseen_entries(view, given, ids, have, seen=seen, kept=kept))
+    d = 0
+    while level:
         kept.update(t for t in level if t in ids)
-        if d + 1 == depth:
+        d += 1
+        if d == depth:
             break
-        following: list[int] = []
-        for tree in level:
-            for entry in Tree.parse(view.read_id(tree)).entries:
-                if entry.mode == MODE_GITLINK:
-                    continue
-                child = _want_id(view, entry.oid)
-                if child in seen or child in have:
-                    continue
-                seen.add(child)
-                if entry.is_tree:
-                    following.append(child)
-                elif child in ids:
-                    kept.add(child)
-        level = following
+        level = _unseen_entries(view, level, ids, have, seen=seen, kept=kept)
     return kept
+
+
+def _unseen_entries(
+    view: View, trees: Iterable[int], ids: BitMap, have: BitMap, *, seen: BitMap, kept: BitMap
+) -> list[int]:
+    """One level of the breadth-first walk: the subtrees of ``trees`` not met before (the
+    next level); their blobs not met before are kept when the fetch sends them."""
+    following: list[int] = []
+    for tree in trees:
+        for entry in Tree.parse(view.read_id(tree)).entries:
+            if entry.mode == MODE_GITLINK:
+                continue
+            child = _want_id(view, entry.oid)
+            if child in seen or child in have:
+                continue
+            seen.add(child)
+            if entry.is_tree:
+                following.append(child)
+            elif child in ids:
+                kept.add(child)
+    return following
 
 
 def _included_tags(view: View, tags: Iterable[ObjectId], ids: BitMap, have: BitMap) -> BitMap:
