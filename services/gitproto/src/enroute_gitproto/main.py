@@ -86,6 +86,7 @@ async def serve(
         access_log=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         http=guarded_protocol(app.connections),  # connection bounds: connections.py
+        ws="none",  # no WebSocket upgrade: it would hand the socket to a protocol not counted
     )
     server = _Server(config)
     loop = asyncio.get_running_loop()
