@@ -928,7 +928,9 @@ def generate_repo(path: Path, spec: RepoSpec) -> GeneratedRepo:
             err.seek(0)
             raise GitFailed(argv, status, err.read()[-64 * 1024 :])
     if spec.repack_depth:
-        repack = ["repack", "-a", "-d", "-f", "-q", f"--depth={spec.repack_depth}", "--window=10"]
+        # No bitmap: the repository plays a client's, whose pushes count objects by walking.
+        repack = ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-f", "-q"]
+        repack += [f"--depth={spec.repack_depth}", "--window=10"]
         run_git(repack, cwd=path, timeout_s=_GENERATE_TIMEOUT_S)
     return GeneratedRepo(path=path, spec=spec, refs=list_refs(path), head=b"refs/heads/main")
 
