@@ -92,3 +92,9 @@ def test_token_create(tmp_path: Path) -> None:
     bad = runner.invoke(app, ["token", "create", "--name", "x", "--scopes", "root",
                               "--file", str(tokens)])  # fmt: skip
     assert bad.exit_code != 0
+    before = tokens.read_text()
+    for glob in ("", "/*", "team//*"):  # "$TEAM/*" with TEAM unset must not cover everything
+        slip = runner.invoke(app, ["token", "create", "--name", "y", "--scopes", "read",
+                                   "--repos", glob, "--file", str(tokens)])  # fmt: skip
+        assert slip.exit_code != 0 and "matches no repository name" in slip.output, slip.output
+    assert tokens.read_text() == before

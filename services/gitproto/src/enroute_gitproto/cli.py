@@ -28,6 +28,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from enroute_gitproto.auth import repos_glob_problem
 from enroute_gitproto.cli_api import commit, repo_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Enroute Git hosting")
@@ -268,6 +269,11 @@ def token_create(
     bad = [s for s in wanted if s not in ("read", "write", "admin")]
     if not wanted or bad:
         raise typer.BadParameter("scopes are read, write and admin", param_hint="--scopes")
+    problem = None if repos is None else repos_glob_problem(repos)
+    if problem is not None:
+        raise typer.BadParameter(
+            f"{repos!r} matches no repository name: it {problem}", param_hint="--repos"
+        )
     try:
         token = add_token(file, name, wanted, repos)
     except ValueError as error:
