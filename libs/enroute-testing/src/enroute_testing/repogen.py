@@ -118,9 +118,8 @@ _LEGACY_AUTHORS: tuple[tuple[str, bytes], ...] = (
     ("missingEmail", b"Pat Legacy %d +0000"),
     ("badEmail", b"Pat Legacy <pat<at>example.com> %d +0000"),
 )
-QUIRK_IDS = frozenset(
-    [quirk for quirk, _ in _LEGACY_AUTHORS] + ["zeroPaddedFilemode"]
-)  # every git fsck message id the legacy prefix triggers
+# Every git fsck message id the legacy prefix makes git report.
+QUIRK_IDS = frozenset([quirk for quirk, _ in _LEGACY_AUTHORS] + ["zeroPaddedFilemode"])
 
 
 @dataclass(frozen=True, slots=True)
