@@ -71,6 +71,7 @@ VECTORS: list[tuple[str, Callable[[], Any]]] = [
 ]
 A = ObjectId(bytes(range(20)))
 B = ObjectId(bytes(range(20, 40)))
+C = ObjectId(bytes(range(40, 60)))
 
 
 def _seed() -> int:
@@ -154,16 +155,23 @@ def test_v2_bad_input(drive: Drive, body: bytes, error: type[Exception]) -> None
 
 def test_too_many_wants_and_prefixes(drive: Drive) -> None:
     limits = Limits(protocol_wants_max=2, protocol_ref_prefixes_max=1)
-    wants = [b"want " + b"a" * 40] * 3
+    wants = [b"want " + c * 40 for c in (b"a", b"b", b"c")]
     with pytest.raises(LimitExceeded) as exc:
         drive(UploadPackV2(limits=limits), _v2(wants))
     assert exc.value.limit == "protocol_wants_max"
+    assert "distinct wants" in exc.value.message
     assert len(drive(UploadPackV2(limits=limits), _v2(wants[:2]))) == 2
+    # Repeated wants count once (git sends one per ref, and refs share values).
+    assert len(drive(UploadPackV2(limits=limits), _v2(wants[:1] * 5))) == 2
+    # The repository's ref count raises the bound (protocol.fetch.wants_max).
+    assert len(drive(UploadPackV2(limits=limits, wants_max=3), _v2(wants))) == 2
     with pytest.raises(LimitExceeded):
         drive(UploadPackV2(limits=limits), _v2([b"ref-prefix a", b"ref-prefix b"], b"ls-refs"))
-    v0 = encode_upload_request_v0(UploadRequestV0((A, A, A), (b"ofs-delta",)))
+    v0 = encode_upload_request_v0(UploadRequestV0((A, B, C), (b"ofs-delta",)))
     with pytest.raises(LimitExceeded):
         drive(UploadPackV0(limits=limits), v0)
+    drive(UploadPackV0(limits=limits, wants_max=3), v0)
+    drive(UploadPackV0(limits=limits), encode_upload_request_v0(UploadRequestV0((A, A, A))))
     few = Limits(protocol_haves_max=1)
     with pytest.raises(LimitExceeded):
         drive(UploadPackV0(limits=few), encode_upload_request_v0(UploadRequestV0((A,)), (A, B)))
@@ -288,7 +296,7 @@ def deepens(draw: st.DrawFn) -> Deepen:
     kind = draw(st.sampled_from(["none", "depth", "since"]))
     return Deepen(
         shallows=tuple(draw(st.lists(oids, max_size=3))),
-        depth=draw(st.integers(1, 2**31)) if kind == "depth" else None,
+        depth=draw(st.integers(1, 2**31 - 1)) if kind == "depth" else None,
         since=draw(st.integers(0, 2**40)) if kind == "since" else None,
         not_refs=tuple(draw(st.lists(refs, max_size=2))) if kind == "since" else (),
         relative=draw(st.booleans()),
@@ -301,7 +309,7 @@ def _one(drive: Drive, conv: Any, body: bytes) -> Any:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=_FIXTURE)
 @given(
-    wants=st.lists(oids, max_size=4),
+    wants=st.lists(oids, max_size=4, unique=True),  # repeated wants are read once
     want_refs=st.lists(refs, max_size=2),
     haves=st.lists(oids, max_size=4),
     flags=st.lists(st.booleans(), min_size=7, max_size=7),
@@ -344,7 +352,7 @@ def test_ls_refs_request_round_trip(
 
 @settings(max_examples=40, deadline=None, suppress_health_check=_FIXTURE)
 @given(
-    st.lists(oids, min_size=1, max_size=4),
+    st.lists(oids, min_size=1, max_size=4, unique=True),
     st.lists(words, max_size=4),
     deepens(),
     filters,

@@ -98,7 +98,7 @@ class Fetcher:
     async def _upload_pack_v2(
         self, name: str, body: bytes, pins: contextlib.ExitStack
     ) -> AsyncIterator[bytes]:
-        conv = pfetch.UploadPackV2(limits=self.host.limits)
+        conv = pfetch.UploadPackV2(limits=self.host.limits, wants_max=await self._wants_max(name))
         conv.feed(body)
         conv.feed_eof()
         while True:
@@ -149,6 +149,17 @@ class Fetcher:
                 yield fatal_error_bytes(exc, response_started=True, sideband=True)
                 return
             yield FLUSH_PKT
+
+    async def _wants_max(self, name: str) -> int:
+        """The wants one request may carry here (``pfetch.wants_max``): a clone sends one
+        per ref, so the bound follows the repository's ref count. The view as it stands
+        counts; a repository not hosted here yet is read first (its error, if any, comes
+        where it came before, so the configured bound stands in)."""
+        snap = self.host.peek(name)
+        if snap is None:
+            with contextlib.suppress(EnrouteError):
+                snap = await self.host.read(name)
+        return pfetch.wants_max(self.host.limits, 0 if snap is None else len(snap.state.refs))
 
     def _without_barrier(
         self, name: str, request: pfetch.FetchRequest | pfetch.UploadRequestV0
@@ -289,7 +300,7 @@ class Fetcher:
     async def _upload_pack_v0(
         self, name: str, body: bytes, pins: contextlib.ExitStack
     ) -> AsyncIterator[bytes]:
-        conv = pfetch.UploadPackV0(limits=self.host.limits)
+        conv = pfetch.UploadPackV0(limits=self.host.limits, wants_max=await self._wants_max(name))
         conv.feed(body)
         conv.feed_eof()
         request: pfetch.UploadRequestV0 | None = None

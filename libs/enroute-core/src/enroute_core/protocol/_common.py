@@ -127,10 +127,21 @@ def capability_value(caps: Iterable[bytes], name: bytes) -> bytes | None:
     return None
 
 
-def parse_uint(text: bytes, what: str) -> int:
+UINT64_MAX: Final = 2**64 - 1
+"""The largest number a request argument may carry: git parses them into 64-bit
+integers (``strtoumax``, ``git_parse_ulong``) and refuses what overflows."""
+
+
+def parse_uint(text: bytes, what: str, *, maximum: int = UINT64_MAX) -> int:
+    """A decimal number of at most ``maximum`` (20 digits are read at most, so the
+    conversion costs nothing whatever the client sends); else a ProtocolError that
+    names the field and the range."""
     if not text or not text.isdigit() or len(text) > 20:
         raise ProtocolError(f"{what}: not a number: {text[:40]!r}", field=what)
-    return int(text)
+    value = int(text)
+    if value > maximum:
+        raise ProtocolError(f"{what}: {value} is out of range (0 to {maximum})", field=what)
+    return value
 
 
 E = TypeVar("E")

@@ -103,6 +103,7 @@ __all__ = [
     "encode_v0_acks",
     "parse_filter",
     "sends_pack",
+    "wants_max",
 ]
 
 # -- filters (gitprotocol-v2 "fetch", filter; git rev-list --filter) -----------
@@ -115,7 +116,7 @@ class BlobNone:
 
 @dataclass(frozen=True, slots=True)
 class BlobLimit:
-    """``blob:limit=<n>``: blobs of at most ``bytes_max`` bytes."""
+    """``blob:limit=<n>``: blobs of fewer than ``bytes_max`` bytes (git omits size >= n)."""
 
     bytes_max: int
 
@@ -133,18 +134,28 @@ _SUFFIX: Final = {b"": 1, b"k": 1 << 10, b"m": 1 << 20, b"g": 1 << 30}
 
 
 def parse_filter(spec: bytes) -> Filter:
-    """One of the supported filter specs; any other is refused with its name."""
+    """One of the supported filter specs; any other is refused with its name.
+
+    Both numbers are read as git's ``git_parse_ulong`` reads them
+    (list-objects-filter-options.c): decimal, an optional ``k``/``m``/``g`` unit in
+    either case, and nothing over 2^64-1 after the unit (git refuses what overflows).
+    A depth up to that is served: the tree walk ends when the trees do.
+    """
     if spec == b"blob:none":
         return BlobNone()
     if spec.startswith(b"blob:limit="):
-        value = spec[len(b"blob:limit=") :].lower()
-        unit = value[-1:] if value[-1:] in (b"k", b"m", b"g") else b""
-        number = parse_uint(value[: len(value) - len(unit)], "filter blob:limit")
-        return BlobLimit(number * _SUFFIX[unit])
+        return BlobLimit(_parse_ulong(spec[len(b"blob:limit=") :], "filter blob:limit"))
     if spec.startswith(b"tree:"):
-        return TreeDepth(parse_uint(spec[len(b"tree:") :], "filter tree"))
+        return TreeDepth(_parse_ulong(spec[len(b"tree:") :], "filter tree"))
     shown = spec[:80].decode("utf-8", "replace")
     raise ProtocolError(f"filter {shown!r} is not supported", filter=shown)
+
+
+def _parse_ulong(text: bytes, what: str) -> int:
+    value = text.lower()
+    unit = value[-1:] if value[-1:] in (b"k", b"m", b"g") else b""
+    number = parse_uint(value[: len(value) - len(unit)], what)
+    return parse_uint(b"%d" % (number * _SUFFIX[unit]), what)
 
 
 def encode_filter(spec: Filter) -> bytes:
@@ -156,6 +167,15 @@ def encode_filter(spec: Filter) -> bytes:
 
 
 # -- shallow and deepen lines, shared by v0 and v2 ------------------------------
+
+
+DEEPEN_MAX: Final = 0x7FFFFFFF
+"""The largest ``deepen <n>``: git's upload-pack reads it into an int
+(upload-pack.c ``process_deepen``), and this value, git's INFINITE_DEPTH, is what
+``git fetch --unshallow`` sends. Larger values are refused as git refuses them."""
+DEEPEN_SINCE_MAX: Final = 2**64 - 2
+"""``deepen-since`` is git's ``timestamp_t``; 2^64-1 (``-1``) is refused by git
+(``process_deepen_since``: "revisions.c's max_age -1 is special")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,12 +213,12 @@ class _DeepenBuilder:
                 self.limits.protocol_shallows_max,
             )
         elif line.startswith(b"deepen "):
-            depth = parse_uint(line[7:], "deepen")
+            depth = parse_uint(line[7:], "deepen", maximum=DEEPEN_MAX)
             if depth < 1:
                 raise ProtocolError("deepen: the depth must be positive")
             self.depth = depth
         elif line.startswith(b"deepen-since "):
-            self.since = parse_uint(line[13:], "deepen-since")
+            self.since = parse_uint(line[13:], "deepen-since", maximum=DEEPEN_SINCE_MAX)
         elif line.startswith(b"deepen-not "):
             name = line[11:]
             check_ref_format(name, allow_onelevel=True, limits=self.limits)
@@ -268,15 +288,59 @@ class FetchRequest:
     server_options: tuple[bytes, ...] = ()
 
 
+def wants_max(limits: Limits, ref_count: int) -> int:
+    """How many distinct wants (and ``want-ref`` names) one request may carry.
+
+    git's fetch-pack sends one ``want`` per ref it fetches (fetch-pack.c ``add_wants``,
+    ``find_common``), so a clone of a repository with more refs than
+    ``protocol_wants_max`` must still pass: the bound is the larger of the two.
+    Repeated wants are counted once (the conversations drop them as they come).
+    """
+    return max(limits.protocol_wants_max, ref_count)
+
+
+class _Wants:
+    """Wants in request order, each once, bounded by :func:`wants_max` as they come."""
+
+    __slots__ = ("_maximum", "items")
+
+    def __init__(self, maximum: int) -> None:
+        self._maximum = maximum
+        self.items: dict[ObjectId, None] = {}
+
+    def add(self, oid: ObjectId) -> None:
+        if oid in self.items:
+            return
+        if len(self.items) >= self._maximum:
+            raise _too_many_wants(len(self.items) + 1, self._maximum)
+        self.items[oid] = None
+
+
+def _too_many_wants(count: int, maximum: int) -> LimitExceeded:
+    return LimitExceeded(
+        "protocol_wants_max",
+        count,
+        maximum,
+        f"upload-pack: more than {maximum} distinct wants in one request (the limit is "
+        "protocol_wants_max, or the repository's ref count when that is larger)",
+    )
+
+
 class FetchBuilder:
     """Collects ``fetch`` arguments one line at a time, each list bounded as it grows."""
 
-    __slots__ = ("_caps", "_deepen", "_done", "_flags", "_haves", "_limits", "_want_refs", "_wants")
+    __slots__ = (
+        "_caps", "_deepen", "_done", "_flags", "_haves", "_limits", "_want_refs",
+        "_wants", "_wants_max",
+    )  # fmt: skip
 
-    def __init__(self, capabilities: tuple[bytes, ...], limits: Limits) -> None:
+    def __init__(
+        self, capabilities: tuple[bytes, ...], limits: Limits, *, wants_max: int | None = None
+    ) -> None:
         self._caps = capabilities
         self._limits = limits
-        self._wants: list[ObjectId] = []
+        self._wants_max = limits.protocol_wants_max if wants_max is None else wants_max
+        self._wants = _Wants(self._wants_max)
         self._want_refs: list[bytes] = []
         self._haves: list[ObjectId] = []
         self._flags: set[bytes] = set()
@@ -286,15 +350,16 @@ class FetchBuilder:
     def add(self, line: bytes) -> None:
         limits = self._limits
         if line.startswith(b"want "):
-            oid = parse_oid(line[5:], "want")
-            bounded_append(self._wants, oid, "protocol_wants_max", limits.protocol_wants_max)
+            self._wants.add(parse_oid(line[5:], "want"))
         elif line.startswith(b"have "):
             oid = parse_oid(line[5:], "have")
             bounded_append(self._haves, oid, "protocol_haves_max", limits.protocol_haves_max)
         elif line.startswith(b"want-ref "):
             name = line[9:]
             check_ref_format(name, limits=limits)
-            bounded_append(self._want_refs, name, "protocol_wants_max", limits.protocol_wants_max)
+            if len(self._want_refs) >= self._wants_max:
+                raise _too_many_wants(len(self._want_refs) + 1, self._wants_max)
+            self._want_refs.append(name)
         elif line == b"done":
             self._done = True
         elif line in _V2_FLAGS:
@@ -307,7 +372,7 @@ class FetchBuilder:
     def finish(self) -> FetchRequest:
         flags = self._flags
         return FetchRequest(
-            wants=tuple(self._wants),
+            wants=tuple(self._wants.items),
             want_refs=tuple(self._want_refs),
             haves=tuple(self._haves),
             done=self._done,
@@ -378,11 +443,14 @@ class UploadPackV2(Conversation[V2Event]):
     :class:`SessionEnd` every call returns it again and later bytes are ignored.
     """
 
-    def __init__(self, *, limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(self, *, limits: Limits = DEFAULT_LIMITS, wants_max: int | None = None) -> None:
+        """``wants_max``: :func:`wants_max` for the repository (``protocol_wants_max``
+        when None)."""
         super().__init__(limits=limits)
         self._frame = V2Frame(limits)
         self._builder: LsRefsBuilder | FetchBuilder | None = None
         self._closed = False
+        self._wants_max = wants_max
 
     def _feed(self, data: bytes | bytearray | memoryview) -> None:
         # After SessionEnd nothing reads the pkt-line reader again: bytes kept there
@@ -413,7 +481,7 @@ class UploadPackV2(Conversation[V2Event]):
         if command.name == b"ls-refs":
             return LsRefsBuilder(command.capabilities, self._limits)
         if command.name == b"fetch":
-            return FetchBuilder(command.capabilities, self._limits)
+            return FetchBuilder(command.capabilities, self._limits, wants_max=self._wants_max)
         raise ProtocolError(f"unknown command {command.name[:80]!r}")
 
     def _finish(self) -> V2Event:
@@ -547,10 +615,12 @@ class UploadPackV0(Conversation[V0Event]):
     Haves are bounded over the whole request by ``protocol_haves_max``.
     """
 
-    def __init__(self, *, limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(self, *, limits: Limits = DEFAULT_LIMITS, wants_max: int | None = None) -> None:
+        """``wants_max``: :func:`wants_max` for the repository (``protocol_wants_max``
+        when None)."""
         super().__init__(limits=limits)
         self._state = "WANTS"
-        self._wants: list[ObjectId] = []
+        self._wants = _Wants(limits.protocol_wants_max if wants_max is None else wants_max)
         self._caps: tuple[bytes, ...] = ()
         self._deepen = _DeepenBuilder(limits)
         self._haves: list[ObjectId] = []
@@ -578,7 +648,7 @@ class UploadPackV0(Conversation[V0Event]):
                     self._state = "HAVES"
                     return WantList(
                         UploadRequestV0(
-                            tuple(self._wants),
+                            tuple(self._wants.items),
                             self._caps,
                             self._deepen.finish(),
                             self._deepen.filter,
@@ -595,11 +665,11 @@ class UploadPackV0(Conversation[V0Event]):
         self._seen_line = True
         if line.startswith(b"want "):
             oid, rest = split_oid(line[5:], "want")
-            if rest and not (first or not self._wants):
+            if rest and not (first or not self._wants.items):
                 raise ProtocolError("capabilities after the first want line")
             if rest:
                 self._caps = parse_capabilities(rest, self._limits)
-            bounded_append(self._wants, oid, "protocol_wants_max", self._limits.protocol_wants_max)
+            self._wants.add(oid)
         elif not self._deepen.add(line):
             raise ProtocolError(f"upload-pack: unexpected line {line[:80]!r}")
 
