@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 
+import pytest
+
 from enroute_compute.host import RepositoryHost
+from enroute_compute.http import OpsServer
 from enroute_compute.local_ledger import LocalLedger
 from enroute_compute.push import Pusher
 from enroute_core.base.errors import NotFound
@@ -143,6 +147,28 @@ def test_receive_fsck_setting_reaches_the_push() -> None:
     )
     assert lines[1:] == [b"ng refs/heads/main unpacker error"]
     assert not refs
+
+
+def test_warnings_are_counted_for_metrics_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """One push with a harmless problem: enroute_engine_fsck_warnings_total{msg_id} counts
+    its objects, and one log line tells the operator (docs/observability.md)."""
+    pack, tip = _commit_over(b"0100644")
+
+    async def run() -> bytes:
+        host = RepositoryHost(LocalLedger(), None, _Clock())
+        try:
+            body = _body([(tip, b"refs/heads/main")], pack, b"report-status")
+            async for _ in Pusher(host).receive_pack("r", _once(body)):
+                pass
+            return OpsServer(host, "c1", lambda: True).metrics_text()
+        finally:
+            await host.close()
+
+    with caplog.at_level(logging.WARNING, logger="enroute_compute.push"):
+        text = asyncio.run(run()).decode()
+    assert 'enroute_engine_fsck_warnings_total{msg_id="zeroPaddedFilemode"} 1.0\n' in text
+    logged = [r.getMessage() for r in caplog.records if "harmless fsck" in r.getMessage()]
+    assert len(logged) == 1 and "push to r:" in logged[0] and "zeroPaddedFilemode: 1" in logged[0]
 
 
 def test_duplicate_objects_are_refused() -> None:
