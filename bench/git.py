@@ -156,10 +156,11 @@ class Meter:
     pack-objects / index-pack). Each reports its own peak resident set, VmHWM in
     /proc/PID/status. At the start, the processes alive (the long-lived ones) have
     that peak reset to their current RSS (``5`` written to /proc/PID/clear_refs), so
-    it is their peak during the measurement. A thread reads the tree every 20 ms;
-    the result is the sum, over every process seen, of the last VmHWM read. So a
-    process that lives less than 20 ms can be missed, and processes that peak at
-    different times are added as if they peaked together (an upper bound).
+    it is their peak during the measurement. A thread reads the tree every 20 ms
+    and adds up the VmHWM of the processes alive; the result is the largest such
+    sum. So a process that lives less than 20 ms can be missed, and processes alive
+    together that peaked at different times are added as if they peaked together
+    (an upper bound of the resident set at any one time).
 
     CPU is ``_server_cpu_s`` before and after: user + system time of the server
     process and its children (for git, the CGI processes the bridge has reaped).
@@ -167,15 +168,17 @@ class Meter:
 
     def __init__(self, server: Server) -> None:
         self.server = server
-        self.peaks: dict[int, int] = {}
+        self.rss_kib = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._sample_loop, daemon=True)
         self.cpu_s = 0.0
 
     def _sample(self) -> None:
+        total = 0
         for pid in _tree(self.server.proc.pid):
-            with contextlib.suppress(OSError, ValueError):
-                self.peaks[pid] = max(self.peaks.get(pid, 0), _hwm_kib(pid))
+            with contextlib.suppress(OSError, ValueError):  # ended since it was listed
+                total += _hwm_kib(pid)
+        self.rss_kib = max(self.rss_kib, total)
 
     def _sample_loop(self) -> None:
         while not self.stop.wait(SAMPLE_S):
@@ -195,10 +198,6 @@ class Meter:
         self.thread.join()
         self._sample()
         self.cpu_s += _server_cpu_s(self.server)
-
-    @property
-    def rss_kib(self) -> int:
-        return sum(self.peaks.values())
 
 
 class Bench:
@@ -579,9 +578,9 @@ def run(
         "",
         "The server's CPU seconds (enroute: the dev process and its roles; git: the bridge "
         "and the CGI processes it has reaped) and its peak RSS in MiB (`bench.git.Meter`: "
-        "the VmHWM of every process of the server's tree, the long-lived ones reset at the "
-        "start, read every 20 ms and summed over the processes), min / median / max over the "
-        "runs; the git clients' CPU seconds, median:",
+        "every 20 ms, the VmHWM of the server's processes alive then, added up; the long-lived "
+        "ones' reset at the start; the largest sum), min / median / max over the runs; the "
+        "git clients' CPU seconds, median:",
         "",
         "| measurement | enroute CPU s | git http-backend CPU s | enroute peak RSS MiB"
         " | git http-backend peak RSS MiB | clients' CPU s enroute / git |",
