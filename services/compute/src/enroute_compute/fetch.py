@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from enroute_compute.host import RepositoryHost, Snapshot
+from enroute_compute.work import Abandoned, check
 from enroute_core.base.errors import EnrouteError, MissingObject, ProtocolError
 from enroute_core.base.ids import ObjectId
 from enroute_core.engine import serve
@@ -249,8 +251,10 @@ class Fetcher:
         """The pack in side-band (or raw when ``sideband_max`` is None), streamed from a thread."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=QUEUE_PIECES)
+        gone = threading.Event()  # set when the answer is dropped: the writer stops (work.py)
 
         def put(item: bytes | BaseException | None) -> None:
+            check(gone)
             asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
 
         pending: list[bytes] = []  # progress packets: they go out with the next piece
@@ -278,8 +282,11 @@ class Fetcher:
                 if pending:
                     put(b"".join(pending))
                 put(None)
+            except Abandoned:
+                pass  # nobody reads the rest
             except BaseException as exc:
-                put(exc)
+                with contextlib.suppress(Abandoned):
+                    put(exc)
 
         worker = loop.run_in_executor(self._writers, run)
         try:
@@ -291,6 +298,7 @@ class Fetcher:
                     raise item
                 yield item
         finally:
+            gone.set()  # a no-op once the pack is all out
             while not worker.done():
                 with contextlib.suppress(asyncio.QueueEmpty):
                     queue.get_nowait()

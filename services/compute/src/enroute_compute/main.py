@@ -30,6 +30,7 @@ from enroute_compute.http import ComputeMetrics, OpsServer
 from enroute_compute.ledger_client import GrpcLedger
 from enroute_compute.maintainer import Maintainer, MaintainerConfig
 from enroute_compute.rpc.servicer import ComputeServicer
+from enroute_compute.work import PeerGoneFilter
 from enroute_core.config import Config, load_config
 from enroute_core.discovery import first_members, follow, member_source
 from enroute_core.storage.layers import LayerService
@@ -307,5 +308,6 @@ def main(argv: list[str] | None = None) -> int:
             text = f.read()
     config = load_config(text, os.environ)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    logging.getLogger("grpc._cython.cygrpc").addFilter(PeerGoneFilter())
     asyncio.run(serve(config))
     return 0

@@ -30,6 +30,7 @@ from typing import TypeVar
 from enroute_compute.commits import BuiltCommit, CommitRequest, build_commit
 from enroute_compute.host import RepositoryHost
 from enroute_compute.ledger_port import CreateMode
+from enroute_compute.work import CancellableSource, cancellable_sink, to_thread_to_end
 from enroute_core.base.errors import (
     EnrouteError,
     GitForm,
@@ -151,24 +152,26 @@ class Pusher:
 
         layer_file = self._scratch("layer")
         pinned = contextlib.ExitStack()
+        gone = threading.Event()  # set when this push's request goes: the ingest stops (work.py)
         try:
             pinned.enter_context(self.host.pin_reads(snap))  # thin-pack bases come from the view
             if pack.size and tips:
                 try:
-                    result = await _to_thread_to_end(
+                    result = await to_thread_to_end(
                         lambda: _without_cycle_collection(
                             lambda: ingest_pack(
-                                pack,
+                                CancellableSource(pack, gone),
                                 tips,
                                 # an empty view answers as EMPTY_SNAPSHOT does, each
                                 # question a call less (a first push asks per object)
                                 snap.view if snap.view.end_id else EMPTY_SNAPSHOT,
                                 limits=self.host.limits,
-                                sink=layer_file.append,
+                                sink=cancellable_sink(layer_file.append, gone),
                                 refs=branch_targets,
                                 fsck=self.host.fsck,
                             )
-                        )
+                        ),
+                        gone,
                     )
                 except EnrouteError as exc:
                     if exc.mapping.git_form is GitForm.REF:
@@ -338,23 +341,6 @@ def _without_cycle_collection(fn: Callable[[], T]) -> T:
             _gc_paused_by -= 1
             if _gc_paused_by == 0:
                 gc.enable()
-
-
-async def _to_thread_to_end(fn: Callable[[], T]) -> T:
-    """``fn`` in a worker thread; a cancelled caller still waits for it to end.
-
-    The thread reads and writes the caller's scratch files, which the caller
-    closes when it unwinds: closing them under a running thread could let it
-    write through a descriptor number the process has reused.
-    """
-    task = asyncio.ensure_future(asyncio.to_thread(fn))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        while not task.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait([task])
-        raise
 
 
 def _stale(ref: bytes, current: ObjectId | None) -> StaleRef:

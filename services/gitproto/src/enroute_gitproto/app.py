@@ -295,6 +295,16 @@ class GitprotoApp:
             if guard.started:
                 raise ConversationBroken(late.message) from None
             return await self._refuse(guard, late, api)
+        except asyncio.CancelledError:
+            # Only shutdown cancels a request (uvicorn, past its grace; the timer's own
+            # cancellation is a TimeoutError here): one line, not uvicorn's traceback.
+            # The compute's call is cancelled with it, and its work stops.
+            log.info("request cut by shutdown: remote=%s path=%s", REMOTE.get(),
+                     scope["path"][:200])  # fmt: skip
+            if guard.started:
+                return 200  # the client sees the answer cut short, as git detects
+            stopping = Unavailable("the server is shutting down; retry", retry_after_s=1)
+            return await self._refuse(guard, stopping, api)
         finally:
             self.admission.leave(repo, client)
 

@@ -23,11 +23,15 @@ gitprotocol-http ("Smart Clients", "Smart Service git-upload-pack"). URLs:
    size, the gzip inflation ratio and the pkt-line count of the negotiation.
    A body that fails any bound cancels the compute's call at once, so the
    compute never sees a truncated body as a complete one.
+6. A client that goes away, while its body comes or after, cancels the
+   compute's call too: the compute stops the request's work (an ingest, a
+   pack being written) and frees what it held. One log line, no traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -67,6 +71,8 @@ from enroute_gitproto.rpc.convert import (
 from enroute_gitproto.rpc.errors import from_rpc_error
 from enroute_proto.gen.enroute.compute.v1.compute_pb2 import GitRequest, GitResponse
 from enroute_proto.request_id import new_request_id, request_id_metadata
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from enroute_proto.gen.enroute.compute.v1.compute_pb2_grpc import ComputeAsyncStub
@@ -212,6 +218,8 @@ class BodyBuffer:
         self.replayable = True
         self.done = False
         self.error: EnrouteError | None = None
+        self.gone = False
+        """The client disconnected before the answer ended (item 6 above)."""
 
     def _pending_bytes(self) -> int:
         return sum(len(c) for c in self._chunks[self._next - self._base :])
@@ -291,7 +299,14 @@ class BodyBuffer:
                     if self._inflater is not None and not self._inflater.eof:
                         raise InvalidArgument("the gzip request body is truncated")
                     await self._end(None)
-                    return
+                    break
+            # The body is in: the next message is the disconnect, once the answer is
+            # complete or when the client goes before it is (the task ends with the request).
+            while (await self._receive())["type"] != "http.disconnect":
+                pass
+            self.gone = True
+            if self._call is not None:
+                self._call.cancel()  # the compute stops the work of an answer nobody reads
         except EnrouteError as error:
             await self._end(error)
 
@@ -346,6 +361,12 @@ def _body_failure(body: BodyBuffer | None) -> EnrouteError | None:
     if body is None or body.error is None or (task is not None and task.cancelling()):
         return None
     return body.error
+
+
+def _client_gone(body: BodyBuffer | None) -> bool:
+    """Whether the client's disconnect, not this task's cancellation, cancelled the call."""
+    task = asyncio.current_task()
+    return body is not None and body.gone and not (task is not None and task.cancelling())
 
 
 async def _only(first: GitRequest) -> AsyncIterator[GitRequest]:
@@ -493,6 +514,10 @@ class GitHandler:
             except asyncio.CancelledError:
                 rpc.cancel()
                 failed = _body_failure(body)
+                if failed is None and _client_gone(body):
+                    log.info("%s of %r: the client went away before the answer began; "
+                             "its compute call is cancelled", call.service, call.repo)  # fmt: skip
+                    failed = InvalidArgument("the client went away before the answer began")
                 if failed is None:
                     raise
                 raise failed from None
@@ -533,6 +558,10 @@ class GitHandler:
             except grpc.aio.AioRpcError as error:
                 raise ConversationBroken(f"{call.service} of {call.repo!r}: {error}") from None
             except asyncio.CancelledError:
+                if _client_gone(body):
+                    log.info("%s of %r: the client went away before the answer ended; "
+                             "its compute call is cancelled", call.service, call.repo)  # fmt: skip
+                    return status
                 failed = _body_failure(body)
                 if failed is None:
                     raise

@@ -9,7 +9,10 @@ else breaks the call.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import logging
+import time
 import zlib
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn
@@ -42,6 +45,8 @@ REFS_PER_MESSAGE = 1000
 BODY_BYTES_PER_MESSAGE = 1 * MiB
 """Largest body of one GitResponse: an advertisement is built whole (one chunk), and one
 of a repository with many refs goes out in pieces, far below the message bound."""
+log = logging.getLogger(__name__)
+
 LIST_LIMIT_DEFAULT = 100
 LIST_LIMIT_MAX = 1000
 
@@ -147,8 +152,11 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
         context: grpc.aio.ServicerContext[Any, Any],
         content_type: str,
         chunks: AsyncIterator[bytes],
+        what: str,
     ) -> AsyncIterator[compute_pb2.GitResponse]:
+        """``what`` names the call in the log line of a request that went before its end."""
         started = False
+        began = time.monotonic()
         try:
             async for chunk in chunks:
                 if not started:
@@ -161,6 +169,16 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
                     yield compute_pb2.GitResponse(body=piece)
         except EnrouteError as exc:
             await _abort(context, exc)
+        except asyncio.CancelledError:
+            # The client went, gitproto cancelled the call, its deadline passed or the
+            # compute is stopping: the work has stopped (work.py); one line, no traceback.
+            log.info(
+                "%s ended with its request after %.1f s (call cancelled: client gone, "
+                "body refused, deadline or shutdown); its work stopped",
+                what,
+                time.monotonic() - began,
+            )
+            raise
         if not started:
             yield compute_pb2.GitResponse(
                 header=compute_pb2.GitResponseHeader(content_type=content_type)
@@ -182,7 +200,7 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
             yield await self.fetcher.info_refs(header.repo, service, header.git_protocol)
 
         ctype = _CONTENT_TYPES[("advertisement", service)]
-        async for msg in self._git(context, ctype, chunks()):
+        async for msg in self._git(context, ctype, chunks(), f"info/refs of {header.repo}"):
             yield msg
 
     async def UploadPack(
@@ -199,7 +217,7 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
             await _abort(context, exc)
         chunks = self.fetcher.upload_pack(header.repo, header.git_protocol, body)
         ctype = _CONTENT_TYPES[("result", "git-upload-pack")]
-        async for msg in self._git(context, ctype, chunks):
+        async for msg in self._git(context, ctype, chunks, f"upload-pack of {header.repo}"):
             yield msg
 
     async def ReceivePack(
@@ -219,7 +237,7 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
             find_request_id(context.invocation_metadata()) or b"",
         )
         ctype = _CONTENT_TYPES[("result", "git-receive-pack")]
-        async for msg in self._git(context, ctype, chunks):
+        async for msg in self._git(context, ctype, chunks, f"receive-pack to {header.repo}"):
             yield msg
 
     # -- repository API -------------------------------------------------------------------
