@@ -373,6 +373,7 @@ def ingest_pack(
             snapshot=snapshot,
             policy=fsck,
             limits=limits,
+            warnings=headers.warnings,
         )
     walk = _Walk(
         indexed.objects, by_oid, snapshot=snapshot, bodies=bodies, headers=headers, limits=limits
@@ -466,6 +467,7 @@ def _check_gitmodules(
     snapshot: SnapshotObjects,
     policy: FsckPolicy,
     limits: Limits,
+    warnings: FsckWarnings | None = None,
 ) -> None:
     """Every blob a tree of the pack names .gitmodules, wherever it is stored (fsck.c
     ``fsck_finish`` reads each from the object database, the pack's or the repository's).
@@ -494,7 +496,7 @@ def _check_gitmodules(
             assert found is not None, oid_to_hex(oid)  # the pack or the snapshot holds it
             return found[1]
 
-        check_gitmodules(oid, type_num, read, size, policy=policy, limits=limits)
+        check_gitmodules(oid, type_num, read, size, policy=policy, limits=limits, warnings=warnings)
 
 
 def _refuse_duplicate(objects: Sequence[PackObjectInfo]) -> None:
