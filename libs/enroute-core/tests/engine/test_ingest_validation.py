@@ -20,6 +20,7 @@ from enroute_core.engine.snapshot import EMPTY_SNAPSHOT
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.packwrite import write_pack
 from enroute_core.git.source import BytesSource
+from enroute_core.storage.layer import LayerReader
 
 IDENT = b"A U Thor <a@example.com> 1700000000 +0000"
 
@@ -88,6 +89,25 @@ def test_harmless_commit_is_taken_with_a_warning_unless_raised() -> None:
     config = load_config("receive:\n  fsck:\n    badTimezone: error\n", {})
     with pytest.raises(InvalidObject, match=r"badTimezone: .* warn lowers it"):
         ingest(objects, oid(1, c), fsck=config.receive.fsck_policy())
+
+
+def test_legacy_commits_keep_the_time_git_gives_them() -> None:
+    """A commit an old tool wrote still has its time (commit.c ``parse_commit_date``: the
+    number after the committer's last '>', the zone not read); none without a committer."""
+    base = b"tree " + oid(2, GOOD_TREE).hex().encode() + b"\n"
+    bodies = {
+        1300000001: base + b"author A <a@x> 1 --700\ncommitter C <c@x> 1300000001 --700\n\nm\n",
+        1300000002: base + b"author A 1 +0000\ncommitter C <c@x>1300000002 +051800\n\nm\n",
+        0: base + b"author A <a@x> 1 +0000\n\nno committer\n",
+    }
+    objects = [(3, BLOB), (2, GOOD_TREE), *((1, b) for b in bodies.values())]
+    source = BytesSource(write_pack(objects))
+    tips = [oid(1, b) for b in bodies.values()]
+    result = ingest_pack(source, tips, EMPTY_SNAPSHOT)
+    assert result.data is not None and result.sealed is not None
+    reader = LayerReader.open(BytesSource(result.data), meta_size=result.sealed.meta_size)
+    times = {info.oid: info.time for info in reader.commit_infos()}
+    assert times == {oid(1, b): t for t, b in bodies.items()}
 
 
 def test_tree_depth_is_bounded() -> None:
