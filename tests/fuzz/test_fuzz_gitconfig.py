@@ -64,7 +64,7 @@ def _slow(data: bytes, signed_char: bool) -> ConfigParse:
     return _ByteByByte(data, signed_char).run()
 
 
-@fuzz_settings(1500)
+@fuzz_settings(800)
 @given(text=TEXTS)
 def test_reading_never_raises_and_shortcuts_agree(text: bytes) -> None:
     for signed in (False, True):

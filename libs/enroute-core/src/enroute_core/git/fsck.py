@@ -1470,8 +1470,12 @@ def _submodule_url_ok(url: bytes) -> bool:
 
 
 def _gitmodules_problems(entries: tuple[ConfigEntry, ...]) -> Iterator[FsckProblem]:
-    """``fsck_gitmodules_fn`` for each ``submodule.<name>.<key>`` variable."""
+    """``fsck_gitmodules_fn`` for each ``submodule.<name>.<key>`` variable (a repeated one once)."""
+    seen: set[tuple[bytes, bytes | None]] = set()
     for entry in entries:
+        if (entry.name, entry.value) in seen:
+            continue
+        seen.add((entry.name, entry.value))
         split = split_key(entry.name, b"submodule")
         if split is None:
             continue

@@ -65,6 +65,11 @@ _ESCAPES = {ord("\\"): ord("\\"), ord('"'): ord('"'), ord("n"): _LF, ord("t"): _
 _PLAIN = {False: re.compile(rb'[^\n\r\\"#; \t]+'), True: re.compile(rb'[^\n\r\\"#; \t\xff]+')}
 _QUOTED = {False: re.compile(rb'[^\n\r\\"]+'), True: re.compile(rb'[^\n\r\\"\xff]+')}
 _COMMENT = {False: re.compile(rb"[^\n\r]+"), True: re.compile(rb"[^\n\r\xff]+")}
+# Between lines every whitespace byte is skipped alike; but a CR eats the FF after it when
+# FF reads as EOF (git's ungetc is not called for EOF), so that pair goes byte by byte.
+_WHITESPACE = {False: re.compile(rb"[ \t\r\n]+"), True: re.compile(rb"(?:[ \t\n]|\r(?!\xff))+")}
+_BLANKS = re.compile(rb"[ \t]+")
+_KEYCHARS = re.compile(rb"[A-Za-z0-9-]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +173,8 @@ class _Parser:
         return c
 
     def _skip(self, pattern: re.Pattern[bytes]) -> bytes:
-        """Consume a run ``pattern`` matches; its bytes hold no LF, CR or FF-as-EOF."""
+        """Consume a run ``pattern`` matches: bytes the byte-by-byte path would take one by one
+        with no effect but the one the caller gives the run (lines counted, bytes kept)."""
         m = pattern.match(self._data, self._pos)
         if m is None:
             return b""
@@ -185,6 +191,8 @@ class _Parser:
         while True:
             if comment:
                 self._skip(_COMMENT[self._signed])
+            elif not self._eof:  # once set, the next LF ends the input: read it byte by byte
+                self._line += self._skip(_WHITESPACE[self._signed]).count(b"\n")
             c = self._next()
             if c == _LF:
                 if self._eof:
@@ -250,6 +258,8 @@ class _Parser:
 
     def _value(self, name: bytearray) -> bool:
         line = self._line
+        if not self._eof:  # once set (an FF read as EOF) the loop below stops at once
+            name += self._skip(_KEYCHARS).lower()
         while True:
             c = self._next()
             if self._eof or c not in _KEYCHAR:
@@ -288,8 +298,9 @@ class _Parser:
             if comment:
                 continue
             if not quote and c in _SPACE:
+                run = 1 + len(self._skip(_BLANKS))
                 if out:
-                    space += 1
+                    space += run
                 continue
             if not quote and c in (ord(";"), ord("#")):
                 comment = True
