@@ -350,8 +350,10 @@ def ingest_pack(
     ``tips`` are the new values of the pushed refs (deletions left out). Raises
     ``MissingObject`` when a tip needs an object neither side has, and the
     typed errors of the pack and object parsers on bad input. Every commit,
-    tree and tag of the pack is checked as ``receive.fsckObjects`` would
-    (:mod:`enroute_core.git.fsck`) as it is resolved; ``fsck=None`` skips that.
+    tree and tag of the pack is checked with the policy ``fsck``
+    (:mod:`enroute_core.git.fsck`, docs/security.md) as it is resolved: a refused
+    problem raises ``InvalidObject``, a harmless one is counted in
+    :attr:`IngestResult.warnings`; ``fsck=None`` skips the checks.
     ``refs`` (ref name, new value) lets a branch be refused unless it names a commit.
     """
     _check_pack_bounds(source, limits)
