@@ -7,7 +7,10 @@ compare-and-swap over the object it read, and only when that object is older
 (same incarnation, lower version, live). A deleted state is finished as the
 delete does (seed 001: "Every checkpoint of a deleted state does the same"):
 trash marker, then the swap. A state object that names a later incarnation
-ends the group here (seed 001: drop a superseded incarnation).
+ends the group here (seed 001: drop a superseded incarnation). A deleted state
+is due at once, and its log is compacted to the tombstone even when the delete
+already swapped it into the object: the group stays hosted until the name is
+created again (seed 001), holding its snapshot row alone.
 
 Restoring a node with no log is in ``Lifecycle._host_live``: a hosted group
 that nobody starts gets a genesis entry carrying the state object's checkpoint.
@@ -83,7 +86,10 @@ class Checkpointer:
             mark = self._marks[g] = _Mark(at=self.clock())
         if g.version <= mark.version:
             return
-        if g.version - mark.version >= self.every_entries:
+        if g.version - mark.version >= self.every_entries or g.deleted:
+            # a tombstone is the group's last entry: checkpoint and compact it at once,
+            # so a deleted repository's log (and the entries its inline layers pinned)
+            # leaves the disk now, not an interval later
             self._now[g] = None
             self._wake.set()
         elif not mark.timed and self.interval_s > 0:
@@ -98,7 +104,11 @@ class Checkpointer:
             return False
         # versions count applied entries (rule version.every_entry), so they measure entries
         # since the last checkpoint without a counter that a concurrent apply could skew
-        return g.version - mark.version >= self.every_entries or now - mark.at >= self.interval_s
+        return (
+            g.version - mark.version >= self.every_entries
+            or now - mark.at >= self.interval_s
+            or g.deleted  # the tombstone rule of ``changed``
+        )
 
     async def checkpoint(self, g: Group) -> bool:
         """One CAS attempt at the group's applied state; True when the object now has it."""
@@ -114,7 +124,13 @@ class Checkpointer:
             and (obj.state.deleted or obj.state.version >= st.version)
         ):
             mark.version, mark.at = max(obj.state.version, mark.version), self.clock()
-            return obj.state.version >= st.version
+            if obj.state.version < st.version:
+                return False
+            # the object holds this state (the delete's own swap, or a checkpoint that
+            # won the race): the log up to it can go all the same; a deleted state has
+            # no pins, so its log compacts to the tombstone alone
+            self.rt.compact(g, st, index)
+            return True
         if obj is None:
             return False  # the claim writes the object first; never create it here
         if st.deleted:

@@ -745,16 +745,17 @@ class Runtime:
         """The multi-Raft layer frees ``gid``'s Raft objects: free the applied state too.
 
         Refused while anything here still needs the group in memory: a proposal, read
-        or waiter, a subscriber or other listener on its change event, a compaction
-        queued, a blank mark, or an entry committed but not applied.
+        or waiter, a compaction queued, a blank mark, or an entry committed but not
+        applied. A parked subscriber does not keep it awake (docs/raft.md, "Parked
+        subscriptions"): it waits on the change event, which lives on the ``Group``
+        and not in the freed part, with its own last sent version as its cursor; the
+        next write wakes the group, and the apply sets the event.
         """
         g = self.groups.get(gid)
         if g is None or g.dropped or g.hibernated or gid in self._blank_groups:
             return False
         live = g._held()
         if live is None or live.proposals or live.reads or live.waiters:
-            return False
-        if g._changed is not None:
             return False
         if g.applied != self.mr.commit_of(gid):
             return False

@@ -31,6 +31,11 @@ class FakeGroup:
         """As ``Group.version``: the applied state's version (no wake)."""
         return self.state.version
 
+    @property
+    def deleted(self) -> bool:
+        """As ``Group.deleted`` (no wake)."""
+        return self.state.deleted
+
 
 class FakeRuntime:
     def __init__(self, groups: list[FakeGroup]) -> None:
