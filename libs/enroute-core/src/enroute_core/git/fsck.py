@@ -215,7 +215,8 @@ def _rules() -> Mapping[str, FsckRule]:
             I,
             ok,
             "modes early git wrote (100664 and other permission bits): read as git reads them"
-            " (canon_mode), kept byte for byte",
+            " (canon_mode), kept byte for byte; a gitlink-typed mode other than 160000 is"
+            " walked as a file, so the object it names must be present",
         ),
         "badGpgsig": FsckRule(
             E,
