@@ -27,6 +27,7 @@ from enroute_core.git.packindexer import index_pack
 from enroute_core.git.source import BytesSource
 from enroute_core.storage.diskbudget import CHUNK_BYTES
 from enroute_core.storage.layer import Kind, LayerEntry, SealedLayer, write_layer
+from enroute_core.storage.layer.reader import LayerReader
 from enroute_core.storage.layers import LayerService, OpenLayer
 from enroute_core.storage.machines import (
     MachineContext,
@@ -38,6 +39,7 @@ from enroute_core.storage.machines import (
 )
 from enroute_core.storage.objectstore import StoreOptions
 from enroute_core.storage.objectstore.file import FileStore
+from enroute_core.storage.pool import Intent
 from enroute_testing.repogen import RepoSpec, generate_repo, pack_objects
 
 KIND_OF_TYPE = {2: Kind.TREE, 3: Kind.BLOB}
@@ -119,19 +121,19 @@ class BodyMachine:
         self.handed: list[object] = []
         self.started = False
 
-    def lookup(self, oid: ObjectId) -> tuple[OpenLayer, int] | None:
+    def lookup(self, oid: ObjectId) -> tuple[LayerReader, int] | None:
         for layer in self.layers:
             i = layer.reader.lookup(oid)
             if i is not None:
-                return layer, i
+                return layer.reader, i
         return None
 
     def _resolve(self, item: int) -> None:
         layer, i = self.items[item]
-        chain = chain_of(layer, i, self.lookup)
-        _, body = payload_of(chain[-1][0].entry_bytes(chain[-1][1]))
-        for lay, j in reversed(chain[:-1]):
-            _, delta = payload_of(lay.entry_bytes(j))
+        chain = chain_of(layer.reader, i, self.lookup)
+        _, body = payload_of(chain[-1][0].entry_bytes(chain[-1][1], Intent.POINT))
+        for reader, j in reversed(chain[:-1]):
+            _, delta = payload_of(reader.entry_bytes(j, Intent.POINT))
             body = apply_delta(body, delta)
         self.bodies[item] = body
         self.computed[item] = self.computed.get(item, 0) + 1
@@ -150,7 +152,7 @@ class BodyMachine:
                 try:
                     self._resolve(n)  # whatever is local already
                 except NotLocal:
-                    tickets.append(entry_ticket(n, [(layer, i)], self.lookup))
+                    tickets.append(entry_ticket(n, [(layer.reader, i)], self.lookup))
         return Progress(done=len(self.bodies) == len(self.items), tickets=tuple(tickets))
 
 
@@ -254,7 +256,7 @@ class FailingMachine:
         self.layer = layer
 
     def run(self, ctx: MachineContext) -> Progress:
-        ticket = entry_ticket("x", [(self.layer, 0)], lambda _o: None, events=(_boom(),))
+        ticket = entry_ticket("x", [(self.layer.reader, 0)], lambda _o: None, events=(_boom(),))
         return Progress(done=False, tickets=(ticket,))
 
 

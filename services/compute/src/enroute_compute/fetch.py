@@ -13,6 +13,7 @@ import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from enroute_compute.host import RepositoryHost, Snapshot
 from enroute_compute.work import Abandoned, check
@@ -28,6 +29,8 @@ from enroute_core.protocol.errors import fatal_error_bytes
 from enroute_core.protocol.lsrefs import encode_ls_refs_response
 from enroute_core.state import RepoState
 from enroute_core.state.names import check_repo_name
+from enroute_core.storage.layers import LOAD_KIND
+from enroute_core.storage.machines import drive
 
 REF_SNAPSHOTS_KEPT = 1024
 """Repositories whose last ref snapshot is kept (all are dropped when it is reached)."""
@@ -54,13 +57,14 @@ class Fetcher:
         """Let the pack writers end with their streams; no new ones start."""
         self._writers.shutdown(wait=False, cancel_futures=True)
 
-    def _ref_snapshot(self, snap: Snapshot) -> RefSnapshot:
+    async def _ref_snapshot(self, snap: Snapshot) -> RefSnapshot:
         """The refs with their peeled values, made once per state of a repository (every
-        ls-refs and advertisement of an unchanged repository answers the same)."""
+        ls-refs and advertisement of an unchanged repository answers the same); the
+        tags it peels are loaded first."""
         found = self._refs.get(snap.name)
         if found is not None and found[0] is snap.state:  # a view is set with its state
             return found[1]
-        refs = self.host.ref_snapshot(snap)
+        refs = await self.host.ref_snapshot_loaded(snap)
         if len(self._refs) >= REF_SNAPSHOTS_KEPT:
             self._refs.clear()
         self._refs[snap.name] = (snap.state, refs)
@@ -76,11 +80,12 @@ class Fetcher:
                 await self.host.open(name)  # a missing repository is not found
                 return encode_v2_capabilities()
             snap = await self.host.read(name)
-            return encode_v0_advertisement(self._ref_snapshot(snap), service, version1=version == 1)
+            refs = await self._ref_snapshot(snap)
+            return encode_v0_advertisement(refs, service, version1=version == 1)
         # receive-pack: a missing repository advertises nothing; the push creates it.
         maybe = await self.host.read_or_empty(name)
         return encode_v0_advertisement(
-            self.host.ref_snapshot(maybe), service, version1=version == 1
+            await self.host.ref_snapshot_loaded(maybe), service, version1=version == 1
         )
 
     # -- fetch ----------------------------------------------------------------------------
@@ -112,7 +117,7 @@ class Fetcher:
             else:
                 snap = self._without_barrier(name, event.request) or await self.host.read(name)
             pins.enter_context(self.host.pin_reads(snap))
-            refs = self._ref_snapshot(snap)
+            refs = await self._ref_snapshot(snap)
             if isinstance(event, pfetch.LsRefsCommand):
                 yield encode_ls_refs_response(event.request, refs)
                 continue
@@ -130,7 +135,7 @@ class Fetcher:
             reply = pfetch.FetchReply(common, ready, wanted_refs=tuple(wanted_refs))
             if pfetch.sends_pack(request, reply):
                 try:
-                    plan = await asyncio.to_thread(self._plan, snap, refs, request, wants, common)
+                    plan = await self._planned(snap, refs, request, wants, common)
                 except EnrouteError as exc:
                     yield fatal_error_bytes(exc, response_started=False, sideband=False)
                     return
@@ -181,6 +186,21 @@ class Fetcher:
         if snap is None or not all(snap.view.contains(w) for w in request.wants):
             return None
         return snap
+
+    async def _planned(
+        self,
+        snap: Snapshot,
+        refs: RefSnapshot,
+        request: pfetch.FetchRequest | pfetch.UploadRequestV0,
+        wants: Iterable[ObjectId],
+        haves: Iterable[ObjectId],
+    ) -> serve.PackPlan:
+        """:meth:`_plan` with what it reads loaded first: tree walks level by level,
+        tags peeled (seed 004, "Machines"; ``RepositoryHost.run_read``)."""
+        wants, haves = list(wants), list(haves)
+        return await self.host.run_read(
+            snap.view, partial(self._plan, snap, refs, request, wants, haves), kind="plan"
+        )
 
     def _plan(
         self,
@@ -288,22 +308,62 @@ class Fetcher:
                 with contextlib.suppress(Abandoned):
                     put(exc)
 
-        worker = loop.run_in_executor(self._writers, run)
+        layers = self.host.layers
+        machine: serve.PackMachine | None = None
+        if layers is not None and not snap.view.settled():
+            # Seed 004, "Machines": the pack writer as a load-ahead machine; batch k+1
+            # loads while batch k is written, and the writer never reads what was not
+            # loaded. A view whose layers are all here writes at once (the fast path).
+            machine = serve.PackMachine(
+                snap.view, plan, sink, progress=on_progress, limits=self.host.limits
+            )
+
+        async def drive_pack() -> None:
+            assert machine is not None and layers is not None
+            token = LOAD_KIND.set("fetch")
+            try:
+                stats = await drive(machine, layers, executor=self._writers)
+                self.host.load_rounds["fetch"] += stats.tickets
+                if pending:
+                    await queue.put(b"".join(pending))
+                await queue.put(None)
+            except Abandoned:
+                pass  # nobody reads the rest
+            except Exception as exc:
+                if not gone.is_set():
+                    await queue.put(exc)
+            finally:
+                LOAD_KIND.reset(token)
+                machine.release()
+
+        started = loop.time()
+        worker: asyncio.Future[None] = (
+            loop.run_in_executor(self._writers, run)
+            if machine is None
+            else asyncio.ensure_future(drive_pack())
+        )
         try:
+            first = True
             while True:
                 item = await queue.get()
                 if item is None:
                     break
                 if isinstance(item, BaseException):
                     raise item
+                if first:
+                    first = False
+                    self.host.first_pack_byte_s.append(loop.time() - started)
                 yield item
         finally:
             gone.set()  # a no-op once the pack is all out
+            if machine is not None and not worker.done():
+                worker.cancel()  # its loads stop; the writer thread stops at its next piece
             while not worker.done():
                 with contextlib.suppress(asyncio.QueueEmpty):
                     queue.get_nowait()
                 await asyncio.sleep(0)
-            await worker
+            if not worker.cancelled():
+                await worker  # done: its own outcome (the writer's were queued above)
 
     async def _upload_pack_v0(
         self, name: str, body: bytes, pins: contextlib.ExitStack
@@ -329,13 +389,19 @@ class Fetcher:
                     # behind one and check again.
                     snap = self._without_barrier(name, request)
                     if snap is not None:
-                        refs = self._ref_snapshot(snap)
-                        if not await asyncio.to_thread(_wants_ok, snap, refs, request.wants):
+                        refs = await self._ref_snapshot(snap)
+                        if not await self.host.run_read(
+                            snap.view, partial(_wants_ok, snap, refs, request.wants), kind="plan"
+                        ):
                             snap = None
                     if snap is None:
                         snap = await self.host.read(name)
-                        refs = self._ref_snapshot(snap)
-                        await asyncio.to_thread(_check_v0_wants, snap, refs, request.wants)
+                        refs = await self._ref_snapshot(snap)
+                        await self.host.run_read(
+                            snap.view,
+                            partial(_check_v0_wants, snap, refs, request.wants),
+                            kind="plan",
+                        )
                     pins.enter_context(self.host.pin_reads(snap))
                     _deepen_not_oids(refs, request.deepen.not_refs)
                 except EnrouteError as exc:
@@ -346,7 +412,9 @@ class Fetcher:
                     # Right after the wants, before any acks (gitprotocol-pack, "Shallow
                     # update"); a stateless client's first request stops here.
                     try:
-                        bound = await asyncio.to_thread(self._shallow, snap, refs, request)
+                        bound = await self.host.run_read(
+                            snap.view, partial(self._shallow, snap, refs, request), kind="plan"
+                        )
                     except EnrouteError as exc:
                         yield fatal_error_bytes(exc, response_started=False, sideband=False)
                         return
@@ -361,7 +429,7 @@ class Fetcher:
             yield acks.data
             if not acks.send_pack:
                 continue
-            plan = await asyncio.to_thread(self._plan, snap, refs, request, request.wants, haves)
+            plan = await self._planned(snap, refs, request, request.wants, haves)
             sideband = request.sideband_max
             progress = sideband is not None and not request.has(b"no-progress")
             try:

@@ -14,9 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar, cast
 
 from enroute_compute.ledger_port import (
     Activated,
@@ -56,10 +59,12 @@ from enroute_core.state import (
 from enroute_core.state.names import check_repo_name, layer_key, storage_segment
 from enroute_core.storage.layer import LayerReader
 from enroute_core.storage.layer.format import layer_key_name
-from enroute_core.storage.layers import LayerService
+from enroute_core.storage.layers import LOAD_KIND, LayerService
 from enroute_core.storage.localfile import ScratchFile
+from enroute_core.storage.machines import Restartable, drive
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 INLINE_LAYER_BYTES_MAX = 512 * KiB
 """Default of ``layers.inline_max``: pushed layers up to this size travel in the log entry."""
@@ -68,6 +73,8 @@ FOLLOW_RETRIES_MAX = 40
 """Subscriptions in a row that may fail (unavailable, timeout) before a view is dropped."""
 FOLLOW_BACKOFF_S = 0.05
 FOLLOW_BACKOFF_MAX_S = 2.0
+FIRST_BYTE_SAMPLES = 256
+"""Fetches whose time to the first pack byte ``/status`` summarizes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +146,10 @@ class RepositoryHost:
         """Repositories whose copies left by a previous run were looked for once."""
         self.local_copies_deleted = 0
         self.local_copy_bytes_deleted = 0
+        self.load_rounds: Counter[str] = Counter()
+        self.first_pack_byte_s: deque[float] = deque(maxlen=FIRST_BYTE_SAMPLES)
+        """Seconds from the start of a pack to its first bytes, the latest fetches."""
+        """Tickets parked by reads that needed loads (seed 004, "Machines"), by request kind."""
 
     # -- hosting --------------------------------------------------------------------------
 
@@ -349,16 +360,52 @@ class RepositoryHost:
         else:
             if self.layers is None or entry.key is None:
                 raise Unavailable("no layer storage configured for stored layers")
+            # Seed 004, "Metadata is always local": opening is one ranged read of the
+            # metadata; entry bytes are loaded by the reads that need them ("Machines"),
+            # or in the background without a disk budget ("Files and tiers").
             key = layer_key(repo.name, entry.key)
             opened = await self.layers.open_layer(
                 storage_segment(repo.name), key, entry.file_size, entry.meta_size
             )
-            data_end = entry.file_size - entry.meta_size
-            pins = await self.layers.load(opened, ranges=[(0, data_end)] if data_end else [])
-            pins.release()
             reader = opened.reader
         repo.readers[entry.root] = reader
         return reader
+
+    async def run_read(
+        self,
+        view: View,
+        step: Callable[[], _T],
+        *,
+        kind: str,
+        executor: Executor | None = None,
+    ) -> _T:
+        """``step`` (a read of ``view``: planning, peeling, an API commit's trees) with
+        every byte it reads loaded first (seed 004, "Never waiting on the object store").
+
+        A view whose layers are all here runs ``step`` at once in a worker thread. Any
+        other runs it as a :class:`~enroute_core.storage.machines.Restartable` under
+        :func:`~enroute_core.storage.machines.drive`: a read of bytes that are not
+        local raises ``NotLocal`` naming them (a tree walk, a whole level), they are
+        loaded and pinned, and the step runs again; so no ``NotLocal`` reaches a
+        client. ``kind`` labels the chunks it loads (``/status``, metrics).
+        """
+        loop = asyncio.get_running_loop()
+        if self.layers is None or view.settled():
+            return await loop.run_in_executor(executor, step)
+        machine = Restartable(step, rounds_max=self.limits.read_load_rounds_max)
+        token = LOAD_KIND.set(kind)
+        try:
+            stats = await drive(machine, self.layers, executor=executor)
+        finally:
+            LOAD_KIND.reset(token)
+        self.load_rounds[kind] += stats.tickets
+        return cast("_T", machine.result)
+
+    async def ref_snapshot_loaded(self, snap: Snapshot | None) -> RefSnapshot:
+        """:meth:`ref_snapshot` with the tags it peels loaded first."""
+        if snap is None or not snap.state.live:
+            return RefSnapshot((), None)
+        return await self.run_read(snap.view, partial(self.ref_snapshot, snap), kind="refs")
 
     async def read(self, name: str) -> Snapshot:
         """A snapshot after a read barrier (DESIGN "Read path")."""

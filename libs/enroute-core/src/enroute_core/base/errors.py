@@ -189,9 +189,26 @@ class CorruptData(EnrouteError):
 
 
 class NotLocal(EnrouteError):
-    """A read of bytes not loaded first (seed 004, "Never waiting on the object store")."""
+    """A read of bytes not loaded first (seed 004, "Never waiting on the object store").
+
+    It carries what the read needs, so the one place that drives reads loads it
+    and runs the item again ("Machines"): ``loads`` names layer entries by
+    (layer file name, local indexes), their whole delta chains included; a
+    chunk found missing below that (``file`` and ``chunk`` details) is loaded
+    by itself. It never reaches a client: the driver loads and retries.
+    """
 
     code = "not_local"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        loads: tuple[tuple[str, tuple[int, ...]], ...] = (),
+        **details: object,
+    ) -> None:
+        super().__init__(message, **details)
+        self.loads = loads
 
 
 class Unavailable(EnrouteError):

@@ -75,6 +75,12 @@ class Limits:
     protocol_push_options_max: int = 256
     # engine/view.py: inflated bodies a view keeps (delta bases, trees, tags)
     view_body_cache_bytes_max: int = 64 * MiB
+    # storage/machines.py, engine/serve.py (seed 004, "Never waiting on the object
+    # store"): entry bytes the pack writer loads ahead of what it writes (one batch is
+    # written while the next loads; both stay pinned), and the load rounds one read
+    # may take (a tree walk takes one per level of trees)
+    serve_read_ahead_bytes: int = 4 * MiB
+    read_load_rounds_max: int = 4096
     # enroute_ledger.runtime: request ids a group remembers, by log index, so that a
     # re-proposed copy of an entry applies once (docs/raft.md, "Applying each id once").
     # Part of the replicated state: every voter must use the same value.

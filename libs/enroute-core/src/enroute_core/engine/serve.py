@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from pyroaring import BitMap
 
-from enroute_core.base.errors import CorruptData, InvalidArgument, MissingObject
+from enroute_core.base.errors import CorruptData, InvalidArgument, MissingObject, NotLocal
 from enroute_core.base.ids import OID_BYTES, ObjectId, oid_to_hex
+from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
 from enroute_core.engine.view import View, ViewCommit
 from enroute_core.git.pack import (
     OBJ_REF_DELTA,
@@ -46,8 +47,17 @@ from enroute_core.git.pack import (
 )
 from enroute_core.git.packwrite import ChunkSink
 from enroute_core.git.tree import MODE_GITLINK, Tree
+from enroute_core.storage.budgeted import LoadPins
 from enroute_core.storage.layer import REF_EXTERNAL, Kind, LayerReader
 from enroute_core.storage.layer.format import REF_NONE, S_DATA
+from enroute_core.storage.machines import (
+    EntryLoad,
+    MachineContext,
+    Progress,
+    Ticket,
+    chain_of,
+    ticket_of,
+)
 
 # -- filters (git rev-list --filter; gitprotocol-v2 "fetch", filter) ---------------------------
 
@@ -500,6 +510,8 @@ def _unseen_entries(
     """One level of the breadth-first walk: the subtrees of ``trees`` not met before (the
     next level); their blobs not met before are kept when the fetch sends them."""
     following: list[int] = []
+    trees = list(trees)
+    view.require_local(trees)  # seed 004, "Machines": one load round per level
     for tree in trees:
         for entry in Tree.parse(view.read_id(tree)).entries:
             if entry.mode == MODE_GITLINK:
@@ -549,7 +561,17 @@ def write_pack(
     progress: ProgressFn | None = None,
     progress_every: int = 1024,
 ) -> WriteStats:
-    """Stream the planned pack to ``sink`` in id order (rules 1-4 of the module docstring).
+    """Stream the planned pack to ``sink`` in id order (rules 1-4 of the module docstring),
+    every byte it reads local already (a view whose layers are all here, or one whose
+    batches :class:`PackMachine` loaded). See :class:`PackWriter`."""
+    writer = PackWriter(view, plan, sink, progress=progress, progress_every=progress_every)
+    writer.write()
+    return writer.finish()
+
+
+class PackWriter:
+    """The pack writer, resumable at any planned id (seed 004, "Machines": the pack
+    writer is a machine).
 
     Seed 004, "Layers": entries are stored as pack entries in id order, so the
     pack is mostly the data regions of the layers, sliced a window at a time; only
@@ -562,141 +584,353 @@ def write_pack(
     8 bytes per written object (its offset, for OFS_DELTA distances), a data window
     or a run (at most ``_RUN_BYTES_MAX`` plus one entry), a slab of records, and the
     sink's piece.
+
+    :meth:`write` writes the planned ids below a limit and can be called again for
+    the next ones. Each entry's bytes are read before anything of it is written and
+    windows stop where the local bytes do, so a read that finds bytes missing
+    (``NotLocal``) leaves the writer at that entry: loading them and calling
+    :meth:`write` again goes on from there, nothing written twice.
     """
-    ids = plan.ids
-    total = len(ids)
-    out = _PackOut(sink)
-    buf = out.buf
-    buf += encode_pack_header(total)
-    offsets = array("Q")
-    copied = rewritten = thin_kept = resolved = 0
+
+    def __init__(
+        self,
+        view: View,
+        plan: PackPlan,
+        sink: ChunkSink,
+        *,
+        progress: ProgressFn | None = None,
+        progress_every: int = 1024,
+    ) -> None:
+        self.view, self.plan, self.progress, self.every = view, plan, progress, progress_every
+        self.total = len(plan.ids)
+        self.out = _PackOut(sink)
+        self.out.buf += encode_pack_header(self.total)
+        self.offsets = array("Q")
+        self.copied = self.rewritten = self.thin_kept = self.resolved = self.done = 0
+        self.object_id = plan.ids.min() if self.total else -1
+        # the current layer and window (_state)
+        self.layer_end = -1
+        self.first = self.n = self.slab = self.w0 = self.w1 = self.run_from = 0
+        self.single = self.settled = False
+        self.reader: LayerReader | None = None
+        self.window = memoryview(b"")
+        self.rows: list[tuple[int, int, int]] = []
+        self.externals: dict[int, int | None] = {}
+
+    @property
+    def finished(self) -> bool:
+        return self.object_id < 0
+
+    def write(self, limit_id: int | None = None) -> None:
+        """Write the planned ids below ``limit_id`` (all of them when None)."""
+        view, plan, out, offsets = self.view, self.plan, self.out, self.offsets
+        ids, progress, every, total = plan.ids, self.progress, self.every, self.total
+        buf = out.buf
+        copied, rewritten, thin_kept, resolved = (
+            self.copied, self.rewritten, self.thin_kept, self.resolved)  # fmt: skip
+        done, layer_end, first, n, slab = self.done, self.layer_end, self.first, self.n, self.slab
+        w0, w1, window, rows, externals = self.w0, self.w1, self.window, self.rows, self.externals
+        single, settled, reader, run_from = self.single, self.settled, self.reader, self.run_from
+        object_id = self.object_id
+        stop_id = 1 << 62 if limit_id is None else limit_id
+        it = ids.iter_equal_or_larger(object_id) if object_id >= 0 else iter(())
+        object_id = next(it, -1)
+        try:
+            while 0 <= object_id < stop_id:
+                if object_id >= layer_end:
+                    first, layer_end, reader = view.layer_of(object_id)
+                    n, single = reader.object_count, reader.single_id_run
+                    settled = reader.settled()
+                    slab, w0, w1, window, externals = -1, 0, 0, memoryview(b""), {}
+                    run_from = 0
+                assert reader is not None
+                rel = object_id - first
+                local = rel if single and rel < n else reader.local_of(rel)
+                if local is None or local >= n:
+                    raise KeyError(f"id {object_id} names no object of the view")
+                if local // _SLAB_RECORDS != slab:
+                    start = (local // _SLAB_RECORDS) * _SLAB_RECORDS
+                    stop = min(n, start + _SLAB_RECORDS)
+                    # A sparse slab (a shallow or filtered fetch) is read record by record.
+                    dense = not single or ids.range_cardinality(first + start, first + stop) * 4 > (
+                        stop - start
+                    )
+                    rows = reader.entry_rows(start, stop) if dense else []
+                    slab = local // _SLAB_RECORDS
+                if single and rows and local >= run_from:
+                    # Consecutive ids of the plan whose entries lie back to back: one read,
+                    # and a tight loop that copies them (deltas rewritten as below).
+                    end = min(n, (slab + 1) * _SLAB_RECORDS, stop_id - first)
+                    if not ids.contains_range(object_id, first + end):
+                        end = local + _plan_run(ids, object_id, first + end)
+                    if end - local >= _RUN_MIN:
+                        count = _write_run(
+                            view, plan, reader, first, rows, slab * _SLAB_RECORDS, local, end,
+                            out, offsets, externals,
+                        )  # fmt: skip
+                        if count:
+                            copied += count.copied
+                            rewritten += count.rewritten
+                            thin_kept += count.thin_kept
+                            before, done = done, done + count.entries
+                            if len(buf) >= _FLUSH_BYTES:
+                                out.flush()
+                            if progress is not None:
+                                for d in range(before // every * every + every, done + 1, every):
+                                    progress(ProgressEvent("Writing objects", d, total))
+                                if done == total and done % every:
+                                    progress(ProgressEvent("Writing objects", done, total))
+                            it = ids.iter_equal_or_larger(first + local + count.entries)
+                            object_id = next(it, -1)
+                            continue
+                        run_from = local + 1  # cut at once (a base to resolve): try after it
+                    else:
+                        run_from = end + 1  # too few planned ids in a row before a gap
+                if rows:
+                    offset, length, base = rows[local % _SLAB_RECORDS]
+                else:
+                    offset, length, base = reader.entry_row(local)
+                if offset < w0 or offset + length > w1:
+                    span = min(reader.data_end - offset, max(length, _WINDOW_BYTES))
+                    if not settled:  # read no further than what was loaded
+                        span = max(length, reader.local_bytes(offset, span))
+                    window = memoryview(reader.data_bytes(offset, span))
+                    w0, w1 = offset, offset + span
+                raw = window[offset - w0 : offset - w0 + length]
+                pos = len(buf)
+                here = out.flushed + pos
+                if base == REF_NONE:
+                    buf += raw
+                    copied += 1
+                else:
+                    if raw[0] >> 4 & 7 != OBJ_REF_DELTA:
+                        raise CorruptData(
+                            f"id {object_id}: a delta record on a full entry", section=S_DATA
+                        )
+                    if base & REF_EXTERNAL:
+                        base_id = externals.get(base, -1)
+                        if base_id == -1:
+                            base_id = externals[base] = view.id_of_oid(
+                                reader.external_oid(base & ~REF_EXTERNAL)
+                            )
+                    else:
+                        base_id = first + (base if single else reader.id_of(base))
+                        if base_id not in ids and first:  # a duplicate: the oldest copy's id
+                            base_id = view.id_of_oid(reader.ref_oid(base))
+                    base_offset = None
+                    if base_id is not None and base_id in ids and base_id < object_id:
+                        base_offset = offsets[ids.rank(base_id) - 1]
+                    if base_offset is not None and plan.ofs_delta:
+                        hlen = 1
+                        while raw[hlen - 1] & 0x80:
+                            hlen += 1
+                            if hlen > _HEADER_BYTES_MAX or hlen + OID_BYTES > length:
+                                raise CorruptData(
+                                    f"id {object_id}: bad entry header", section=S_DATA
+                                )
+                        buf += raw[:hlen]
+                        buf[pos] ^= 0x10  # type 7 (REF_DELTA) becomes 6 (OFS_DELTA)
+                        distance = here - base_offset
+                        if distance < 0x80:
+                            buf.append(distance)
+                        elif distance < 0x4080:  # two bytes: gitformat-pack "offset encoding"
+                            buf.append(0x80 | ((distance >> 7) - 1))
+                            buf.append(distance & 0x7F)
+                        else:
+                            buf += encode_ofs_distance(distance)
+                        buf += raw[hlen + OID_BYTES :]
+                        rewritten += 1
+                    elif base_offset is not None or (
+                        plan.thin and base_id is not None and base_id in plan.have_ids
+                    ):
+                        buf += raw
+                        copied += 1
+                        thin_kept += base_offset is None
+                    else:
+                        buf += view.full_entry(object_id)
+                        resolved += 1
+                offsets.append(here)
+                if len(buf) >= _FLUSH_BYTES:
+                    out.flush()
+                done += 1
+                if progress is not None and (done % every == 0 or done == total):
+                    progress(ProgressEvent("Writing objects", done, total))
+                object_id = next(it, -1)
+        finally:
+            self.copied, self.rewritten, self.thin_kept, self.resolved = (
+                copied, rewritten, thin_kept, resolved)  # fmt: skip
+            self.done, self.layer_end, self.first, self.n, self.slab = (
+                done, layer_end, first, n, slab)  # fmt: skip
+            self.w0, self.w1, self.window, self.rows, self.externals = (
+                w0, w1, window, rows, externals)  # fmt: skip
+            self.single, self.settled, self.reader, self.run_from = (
+                single, settled, reader, run_from)  # fmt: skip
+            self.object_id = object_id
+
+    def finish(self) -> WriteStats:
+        """The trailer, once every planned id is written."""
+        assert self.object_id < 0, "the pack is not all written"
+        size = self.out.finish()
+        return WriteStats(
+            self.total, size, self.copied, self.rewritten, self.thin_kept, self.resolved
+        )
+
+
+class PackMachine:
+    """:class:`PackWriter` as a load-ahead machine (seed 004, "Machines" and "Disk budget":
+    the pack writer drops its pins once it is past a read-ahead batch).
+
+    The planned ids are cut, in id order, into batches of about ``read_ahead_bytes``
+    of entry bytes (:func:`pack_batches`). The first run parks batches 0 and 1; each
+    later run writes every batch whose loads are done, in order, releases its pins,
+    and parks the batch after the next, so batch k+1 loads while batch k is written
+    and the first pack bytes go out as soon as batch 0 is local, long before the
+    whole layer is. A batch's ticket carries the chunks of its entries and the whole
+    chains of the deltas the writer will resolve. A read that still finds bytes
+    missing parks its batch again with what it names (loaded again, bounded).
+    """
+
+    def __init__(
+        self,
+        view: View,
+        plan: PackPlan,
+        sink: ChunkSink,
+        *,
+        progress: ProgressFn | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> None:
+        self.writer = PackWriter(view, plan, sink, progress=progress)
+        self._batches = pack_batches(view, plan, limits.serve_read_ahead_bytes, limits=limits)
+        self._limit_ids: list[int | None] = []
+        self._exhausted = False
+        self._next = 0
+        self._ready: dict[int, list[LoadPins]] = {}
+        self._rounds = 0
+        self._rounds_max = limits.read_load_rounds_max
+        self.stats: WriteStats | None = None
+
+    def _park(self) -> Ticket | None:
+        if self._exhausted:
+            return None
+        found = next(self._batches, None)
+        if found is None:
+            self._exhausted = True
+            return None
+        limit_id, loads = found
+        self._limit_ids.append(limit_id)
+        return Ticket(len(self._limit_ids) - 1, loads)
+
+    def run(self, ctx: MachineContext) -> Progress:
+        try:
+            return self._run(ctx)
+        except BaseException:
+            self.release()
+            raise
+
+    def _run(self, ctx: MachineContext) -> Progress:
+        for r in ctx.resumed:
+            assert isinstance(r.ticket.item, int)
+            self._ready.setdefault(r.ticket.item, []).append(r.pins)
+        tickets: list[Ticket] = []
+        if ctx.run == 0:
+            tickets.extend(t for t in (self._park(), self._park()) if t is not None)
+        while self._next in self._ready and self._next < len(self._limit_ids):
+            k = self._next
+            try:
+                self.writer.write(self._limit_ids[k])
+            except NotLocal as exc:
+                self._rounds += 1
+                check_limit("read_load_rounds_max", self._rounds, self._rounds_max)
+                tickets.append(ticket_of(k, exc))  # batch k's pins stay held
+                return Progress(False, tuple(tickets))
+            for pins in self._ready.pop(k):
+                pins.release()
+            self._next += 1
+            ticket = self._park()
+            if ticket is not None:
+                tickets.append(ticket)
+        if self._exhausted and self._next == len(self._limit_ids):
+            assert self.writer.finished
+            self.stats = self.writer.finish()
+            return Progress(True)
+        return Progress(False, tuple(tickets))
+
+    def release(self) -> None:
+        ready, self._ready = self._ready, {}
+        for held in ready.values():
+            for pins in held:
+                pins.release()
+
+
+def pack_batches(
+    view: View, plan: PackPlan, batch_bytes: int, *, limits: Limits = DEFAULT_LIMITS
+) -> Iterator[tuple[int | None, tuple[EntryLoad, ...]]]:
+    """The plan's ids in id order, cut into batches of about ``batch_bytes`` of entry
+    bytes: (the first id after the batch, or None for the last; what it loads).
+
+    From table records only (always local): the chunks of every planned entry of a
+    layer that may lack bytes, and for a delta the writer will resolve (its base is
+    neither sent nor, in a thin pack, had) the whole chain across layers. A blobless
+    or ``tree:0`` plan names no blob, so no blob chunk is loaded; a settled layer
+    (linked, complete, in memory) loads nothing.
+    """
+    ids, have, thin = plan.ids, plan.have_ids, plan.thin
+    chunks: dict[str, set[int]] = {}
+    entries: dict[str, set[int]] = {}
+    size = 0
     layer_end = -1
-    first = n = slab = w0 = w1 = 0
-    single = False
+    first = n = 0
+    single = settled = False
     reader: LayerReader | None = None
-    window = memoryview(b"")
+    name: str | None = None
+    slab = -1
     rows: list[tuple[int, int, int]] = []
-    externals: dict[int, int | None] = {}
-    every = progress_every
-    done = 0
-    run_from = 0  # no run is tried before this local index (a short one was found there)
-    it = iter(ids)
-    object_id = next(it, -1)
-    while object_id >= 0:
+
+    def batch() -> tuple[EntryLoad, ...]:
+        out = [
+            EntryLoad(nm, tuple(sorted(entries.get(nm, ()))), tuple(sorted(chunks.get(nm, ()))))
+            for nm in chunks.keys() | entries.keys()
+        ]
+        chunks.clear()
+        entries.clear()
+        return tuple(out)
+
+    for object_id in ids:
         if object_id >= layer_end:
             first, layer_end, reader = view.layer_of(object_id)
-            n, single = reader.object_count, reader.single_id_run
-            slab, w0, w1, window, externals = -1, 0, 0, memoryview(b""), {}
-            run_from = 0
-        assert reader is not None
+            n, single, name = reader.object_count, reader.single_id_run, reader.name
+            settled = name is None or reader.settled()
+            slab = -1
+        if settled:
+            continue
+        assert reader is not None and name is not None
         rel = object_id - first
         local = rel if single and rel < n else reader.local_of(rel)
-        if local is None or local >= n:
+        if local is None:
             raise KeyError(f"id {object_id} names no object of the view")
         if local // _SLAB_RECORDS != slab:
             slab = local // _SLAB_RECORDS
-            start = slab * _SLAB_RECORDS
-            stop = min(n, start + _SLAB_RECORDS)
-            # A sparse slab (a shallow or filtered fetch) is read record by record.
-            dense = not single or ids.range_cardinality(first + start, first + stop) * 4 > (
-                stop - start
-            )
-            rows = reader.entry_rows(start, stop) if dense else []
-        if single and rows and local >= run_from:
-            # Consecutive ids of the plan whose entries lie back to back: one read, and
-            # a tight loop that copies them (deltas rewritten as below).
-            end = min(n, (slab + 1) * _SLAB_RECORDS)
-            if not ids.contains_range(object_id, first + end):
-                end = local + _plan_run(ids, object_id, first + end)
-            if end - local >= _RUN_MIN:
-                count = _write_run(
-                    view, plan, reader, first, rows, slab * _SLAB_RECORDS, local, end,
-                    out, offsets, externals,
-                )  # fmt: skip
-                if count:
-                    copied += count.copied
-                    rewritten += count.rewritten
-                    thin_kept += count.thin_kept
-                    before, done = done, done + count.entries
-                    if len(buf) >= _FLUSH_BYTES:
-                        out.flush()
-                    if progress is not None:
-                        for d in range(before // every * every + every, done + 1, every):
-                            progress(ProgressEvent("Writing objects", d, total))
-                        if done == total and done % every:
-                            progress(ProgressEvent("Writing objects", done, total))
-                    it = ids.iter_equal_or_larger(first + local + count.entries)
-                    object_id = next(it, -1)
-                    continue
-                run_from = local + 1  # cut at once (a base to resolve): try after it
-            else:
-                run_from = end + 1  # too few planned ids in a row before a gap
-        if rows:
-            offset, length, base = rows[local % _SLAB_RECORDS]
-        else:
-            offset, length, base = reader.entry_row(local)
-        if offset < w0 or offset + length > w1:
-            w0 = offset
-            w1 = min(reader.data_end, offset + max(length, _WINDOW_BYTES))
-            window = memoryview(reader.data_bytes(w0, w1 - w0))
-        raw = window[offset - w0 : offset - w0 + length]
-        pos = len(buf)
-        here = out.flushed + pos
-        if base == REF_NONE:
-            buf += raw
-            copied += 1
-        else:
-            if raw[0] >> 4 & 7 != OBJ_REF_DELTA:
-                raise CorruptData(f"id {object_id}: a delta record on a full entry", section=S_DATA)
+            rows = reader.entry_rows(slab * _SLAB_RECORDS, min(n, (slab + 1) * _SLAB_RECORDS))
+        offset, length, base = rows[local % _SLAB_RECORDS]
+        chunks.setdefault(name, set()).update(reader.data_chunks_for(offset, length))
+        size += length
+        if base != REF_NONE:
             if base & REF_EXTERNAL:
-                base_id = externals.get(base, -1)
-                if base_id == -1:
-                    base_id = externals[base] = view.id_of_oid(
-                        reader.external_oid(base & ~REF_EXTERNAL)
-                    )
+                base_id = view.id_of_oid(reader.external_oid(base & ~REF_EXTERNAL))
             else:
                 base_id = first + (base if single else reader.id_of(base))
-                if base_id not in ids and first:  # a duplicate: the oldest copy has the id
+                if base_id not in ids and first:
                     base_id = view.id_of_oid(reader.ref_oid(base))
-            base_offset = None
-            if base_id is not None and base_id in ids and base_id < object_id:
-                base_offset = offsets[ids.rank(base_id) - 1]
-            if base_offset is not None and plan.ofs_delta:
-                hlen = 1
-                while raw[hlen - 1] & 0x80:
-                    hlen += 1
-                    if hlen > _HEADER_BYTES_MAX or hlen + OID_BYTES > length:
-                        raise CorruptData(f"id {object_id}: bad entry header", section=S_DATA)
-                buf += raw[:hlen]
-                buf[pos] ^= 0x10  # type 7 (REF_DELTA) becomes 6 (OFS_DELTA), size unchanged
-                distance = here - base_offset
-                if distance < 0x80:
-                    buf.append(distance)
-                elif distance < 0x4080:  # two bytes: gitformat-pack "offset encoding"
-                    buf.append(0x80 | ((distance >> 7) - 1))
-                    buf.append(distance & 0x7F)
-                else:
-                    buf += encode_ofs_distance(distance)
-                buf += raw[hlen + OID_BYTES :]
-                rewritten += 1
-            elif base_offset is not None or (
-                plan.thin and base_id is not None and base_id in plan.have_ids
+            if base_id is None or not (
+                (base_id in ids and base_id < object_id) or (thin and base_id in have)
             ):
-                buf += raw
-                copied += 1
-                thin_kept += base_offset is None
-            else:
-                buf += view.full_entry(object_id)
-                resolved += 1
-        offsets.append(here)
-        if len(buf) >= _FLUSH_BYTES:
-            out.flush()
-        done += 1
-        if progress is not None and (done % progress_every == 0 or done == total):
-            progress(ProgressEvent("Writing objects", done, total))
-        object_id = next(it, -1)
-    size = out.finish()
-    return WriteStats(total, size, copied, rewritten, thin_kept, resolved)
+                for r, j in chain_of(reader, local, view.entry_of_oid, limits=limits):
+                    if r.name is not None and not r.settled():
+                        entries.setdefault(r.name, set()).add(j)
+        if size >= batch_bytes:
+            size = 0
+            yield object_id + 1, batch()
+    yield None, batch()
 
 
 _RUN_MIN = 8
@@ -755,7 +989,8 @@ def _write_run(  # noqa: PLR0917 (the writer's loop state, passed whole)
     i = start - row0
     last = stop - row0
     off0 = expect = rows[i][0]
-    limit = off0 + _RUN_BYTES_MAX
+    # no further than the bytes that are local (what the batch loaded)
+    limit = off0 + reader.local_bytes(off0, min(_RUN_BYTES_MAX, reader.data_end - off0))
     j = i
     while j < last:
         off, length, base = rows[j]

@@ -45,7 +45,13 @@ from operator import lt
 
 from pyroaring import BitMap
 
-from enroute_core.base.errors import CorruptData, InvalidArgument, LimitExceeded, MissingObject
+from enroute_core.base.errors import (
+    CorruptData,
+    InvalidArgument,
+    LimitExceeded,
+    MissingObject,
+    NotLocal,
+)
 from enroute_core.base.ids import ObjectId, oid_to_hex
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
 from enroute_core.git.delta import apply_delta
@@ -59,6 +65,7 @@ from enroute_core.storage.layer import REF_EXTERNAL, Kind, LayerReader
 from enroute_core.storage.layer.commits import CommitGraph
 from enroute_core.storage.layer.format import REF_NONE
 from enroute_core.storage.layer.reader import CommitColumns
+from enroute_core.storage.machines import chain_of
 
 TYPE_OF_KIND = {
     Kind.COMMIT: ObjectType.COMMIT,
@@ -387,7 +394,7 @@ def _commit_rank(layers: Sequence[_Layer], commit_id: int) -> tuple[CommitGraph,
 class View:
     """Layers in id order, their ids, kinds, bodies and commit graph."""
 
-    __slots__ = ("_bodies", "_entries", "_kind_ids", "_layers", "_limits", "_starts")
+    __slots__ = ("_bodies", "_entries", "_kind_ids", "_layers", "_limits", "_settled", "_starts")
 
     def __init__(
         self,
@@ -412,6 +419,7 @@ class View:
         self._entries = entries
         self._limits = limits
         self._kind_ids: list[BitMap | None] = [None] * 4
+        self._settled = False
 
     def with_layers(
         self,
@@ -442,6 +450,63 @@ class View:
         view = View.__new__(View)
         view._init((*older, *newer), self._bodies, self._entries, self._limits)
         return view
+
+    # -- residency (seed 004, "Never waiting on the object store", Machines) -------------------
+
+    def settled(self) -> bool:
+        """No read of this view needs a load first (every layer in memory, linked, or
+        complete outside a disk budget): the fast path, where the load step is nothing.
+        Once true it stays true (only budgeted copies lose chunks, and they never are)."""
+        if not self._settled:
+            self._settled = all(layer.reader.settled() for layer in self._layers)
+        return self._settled
+
+    def entry_of_oid(self, oid: ObjectId) -> tuple[LayerReader, int] | None:
+        """(layer, local index) of the canonical copy of ``oid``: the lookup delta chains
+        across layers take (``storage.machines.chain_of``)."""
+        found = self.id_of_oid(oid)
+        return None if found is None else self.locate(found)
+
+    def loads_of(
+        self, object_ids: Iterable[int], *, scan: bool = False
+    ) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """The layer entries reading ``object_ids`` takes, each with its whole delta
+        chain across layers, from table records only (always local): () when all of
+        them are local now or their bodies are cached. Otherwise every entry of every
+        chain, so that one load pins all that the reads touch ("A chain costs one round
+        trip, not one per step"). ``scan``: the caller reads full entries, no chains."""
+        if self.settled():
+            return ()
+        by_layer: dict[str, set[int]] = {}
+        missing = False
+        bodies = self._bodies
+        for object_id in object_ids:
+            if not scan and bodies.get(object_id) is not None:
+                continue
+            reader, local = self.locate(object_id)
+            chain = (
+                [(reader, local)]
+                if scan
+                else chain_of(reader, local, self.entry_of_oid, limits=self._limits)
+            )
+            for r, j in chain:
+                name = r.name
+                if name is None or r.settled():
+                    continue
+                by_layer.setdefault(name, set()).add(j)
+                missing = missing or not r.entry_local(j)
+        if not missing:
+            return ()
+        return tuple((name, tuple(sorted(ix))) for name, ix in by_layer.items())
+
+    def require_local(self, object_ids: Iterable[int]) -> None:
+        """Raise :class:`NotLocal` naming what reading ``object_ids`` needs when any of it
+        is not local, before anything is read: a level of a tree walk is parked whole,
+        with its chains, and the driver (``storage.machines``) loads it in one round."""
+        loads = self.loads_of(object_ids)
+        if loads:
+            count = sum(len(ix) for _, ix in loads)
+            raise NotLocal(f"{count} entries to load before reading", loads=loads)
 
     # -- ids ------------------------------------------------------------------------------------
 
@@ -593,24 +658,30 @@ class View:
         if found is not None:
             return found - skip if skip else BitMap(found)
         out = BitMap()
-        stack = [t for t in roots if skip is None or t not in skip]
-        skipped = len(stack) != len(roots)
-        out.update(stack)
+        level = [t for t in roots if skip is None or t not in skip]
+        skipped = len(level) != len(roots)
+        out.update(level)
         met: set[bytes] = set()  # oids already taken or skipped: trees share most entries
-        while stack:
-            for kind, oid in tree_children(self.read_id(stack.pop()), self._limits):
-                if oid in met:
-                    continue
-                met.add(oid)
-                child = self._require(oid, kind)
-                if child in out:
-                    continue
-                if skip is not None and child in skip:
-                    skipped = True
-                    continue
-                out.add(child)
-                if kind == Kind.TREE:
-                    stack.append(child)
+        while level:
+            # Level by level (seed 004, "Machines": tree walks): a level's trees and
+            # their chains are loaded in one round before any of them is read.
+            self.require_local(level)
+            following: list[int] = []
+            for tree in level:
+                for kind, oid in tree_children(self.read_id(tree), self._limits):
+                    if oid in met:
+                        continue
+                    met.add(oid)
+                    child = self._require(oid, kind)
+                    if child in out:
+                        continue
+                    if skip is not None and child in skip:
+                        skipped = True
+                        continue
+                    out.add(child)
+                    if kind == Kind.TREE:
+                        following.append(child)
+            level = following
         if roots and not skipped:
             self._bodies.put_tree_closure(roots, BitMap(out))
         return out
@@ -669,6 +740,8 @@ class View:
         cached = self._bodies.get(object_id)
         if cached is not None:
             return cached
+        if not self._settled:
+            self.require_local((object_id,))  # the whole chain, before a byte is read
         chain: list[tuple[int, bytes]] = []
         current = object_id
         while True:

@@ -161,6 +161,10 @@ class BudgetedCopy(LocalCopy):
 
     # -- reads and writes --------------------------------------------------------------------
 
+    def settled(self) -> bool:
+        """Never: any chunk not pinned may be evicted ("Disk budget")."""
+        return False
+
     def read_at(self, offset: int, length: int) -> bytes:
         """A scan read (no reference bit); point reads touch their chunks first."""
         return self.read_intent(offset, length, Intent.SCAN)

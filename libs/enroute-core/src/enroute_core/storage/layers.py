@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import os
 import secrets
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -47,6 +49,11 @@ from enroute_core.storage.localcopy import LocalCopy
 from enroute_core.storage.localfile import ScratchFile
 from enroute_core.storage.objectstore.base import ObjectStore
 from enroute_core.storage.pool import DEFAULT_PAGE_CACHE_BYTES, BufferPool, Intent
+
+LOAD_KIND: contextvars.ContextVar[str] = contextvars.ContextVar("load_kind", default="other")
+"""The kind of request whose reads load chunks (fetch, plan, refs, push, api): what
+``/status`` and the metrics count loads by. Set by the request's driver; tasks it
+spawns inherit it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +159,9 @@ class LayerService:
         self._linking = True
         self._links = 0
         self._hydrations = 0
+        self.loaded_chunks: Counter[str] = Counter()
+        """Chunks :meth:`load` found missing and fetched, by request kind (:data:`LOAD_KIND`)."""
+        self.loaded_bytes: Counter[str] = Counter()
 
     # -- names ------------------------------------------------------------------------------
 
@@ -318,12 +328,30 @@ class LayerService:
 
     # -- loads ------------------------------------------------------------------------------
 
+    def layer_named(self, name: str) -> OpenLayer | None:
+        """The open layer of a file name (:attr:`LayerReader.name`), or None when it is
+        not open here (closed since: a retired copy)."""
+        fut = self._opening.get(name)
+        if fut is None or not fut.done() or fut.cancelled() or fut.exception() is not None:
+            return None
+        return fut.result()
+
+    async def load_named(
+        self, name: str, *, local_indexes: Iterable[int] = (), chunks: Iterable[int] = ()
+    ) -> LoadPins:
+        """:meth:`load` by file name, as tickets name layers (``storage.machines``)."""
+        layer = self.layer_named(name)
+        if layer is None:
+            raise NotLocal(f"{name}: the layer is not open here", file=name)
+        return await self.load(layer, local_indexes=local_indexes, chunks=chunks)
+
     async def load(
         self,
         layer: OpenLayer,
         *,
         local_indexes: Iterable[int] = (),
         ranges: Iterable[tuple[int, int]] = (),
+        chunks: Iterable[int] = (),
     ) -> LoadPins:
         """Make the entries and byte ranges local ("Storage service", Load).
 
@@ -333,14 +361,23 @@ class LayerService:
         evicted before the caller reads them. The caller releases the
         returned pins once it has read; without a budget they hold nothing.
         """
-        chunks: set[int] = set()
+        wanted: set[int] = set(chunks)
         for i in local_indexes:
-            chunks.update(layer.entry_chunks(i))
+            wanted.update(layer.entry_chunks(i))
         for offset, length in ranges:
-            chunks.update(layer.reader.data_chunks_for(offset, length))
-        pins = LoadPins(self._pin(layer, chunks))
+            wanted.update(layer.reader.data_chunks_for(offset, length))
+        if not wanted or layer.copy.settled():
+            return LoadPins()  # a linked or complete copy: nothing to load or pin
+        pins = LoadPins(self._pin(layer, wanted))
         try:
-            await layer.loader.load(chunks)
+            missing = layer.copy.missing(sorted(wanted))
+            if missing:
+                kind = LOAD_KIND.get()
+                self.loaded_chunks[kind] += len(missing)
+                self.loaded_bytes[kind] += sum(
+                    min(CHUNK_BYTES, layer.copy.size - c * CHUNK_BYTES) for c in missing
+                )
+                await layer.loader.load(missing)
         except BaseException:
             pins.release()
             raise

@@ -97,6 +97,12 @@ class LocalCopy:
         with self._lock:
             return all(self._present)
 
+    def settled(self) -> bool:
+        """Every chunk is readable and stays so: a linked copy, or a complete one that
+        no budget can evict from (seed 004, "Disk budget": only budgeted copies lose
+        chunks). Readers of a settled copy need no loads, so the load step is skipped."""
+        return self.linked or self.complete()
+
     def mark_present(self, chunks: range | list[int]) -> None:
         with self._lock:
             for c in chunks:

@@ -34,26 +34,29 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from enroute_core.base.errors import MissingObject
+from enroute_core.base.errors import MissingObject, NotLocal
 from enroute_core.base.ids import ObjectId, oid_to_hex
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
 from enroute_core.storage.budgeted import LoadPins
 from enroute_core.storage.layer.format import REF_EXTERNAL, REF_NONE
-from enroute_core.storage.layers import LayerService, OpenLayer
+from enroute_core.storage.layer.reader import LayerReader
+from enroute_core.storage.layers import LayerService
 
 TICKETS_IN_FLIGHT_MAX = 65_536
 RUNS_MAX = 1_000_000
 
-Lookup = Callable[[ObjectId], tuple[OpenLayer, int] | None]
+Lookup = Callable[[ObjectId], tuple[LayerReader, int] | None]
 """Where an object of another layer is stored (a layer list lookup; metadata only)."""
 
 
 @dataclass(frozen=True, slots=True)
 class EntryLoad:
-    """Entries of one layer a ticket needs local."""
+    """What a ticket needs local of one layer, named by its file name
+    (:attr:`LayerReader.name`): entries by local index, and chunks a read found missing."""
 
-    layer: OpenLayer
-    local_indexes: tuple[int, ...]
+    layer: str
+    local_indexes: tuple[int, ...] = ()
+    chunks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -110,24 +113,25 @@ class DriveStats:
 
 
 def chain_of(
-    layer: OpenLayer, local_index: int, lookup: Lookup, *, limits: Limits = DEFAULT_LIMITS
-) -> list[tuple[OpenLayer, int]]:
+    reader: LayerReader, local_index: int, lookup: Lookup, *, limits: Limits = DEFAULT_LIMITS
+) -> list[tuple[LayerReader, int]]:
     """An entry and its whole delta chain, from the table records (always local).
 
-    A base in this layer is a local index; a base in another layer is named
-    by oid (external oid table) and found with ``lookup``. Raises
-    ``MissingObject`` for a base no layer holds, ``LimitExceeded`` past
-    ``delta_chain_depth_max``.
+    The one home of the chain rule ("A chain costs one round trip, not one per
+    step"): a base in this layer is a local index; a base in another layer is
+    named by oid (external oid table) and found with ``lookup``. The view's
+    body reads follow the same refs. Raises ``MissingObject`` for a base no
+    layer holds, ``LimitExceeded`` past ``delta_chain_depth_max``.
     """
-    out = [(layer, local_index)]
-    cur, i = layer, local_index
+    out = [(reader, local_index)]
+    cur, i = reader, local_index
     while True:
-        ref = cur.reader.record(i).base_ref
+        ref = cur.entry_row(i)[2]
         if ref == REF_NONE:
             return out
         check_limit("delta_chain_depth_max", len(out), limits.delta_chain_depth_max)
         if ref & REF_EXTERNAL:
-            oid = cur.reader.ref_oid(ref)
+            oid = cur.ref_oid(ref)
             found = lookup(oid)
             if found is None:
                 raise MissingObject(f"delta base {oid_to_hex(oid)} is in no layer", oid=oid.hex())
@@ -137,27 +141,103 @@ def chain_of(
         out.append((cur, i))
 
 
+def entry_loads(
+    entries: Iterable[tuple[LayerReader, int]],
+    lookup: Lookup,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    missing_only: bool = False,
+) -> tuple[EntryLoad, ...]:
+    """``entries`` and all of their delta chains, grouped by layer; layers whose bytes
+    are all here (inline, linked, complete without a budget) need nothing. With
+    ``missing_only``, entries whose bytes are local now are left out (a check that
+    finds nothing missing answers ``()``: read at once)."""
+    by_layer: dict[str, set[int]] = {}
+    for reader, i in entries:
+        for r, j in chain_of(reader, i, lookup, limits=limits):
+            name = r.name
+            if name is None or r.settled() or (missing_only and r.entry_local(j)):
+                continue
+            by_layer.setdefault(name, set()).add(j)
+    return tuple(EntryLoad(name, tuple(sorted(ix))) for name, ix in by_layer.items())
+
+
 def entry_ticket(
     item: object,
-    entries: Iterable[tuple[OpenLayer, int]],
+    entries: Iterable[tuple[LayerReader, int]],
     lookup: Lookup,
     *,
     events: Sequence[Awaitable[object]] = (),
     limits: Limits = DEFAULT_LIMITS,
 ) -> Ticket:
     """A ticket for ``entries`` and all of their delta chains, grouped by layer."""
-    by_layer: dict[int, tuple[OpenLayer, set[int]]] = {}
-    for layer, i in entries:
-        for lay, j in chain_of(layer, i, lookup, limits=limits):
-            by_layer.setdefault(id(lay), (lay, set()))[1].add(j)
-    loads = tuple(EntryLoad(lay, tuple(sorted(ix))) for lay, ix in by_layer.values())
-    return Ticket(item, loads, tuple(events))
+    return Ticket(item, entry_loads(entries, lookup, limits=limits), tuple(events))
+
+
+def ticket_of(item: object, exc: NotLocal) -> Ticket:
+    """A ticket for what a failed read names (:class:`NotLocal`): its entries with their
+    chains, or the one chunk a read found missing (evicted between a load and the read,
+    which pins rule out; loaded again all the same). A read that names nothing it needs
+    cannot be resumed: it is a bug, and fails."""
+    loads = tuple(EntryLoad(name, tuple(ix)) for name, ix in exc.loads)
+    if not loads:
+        name, chunk = exc.details.get("file"), exc.details.get("chunk")
+        if not isinstance(name, str) or not isinstance(chunk, int):
+            raise exc
+        loads = (EntryLoad(name, (), (chunk,)),)
+    return Ticket(item, loads)
+
+
+class Restartable:
+    """A step that loads first, for reads known only as it runs (seed 004, "Machines").
+
+    ``step`` is pure over the view (planning a fetch, peeling tags, reading an API
+    commit's trees): a run calls it; a read of bytes that are not local raises
+    :class:`NotLocal` naming everything its level needs (a tree walk asks for a whole
+    level at once), which is parked as one ticket; the next run calls ``step`` again
+    with those bytes pinned. What was read before stays in the view's body cache, so
+    a run re-reads nothing and one load round trip is taken per level. Pins are held
+    until the step is done ("Phases that load first and read later hold their pins
+    until done"), then released; at most ``rounds_max`` rounds.
+    """
+
+    def __init__(self, step: Callable[[], object], *, rounds_max: int) -> None:
+        self._step = step
+        self._rounds_max = rounds_max
+        self._pins: list[LoadPins] = []
+        self.rounds = 0
+        self.result: object = None
+
+    def run(self, ctx: MachineContext) -> Progress:
+        self._pins.extend(r.pins for r in ctx.resumed)
+        try:
+            self.result = self._step()
+        except NotLocal as exc:
+            self.rounds += 1
+            try:
+                check_limit("read_load_rounds_max", self.rounds, self._rounds_max)
+                return Progress(False, (ticket_of(self.rounds, exc),))
+            except BaseException:
+                self.release()
+                raise
+        except BaseException:
+            self.release()
+            raise
+        self.release()
+        return Progress(True)
+
+    def release(self) -> None:
+        pins, self._pins = self._pins, []
+        for p in pins:
+            p.release()
 
 
 async def _wait(service: LayerService, ticket: Ticket, number: int) -> tuple[int, Resumed]:
     """Every wait of one ticket as its own task; all pins or none."""
     loads = [
-        asyncio.create_task(service.load(ld.layer, local_indexes=ld.local_indexes))
+        asyncio.create_task(
+            service.load_named(ld.layer, local_indexes=ld.local_indexes, chunks=ld.chunks)
+        )
         for ld in ticket.loads
     ]
     events = [asyncio.ensure_future(e) for e in ticket.events]
@@ -233,9 +313,12 @@ __all__ = [
     "Machine",
     "MachineContext",
     "Progress",
+    "Restartable",
     "Resumed",
     "Ticket",
     "chain_of",
     "drive",
+    "entry_loads",
     "entry_ticket",
+    "ticket_of",
 ]

@@ -176,6 +176,7 @@ class LayerReader:
         "_meta",
         "_meta_base",
         "_meta_first_page",
+        "_missing",
         "_n",
         "_pfile",
         "_pool",
@@ -196,6 +197,8 @@ class LayerReader:
     ) -> None:
         """Use :meth:`open`; this checks what ``open`` loaded."""
         self._source = source
+        self._missing = getattr(source, "missing", None)
+        """Chunks of a list that are not local (a local copy); None: all bytes are here."""
         self._size = source.size
         self._footer = footer
         self._meta = meta
@@ -267,7 +270,16 @@ class LayerReader:
         on a 1 MiB boundary, so both page grids line up with the file's own offsets."""
         source, base = self._source, self._meta_base
 
+        read_intent = getattr(source, "read_intent", None)
+
         def load(offset: int, length: int, intent: Intent) -> bytes:
+            if read_intent is not None and offset < base:
+                # seed 004, "Intent steers eviction": a point read's pool miss marks
+                # its chunks referenced on the disk budget, a scan's does not.
+                data = read_intent(offset, length, intent)
+                if len(data) != length:
+                    _corrupt(f"short read at {offset}", S_DATA, offset=offset)
+                return bytes(data)
             return _read_exact(source, offset, length, S_DATA if offset < base else S_FOOTER)
 
         regions = [Region(base, self._size, PageClass.META)]
@@ -515,6 +527,43 @@ class LayerReader:
                 chunk=chunk,
             )
         self._verified[chunk] = 1
+
+    # -- residency (seed 004, "Residency": what a read needs, found without reading) --------
+
+    @property
+    def name(self) -> str | None:
+        """The layer's file name in storage (what loads name it by); None for a layer
+        read from memory (inline), whose bytes are all here."""
+        return self._pfile.name if self._pfile is not None else None
+
+    def settled(self) -> bool:
+        """No read of this layer can find its bytes missing (in memory, a linked copy, a
+        complete copy outside any disk budget): callers skip the load step."""
+        settled = getattr(self._source, "settled", None)
+        return settled is None or bool(settled())
+
+    def missing_chunks(self, offset: int, length: int) -> list[int]:
+        """Chunks a read of ``[offset, offset + length)`` needs that are not local."""
+        if self._missing is None or length <= 0:
+            return []
+        return list(self._missing(self.data_chunks_for(offset, length)))
+
+    def entry_local(self, local_index: int) -> bool:
+        """Whether the entry's bytes are local (table record only, no data read)."""
+        if self._missing is None:
+            return True
+        offset, length, _ = self.entry_row(local_index)
+        return not self._missing(self.data_chunks_for(offset, length))
+
+    def local_bytes(self, offset: int, length: int) -> int:
+        """How many bytes from ``offset`` (up to ``length``) can be read without a load:
+        a reader of a window clips it here instead of reading past what was loaded."""
+        if self._missing is None or length <= 0:
+            return length
+        missing: list[int] = self._missing(self.data_chunks_for(offset, length))
+        if not missing:
+            return length
+        return max(0, min(length, missing[0] * CHUNK_BYTES - offset))
 
     def data_chunks_for(self, offset: int, length: int) -> range:
         """Chunks a read of [offset, offset+length) needs, page-aligned (seed 004, "Residency")."""
