@@ -103,7 +103,7 @@ _WIDE_EXT = b"po"  # and no text file has this extension
 _HOT_EXT = b"list"
 _BIG_DIR = b"assets"
 _BIG_KINDS = (b"random", b"text", b"nibbles")  # incompressible, text, 4 bits per byte
-_BIG_CHANGES = 1  # each big blob is patched this many times on main
+_BIG_CHANGES = 1  # each big blob is patched this many times
 
 # The legacy prefix (``RepoSpec.quirks``): one commit per quirk, oldest first, each with
 # the author line old tools wrote. git fsck reports the id in the comment (fsck.c,
@@ -700,7 +700,7 @@ class _StreamBuilder:
         return words
 
     def _shaped_changes(self, br: _Branch, ops: list[bytes], busy: set[bytes]) -> list[bytes]:
-        """Edits of the wide directory, the hot files and the big blobs (these two on main).
+        """Edits of the wide directory, the hot files (on main only) and the big blobs.
 
         A hot file is a change log: each edit puts a line on top, as NEWS files grow,
         and rewrites one older line. Sorted by size (pack-objects' order), its versions
@@ -722,7 +722,7 @@ class _StreamBuilder:
             self._set(br, ops, path, _MODE_FILE, b"".join([b"* " + self._line(), *lines]))
             busy.add(path)
             words.append(b"log " + path)
-        if self.big_credit is not None and br is self.main and self.big_credit.due():
+        if self.big_credit is not None and self.big_credit.due():
             index = self.big_turn % len(self.big)
             self.big_turn += 1
             path = self.big[index]
@@ -969,7 +969,7 @@ PROFILES: dict[str, RepoSpec] = {
         wide_edit_rate=0.02,
         hot_files=4,
         hot_edit_rate=0.1,
-        big_blob_bytes=(24 * MiB, 96 * MiB, 40 * MiB),
+        big_blob_bytes=(64 * MiB, 96 * MiB, 64 * MiB),
         octopus_width=6,
         blob_tags=2,
         tree_tags=2,
