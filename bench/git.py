@@ -491,14 +491,16 @@ def run(
 
         if "incremental" in only:
             # Incremental push and fetch: one local repository gains 20 commits per run;
-            # each server has a fetching clone made before the first run.
+            # each server has a fetching repository, a local clone of the source (the
+            # objects and refs the server holds) whose origin is the server.
             local = work / "local.git"
             bench.git("clone", "-q", "--bare", str(source), str(local))
             fetchers = {}
             for s in servers:
                 fetchers[s.name] = work / f"fetch-{s.name}.git"
+                bench.git("clone", "-q", "--bare", str(source), str(fetchers[s.name]))
                 url = f"{s.url}/{served[s.name]}.git"
-                bench.git("clone", "-q", "--bare", url, str(fetchers[s.name]))
+                bench.git("remote", "set-url", "origin", url, cwd=fetchers[s.name])
 
             def push(s: Server) -> float:
                 return bench.git("push", "-q", f"{s.url}/{served[s.name]}.git", "main", cwd=local)
