@@ -57,7 +57,8 @@ NEW_COMMITS = 20
 LS_REMOTES = 100
 CONCURRENT_CLONES = 8
 SHORT_RUNS_FACTOR = 3
-"""The depth-1 clone (about 0.1 s) runs this many times as often as the rest."""
+"""The depth-1 clone of a small profile (about 0.1 s) runs this many times as often as
+the rest; a large profile's takes seconds and runs as often as the rest."""
 SECTIONS = ("push", "clone-v2", "clone-v0", "blobless", "depth1", "incremental", "ls-remote",
             "concurrent")  # fmt: skip
 LARGE_SECTIONS = ("push", "clone-v2", "blobless", "depth1", "incremental", "concurrent")
@@ -376,6 +377,7 @@ def run(
     seed: int = 0,
 ) -> list[str]:
     bench = Bench(work, runs)
+    depth1_runs = runs * SHORT_RUNS_FACTOR if name in SMALL_PROFILES else runs
     python = sys.executable
     enroute = str(Path(python).parent / "enroute")
     servers = [
@@ -483,9 +485,7 @@ def run(
                 shutil.rmtree(dest)
                 return took
 
-            # a depth-1 clone of a small repository takes about 0.1 s, near the noise of
-            # one run: more runs
-            more = runs * SHORT_RUNS_FACTOR if section == "depth1" else None
+            more = depth1_runs if section == "depth1" else None
             bench.paired(servers, clone, more)
             report(section, label)
 
@@ -565,7 +565,7 @@ def run(
         f"{shape}. Enroute: `enroute dev` (ledger, compute, gitproto on loopback, file:// "
         "store). Reference: `git http-backend` behind the threaded CGI bridge "
         "`bench/http_backend.py` (one CGI process per request). "
-        f"{runs} runs each ({runs * SHORT_RUNS_FACTOR} of the depth-1 clone), alternating "
+        f"{runs} runs each ({depth1_runs} of the depth-1 clone), alternating "
         "servers. Load average at the end: "
         f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min; other work shared "
         "the machine).",
