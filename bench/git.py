@@ -605,6 +605,7 @@ def main() -> None:
     parser.add_argument("--only", default=None, help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument("--seed", type=int, default=0, help="the generator's seed")
     parser.add_argument("--cache", type=Path, default=CACHE, help="generated repositories")
+    parser.add_argument("--note", default="", help="a sentence for the report (why fewer runs)")
     args = parser.parse_args()
     name = "quick" if args.quick else args.profile
     large = name not in SMALL_PROFILES
@@ -616,6 +617,8 @@ def main() -> None:
     runs = args.runs or (3 if name in ("quick", "large") else 5)
     with tempfile.TemporaryDirectory(prefix="enroute-bench-git-") as tmp:
         lines = run(Path(tmp), name, runs, only, cache=args.cache, seed=args.seed)
+    if args.note:
+        lines[1:1] = ["", args.note]
     write_section("git" if not large else f"git-{name}", lines)
     print("\n".join(lines))
 
