@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
@@ -34,12 +35,14 @@ from enroute_core.base.errors import (
     EnrouteError,
     InvalidArgument,
     NotFound,
+    NotLocal,
     Timeout,
     Unavailable,
 )
 from enroute_core.base.ids import ObjectId
-from enroute_core.base.limits import DEFAULT_LIMITS, KiB, Limits
+from enroute_core.base.limits import DEFAULT_LIMITS, KiB, Limits, check_limit
 from enroute_core.engine.ingest import IngestResult
+from enroute_core.engine.snapshot import SnapshotObjects
 from enroute_core.engine.view import View
 from enroute_core.git.fsck import RECEIVE_POLICY, FsckPolicy
 from enroute_core.git.object_type import ObjectType
@@ -57,11 +60,12 @@ from enroute_core.state import (
     apply_change,
 )
 from enroute_core.state.names import check_repo_name, layer_key, storage_segment
+from enroute_core.storage.budgeted import LoadPins
 from enroute_core.storage.layer import LayerReader
 from enroute_core.storage.layer.format import layer_key_name
 from enroute_core.storage.layers import LOAD_KIND, LayerService
 from enroute_core.storage.localfile import ScratchFile
-from enroute_core.storage.machines import Restartable, drive
+from enroute_core.storage.machines import Restartable, Ticket, drive, ticket_of
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -406,6 +410,14 @@ class RepositoryHost:
         if snap is None or not snap.state.live:
             return RefSnapshot((), None)
         return await self.run_read(snap.view, partial(self.ref_snapshot, snap), kind="refs")
+    def ingest_snapshot(self, view: View) -> SnapshotObjects:
+        """What a push is ingested against: ``view`` itself when its layers are all here,
+        else a :class:`LoadingSnapshot` that loads each body ingest reads (thin-pack bases,
+        the trees the segment diff reads) and keeps it pinned until ingest ends."""
+        if self.layers is None or view.settled():
+            return view
+        return LoadingSnapshot(view, self.layers, asyncio.get_running_loop(), self.limits)
+
 
     async def read(self, name: str) -> Snapshot:
         """A snapshot after a read barrier (DESIGN "Read path")."""
@@ -571,6 +583,83 @@ def _stored_keys(name: str, state: RepoState) -> list[tuple[str, str]]:
         return []
     segment = storage_segment(name)
     return [
+class LoadingSnapshot:
+    """A view as ingest's :class:`SnapshotObjects`, loading the bodies it reads.
+
+    Seed 004, "Machines": ingest loads the bases of the thin pack and every snapshot
+    delta base before it reads them. Which ones it needs shows only while the pack
+    is indexed and its trees diffed, and ingest is not split into phases at those
+    points, so a read that finds its bytes missing (``NotLocal`` naming the entry
+    and its whole chain) has them loaded on the event loop and is read again; the
+    ingest thread, one per push, waits for that load. The pins stay until
+    :meth:`release` (after the ingest), as for every phase that loads and then
+    reads ("Disk budget", Pins). ``docs/residency.md`` records this deviation.
+    """
+
+    def __init__(
+        self, view: View, layers: LayerService, loop: asyncio.AbstractEventLoop, limits: Limits
+    ) -> None:
+        self._view = view
+        self._layers = layers
+        self._loop = loop
+        self._limits = limits
+        self._pins: list[LoadPins] = []
+        self._lock = threading.Lock()
+        self.rounds = 0
+
+    def contains(self, oid: ObjectId) -> bool:
+        return self._view.contains(oid)
+
+    def type_of(self, oid: ObjectId) -> ObjectType | None:
+        return self._view.type_of(oid)
+
+    def size_of(self, oid: ObjectId) -> int | None:
+        return self._view.size_of(oid)
+
+    def read(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
+        while True:
+            try:
+                return self._view.read(oid)
+            except NotLocal as exc:
+                with self._lock:
+                    self.rounds += 1
+                    check_limit(
+                        "read_load_rounds_max", self.rounds, self._limits.read_load_rounds_max
+                    )
+                ticket = ticket_of(oid, exc)
+                pins = asyncio.run_coroutine_threadsafe(self._load(ticket), self._loop).result()
+                with self._lock:
+                    self._pins.append(pins)
+
+    async def _load(self, ticket: Ticket) -> LoadPins:
+        token = LOAD_KIND.set("push")
+        try:
+            got = await asyncio.gather(
+                *(
+                    self._layers.load_named(
+                        ld.layer, local_indexes=ld.local_indexes, chunks=ld.chunks
+                    )
+                    for ld in ticket.loads
+                ),
+                return_exceptions=True,
+            )
+        finally:
+            LOAD_KIND.reset(token)
+        pins = [g for g in got if isinstance(g, LoadPins)]
+        failed = next((g for g in got if isinstance(g, BaseException)), None)
+        if failed is not None:
+            for p in pins:
+                p.release()
+            raise failed
+        return LoadPins.join(pins)
+
+    def release(self) -> None:
+        with self._lock:
+            pins, self._pins = self._pins, []
+        for p in pins:
+            p.release()
+
+
         (segment, layer_key(name, e.key))
         for e in state.manifest
         if e.kind is LayerKind.STORED and e.key is not None

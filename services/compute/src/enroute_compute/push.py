@@ -25,10 +25,11 @@ import logging
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import TypeVar
 
 from enroute_compute.commits import BuiltCommit, CommitRequest, build_commit
-from enroute_compute.host import RepositoryHost
+from enroute_compute.host import LoadingSnapshot, RepositoryHost
 from enroute_compute.ledger_port import CreateMode
 from enroute_compute.work import CancellableSource, cancellable_sink, to_thread_to_end
 from enroute_core.base.errors import (
@@ -155,6 +156,11 @@ class Pusher:
         gone = threading.Event()  # set when this push's request goes: the ingest stops (work.py)
         try:
             pinned.enter_context(self.host.pin_reads(snap))  # thin-pack bases come from the view
+            # an empty view answers as EMPTY_SNAPSHOT does, each question a call less (a
+            # first push asks per object); bodies ingest reads are loaded first (host)
+            objects = self.host.ingest_snapshot(snap.view) if snap.view.end_id else EMPTY_SNAPSHOT
+            if isinstance(objects, LoadingSnapshot):
+                pinned.callback(objects.release)
             if pack.size and tips:
                 try:
                     result = await to_thread_to_end(
@@ -162,9 +168,7 @@ class Pusher:
                             lambda: ingest_pack(
                                 CancellableSource(pack, gone),
                                 tips,
-                                # an empty view answers as EMPTY_SNAPSHOT does, each
-                                # question a call less (a first push asks per object)
-                                snap.view if snap.view.end_id else EMPTY_SNAPSHOT,
+                                objects,
                                 limits=self.host.limits,
                                 sink=cancellable_sink(layer_file.append, gone),
                                 refs=branch_targets,
@@ -261,28 +265,30 @@ class Pusher:
             # -- request id (begin): the replay of a commit the first compute applied.
             # The caller fixed the request's times, so it builds the very commit the
             # branch holds now: answer it; anything else is stale, as without an id.
+            build = partial(build_commit, snap.view.read, request, now_us, limits=self.host.limits)
             if stale:
                 try:
-                    again = await asyncio.to_thread(
-                        build_commit, snap.view.read, request, now_us, limits=self.host.limits
-                    )
+                    again = await self.host.run_read(snap.view, build, kind="api")
                 except EnrouteError:
                     raise _stale(ref, current_oid) from None
                 if again.oid != current_oid:
                     raise _stale(ref, current_oid)
                 return again
             # -- request id (end)
-            built = await asyncio.to_thread(
-                build_commit, snap.view.read, request, now_us, limits=self.host.limits
-            )
-            result = await asyncio.to_thread(
-                ingest_pack,
-                BytesSource(built.pack()),
-                [built.oid],
-                snap.view,
-                limits=self.host.limits,
-                fsck=self.host.fsck,
-            )
+            built = await self.host.run_read(snap.view, build, kind="api")
+            objects = self.host.ingest_snapshot(snap.view)
+            try:
+                result = await asyncio.to_thread(
+                    ingest_pack,
+                    BytesSource(built.pack()),
+                    [built.oid],
+                    objects,
+                    limits=self.host.limits,
+                    fsck=self.host.fsck,
+                )
+            finally:
+                if isinstance(objects, LoadingSnapshot):
+                    objects.release()
         command = Commit(
             incarnation=snap.state.incarnation,
             ref_updates=(RefUpdate(ref, request.expected_oid, built.oid),),
