@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from hostile_wire import ZERO, Client, full_entry, ofs_delta_entry, pack, report_lines, varint
+from hostile_wire import ZERO, Client, report_lines
 
+from enroute_testing.bigpush import delta_bomb
 from enroute_testing.devserver import DevServer, running_dev
 from enroute_testing.procmem import MiB, memory, role_pid
 
@@ -27,33 +28,6 @@ PUSHES = 3
 PEAK_GROWTH_BYTES_MAX = 256 * MiB
 
 
-def _copy(offset: int, size: int) -> bytes:
-    """A copy instruction with a 3-byte length (gitformat-pack.txt: up to 0xFFFFFF bytes)."""
-    cmd, args = 0x80, bytearray()
-    for i in range(4):
-        byte = (offset >> (8 * i)) & 0xFF
-        if byte:
-            cmd |= 1 << i
-            args.append(byte)
-    for i in range(3):
-        byte = (size >> (8 * i)) & 0xFF
-        if byte:
-            cmd |= 1 << (4 + i)
-            args.append(byte)
-    return bytes([cmd]) + bytes(args)
-
-
-def _bomb() -> bytes:
-    base = full_entry(3, bytes(BASE_BYTES))
-    copies = bytearray()
-    left = RESULT_BYTES
-    while left:
-        copies += _copy(0, min(left, BASE_BYTES))
-        left -= min(left, BASE_BYTES)
-    delta = varint(BASE_BYTES) + varint(RESULT_BYTES) + bytes(copies)
-    return pack([base, ofs_delta_entry(len(base), delta)])
-
-
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     with running_dev(tmp_path_factory.mktemp("enroute-delta-bomb")) as server:
@@ -61,7 +35,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 
 
 def test_a_delta_bomb_is_refused_before_it_is_applied(dev: DevServer) -> None:
-    data = _bomb()
+    data = delta_bomb(BASE_BYTES, RESULT_BYTES)
     assert len(data) < 20 * 1024
     compute = role_pid(dev.pid, "compute")
     before = memory(compute)
