@@ -405,11 +405,19 @@ class RepositoryHost:
         self.load_rounds[kind] += stats.tickets
         return cast("_T", machine.result)
 
-    async def ref_snapshot_loaded(self, snap: Snapshot | None) -> RefSnapshot:
-        """:meth:`ref_snapshot` with the tags it peels loaded first."""
-        if snap is None or not snap.state.live:
-            return RefSnapshot((), None)
-        return await self.run_read(snap.view, partial(self.ref_snapshot, snap), kind="refs")
+    def read_stats(self) -> dict[str, object]:
+        """``/status`` "reads": tickets parked by reads that loaded (by request kind) and
+        the time to the first pack byte of the latest fetches."""
+        times = sorted(self.first_pack_byte_s)
+        return {
+            "tickets_parked": dict(self.load_rounds),
+            "first_pack_byte_s": {
+                "count": len(times),
+                "p50": times[len(times) // 2] if times else None,
+                "max": times[-1] if times else None,
+            },
+        }
+
     def ingest_snapshot(self, view: View) -> SnapshotObjects:
         """What a push is ingested against: ``view`` itself when its layers are all here,
         else a :class:`LoadingSnapshot` that loads each body ingest reads (thin-pack bases,
@@ -418,6 +426,11 @@ class RepositoryHost:
             return view
         return LoadingSnapshot(view, self.layers, asyncio.get_running_loop(), self.limits)
 
+    async def ref_snapshot_loaded(self, snap: Snapshot | None) -> RefSnapshot:
+        """:meth:`ref_snapshot` with the tags it peels loaded first."""
+        if snap is None or not snap.state.live:
+            return RefSnapshot((), None)
+        return await self.run_read(snap.view, partial(self.ref_snapshot, snap), kind="refs")
 
     async def read(self, name: str) -> Snapshot:
         """A snapshot after a read barrier (DESIGN "Read path")."""
@@ -578,11 +591,6 @@ class RepositoryHost:
         return RefSnapshot(refs, snap.state.head or None)
 
 
-def _stored_keys(name: str, state: RepoState) -> list[tuple[str, str]]:
-    if not state.live:
-        return []
-    segment = storage_segment(name)
-    return [
 class LoadingSnapshot:
     """A view as ingest's :class:`SnapshotObjects`, loading the bodies it reads.
 
@@ -660,6 +668,11 @@ class LoadingSnapshot:
             p.release()
 
 
+def _stored_keys(name: str, state: RepoState) -> list[tuple[str, str]]:
+    if not state.live:
+        return []
+    segment = storage_segment(name)
+    return [
         (segment, layer_key(name, e.key))
         for e in state.manifest
         if e.kind is LayerKind.STORED and e.key is not None

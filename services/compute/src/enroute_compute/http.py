@@ -146,7 +146,41 @@ class _NodeCollector:
                        0 if d is None else d.evictions)  # fmt: skip
         yield _counter("enroute_disk_punched_bytes", "bytes released by punching holes",
                        0 if d is None else d.punched_bytes)  # fmt: skip
+        yield from _read_families(self.ops.host, s)
         yield from _pool_families(getattr(layers, "pool", None))
+
+
+def _read_families(host: Any, s: Any) -> Iterator[Metric]:
+    """Seed 004, "Machines" and "Disk budget": what reads loaded, by request kind, the
+    tickets they parked, evictions by intent and the time to the first pack byte."""
+    chunks = CounterMetricFamily(
+        "enroute_read_loaded_chunks", "chunks reads loaded, by request kind", labels=["kind"]
+    )
+    size = CounterMetricFamily(
+        "enroute_read_loaded_bytes", "bytes reads loaded, by request kind", labels=["kind"]
+    )
+    for kind, n in sorted(((s and s.loaded_chunks) or {}).items()):
+        chunks.add_metric([kind], n)
+    for kind, n in sorted(((s and s.loaded_bytes) or {}).items()):
+        size.add_metric([kind], n)
+    tickets = CounterMetricFamily(
+        "enroute_read_tickets_parked", "reads parked until their loads were done",
+        labels=["kind"],
+    )  # fmt: skip
+    for kind, n in sorted(host.load_rounds.items()):
+        tickets.add_metric([kind], n)
+    evictions = CounterMetricFamily(
+        "enroute_disk_evictions_by_intent", "chunks evicted, by the intent that read them",
+        labels=["intent"],
+    )  # fmt: skip
+    d = None if s is None else s.disk_budget
+    evictions.add_metric(["point"], 0 if d is None else d.evictions_point)
+    evictions.add_metric(["scan"], 0 if d is None else d.evictions_scan)
+    yield from (chunks, size, tickets, evictions)
+    reads = host.read_stats()["first_pack_byte_s"]
+    yield _gauge("enroute_first_pack_byte_seconds_p50",
+                 "median time to the first pack byte, latest fetches",
+                 reads["p50"] or 0)  # fmt: skip
 
 
 def discovery_families(stats: Any, target: str) -> Iterator[Metric]:
@@ -234,6 +268,7 @@ class OpsServer:
             "view_builds": self.host.view_builds,
             "view_updates": self.host.view_updates,
             "git_calls_in_flight": self.metrics.in_flight_count,
+            "reads": self.host.read_stats(),
         }
         if self.extra_status is not None:
             out.update(self.extra_status())

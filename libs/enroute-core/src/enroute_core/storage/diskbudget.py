@@ -85,13 +85,15 @@ def chunks_of_bitmap(bitmap: bytes, count: int) -> list[int]:
 class _Chunk:
     """A present chunk of a budgeted copy: its place in the ring and its reference bit."""
 
-    __slots__ = ("file", "index", "nbytes", "ref", "ring_pos")
+    __slots__ = ("file", "index", "nbytes", "point", "ref", "ring_pos")
 
     def __init__(self, file: _CopyFile, index: int, nbytes: int) -> None:
         self.file = file
         self.index = index
         self.nbytes = nbytes
         self.ref = False
+        self.point = False
+        """Ever read by a point read: evictions are counted by intent ("Intent steers eviction")."""
         self.ring_pos = -1
 
 
@@ -191,6 +193,9 @@ class DiskBudgetStats:
     files: int
     linked_files: int
     evictions: int
+    evictions_point: int
+    """Evicted chunks that a point read had referenced; the rest only scans read."""
+    evictions_scan: int
     punched_bytes: int
     punch_errors: int
     eviction_supported: bool
@@ -224,6 +229,7 @@ class DiskBudget:
         self._pinned = 0
         self._linked_bytes = 0
         self._evictions = 0
+        self._point_evictions = 0
         self._punched = 0
         self._punch_errors = 0
         self._not_local = 0
@@ -373,7 +379,7 @@ class DiskBudget:
             if f.present[chunk]:
                 entry = f.entries[chunk]
                 if entry is not None and intent is Intent.POINT:
-                    entry.ref = True
+                    entry.ref = entry.point = True
                 return
             assert chunk not in f.claims, f"{file_id}: chunk {chunk} written without a pin"
             # Room first, then insert, so a cold chunk lands under the hand.
@@ -384,7 +390,7 @@ class DiskBudget:
     def _add_locked(self, f: _CopyFile, chunk: int, intent: Intent) -> None:
         n = f.chunk_bytes(chunk)
         entry = _Chunk(f, chunk, n)
-        entry.ref = intent is Intent.POINT
+        entry.ref = entry.point = intent is Intent.POINT
         f.entries[chunk] = entry
         f.present[chunk] = 1
         f.present_bytes += n
@@ -403,7 +409,7 @@ class DiskBudget:
             for c in chunks:
                 entry = f.entries[c]
                 if entry is not None:
-                    entry.ref = True
+                    entry.ref = entry.point = True
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -429,7 +435,7 @@ class DiskBudget:
                     for c in chunks:
                         entry = f.entries[c]
                         assert entry is not None
-                        entry.ref = True
+                        entry.ref = entry.point = True
         data = self._pread(fd, offset, length)
         if len(data) != length:
             raise CorruptData(
@@ -542,6 +548,7 @@ class DiskBudget:
                 for v in victims:
                     v.file.claims.pop(v.index).set()
                 self._evictions += len(victims)
+                self._point_evictions += sum(1 for v in victims if v.point)
                 self._punched += punched
                 self._punch_errors += errors
                 if unsupported:
@@ -561,6 +568,8 @@ class DiskBudget:
                 files=len(self._files),
                 linked_files=sum(1 for f in self._files.values() if f.linked),
                 evictions=self._evictions,
+                evictions_point=self._point_evictions,
+                evictions_scan=self._evictions - self._point_evictions,
                 punched_bytes=self._punched,
                 punch_errors=self._punch_errors,
                 eviction_supported=self._can_evict,

@@ -69,6 +69,9 @@ class LayerStats:
     hash_retries: int
     linking: bool
     disk_budget: DiskBudgetStats | None = None
+    loaded_chunks: dict[str, int] | None = None
+    """Chunks reads loaded (seed 004, "Machines"), by request kind (:data:`LOAD_KIND`)."""
+    loaded_bytes: dict[str, int] | None = None
 
 
 class OpenLayer:
@@ -540,6 +543,8 @@ class LayerService:
             hash_retries=s.hash_retries,
             linking=self._linking,
             disk_budget=None if self.budget is None else self.budget.stats(),
+            loaded_chunks=dict(self.loaded_chunks),
+            loaded_bytes=dict(self.loaded_bytes),
         )
 
     async def close(self) -> None:
