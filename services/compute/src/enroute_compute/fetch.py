@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,8 @@ from enroute_core.state import RepoState
 from enroute_core.state.names import check_repo_name
 from enroute_core.storage.layers import LOAD_KIND
 from enroute_core.storage.machines import drive
+
+log = logging.getLogger(__name__)
 
 REF_SNAPSHOTS_KEPT = 1024
 """Repositories whose last ref snapshot is kept (all are dropped when it is reached)."""
@@ -127,7 +130,7 @@ class Fetcher:
             except EnrouteError as exc:
                 # Nothing of this response is sent yet: one ERR packet ends it
                 # (gitprotocol-v2, "Packet-Line Framing": an error packet at any point).
-                yield fatal_error_bytes(exc, response_started=False, sideband=False)
+                yield _failed(name, exc, response_started=False, sideband=False)
                 return
             common = tuple(h for h in request.haves if snap.view.contains(h))
             ready = bool(common) or not request.haves
@@ -137,7 +140,7 @@ class Fetcher:
                 try:
                     plan = await self._planned(snap, refs, request, wants, common)
                 except EnrouteError as exc:
-                    yield fatal_error_bytes(exc, response_started=False, sideband=False)
+                    yield _failed(name, exc, response_started=False, sideband=False)
                     return
                 reply = pfetch.FetchReply(
                     common,
@@ -153,7 +156,7 @@ class Fetcher:
                 async for chunk in self._pack(snap, plan, progress=not request.no_progress):
                     yield chunk
             except EnrouteError as exc:
-                yield fatal_error_bytes(exc, response_started=True, sideband=True)
+                yield _failed(name, exc, response_started=True, sideband=True)
                 return
             yield FLUSH_PKT
 
@@ -406,7 +409,7 @@ class Fetcher:
                     _deepen_not_oids(refs, request.deepen.not_refs)
                 except EnrouteError as exc:
                     # Before any shallow line, ACK or NAK: git shows the ERR packet.
-                    yield fatal_error_bytes(exc, response_started=False, sideband=False)
+                    yield _failed(name, exc, response_started=False, sideband=False)
                     return
                 if request.deepen.deepening:
                     # Right after the wants, before any acks (gitprotocol-pack, "Shallow
@@ -416,7 +419,7 @@ class Fetcher:
                             snap.view, partial(self._shallow, snap, refs, request), kind="plan"
                         )
                     except EnrouteError as exc:
-                        yield fatal_error_bytes(exc, response_started=False, sideband=False)
+                        yield _failed(name, exc, response_started=False, sideband=False)
                         return
                     yield pfetch.encode_shallow_update(bound.shallow, bound.unshallow)
                 continue
@@ -436,11 +439,20 @@ class Fetcher:
                 async for chunk in self._pack(snap, plan, progress=progress, sideband_max=sideband):
                     yield chunk
             except EnrouteError as exc:
-                yield fatal_error_bytes(exc, response_started=True, sideband=sideband is not None)
+                yield _failed(name, exc, response_started=True, sideband=sideband is not None)
                 return
             if sideband is not None:
                 yield FLUSH_PKT
             return
+
+
+def _failed(name: str, exc: EnrouteError, *, response_started: bool, sideband: bool) -> bytes:
+    """The ``ERR`` (or side-band 3) answer to a fetch that failed. A failure of this
+    server (5xx in the error table, e.g. corrupt data) is logged once here; a
+    client's own error (a want we lack) is only answered."""
+    if exc.mapping.http_status >= 500:
+        log.error("upload-pack of %s failed: %s: %s", name, exc.code, exc.message)
+    return fatal_error_bytes(exc, response_started=response_started, sideband=sideband)
 
 
 def _check_v0_wants(snap: Snapshot, refs: RefSnapshot, wants: Iterable[ObjectId]) -> None:

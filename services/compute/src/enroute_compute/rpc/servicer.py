@@ -27,6 +27,7 @@ from enroute_compute.rpc.convert import commit_request_from_pb, ref_to_pb, summa
 from enroute_compute.rpc.errors import abort_args
 from enroute_core.base.errors import (
     EnrouteError,
+    Internal,
     InvalidArgument,
     LimitExceeded,
     NotFound,
@@ -62,7 +63,26 @@ _CONTENT_TYPES = {
 }
 
 
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: EnrouteError) -> NoReturn:
+async def _abort(
+    context: grpc.aio.ServicerContext[Any, Any],
+    exc: EnrouteError,
+    cause: BaseException | None = None,
+) -> NoReturn:
+    """End the call with the error table's status for ``exc`` (docs/rpc.md, "Errors").
+
+    A failure of this server (the table maps it to HTTP 5xx: internal, unavailable,
+    corrupt data, ...) is logged here, once, with the request id, so that no 500 a
+    client sees goes without a log line; a client's own error (4xx) is its answer.
+    """
+    if exc.mapping.http_status >= 500:
+        request_id = find_request_id(context.invocation_metadata()) or b""
+        log.error(
+            "request %s failed: %s: %s",
+            request_id.hex(),
+            exc.code,
+            exc.message,
+            exc_info=cause,
+        )
     status, message, metadata = abort_args(exc)
     context.set_trailing_metadata(metadata)
     await context.abort(status, message)
@@ -179,6 +199,8 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
                 time.monotonic() - began,
             )
             raise
+        except Exception as exc:  # a bug: answered as internal, logged with its traceback
+            await _abort(context, Internal(f"{what} failed: {type(exc).__name__}"), exc)
         if not started:
             yield compute_pb2.GitResponse(
                 header=compute_pb2.GitResponseHeader(content_type=content_type)
