@@ -233,3 +233,58 @@ def test_a_tree_a_tag_names_is_checked_against_held_objects() -> None:
     top = tag(oid(2, body), b"tree")
     with pytest.raises(InvalidObject, match="is a commit, expected a blob"):
         repo.push([(2, body), (4, top)], oid(4, top))
+
+
+# -- the same object named as two types: a repeat the segment diff skips (segments, rule 5) ----
+
+
+@pytest.mark.parametrize(
+    ("name", "mode", "target", "message"),
+    [
+        (b"dir", b"100644", "tree", "is a tree, expected a blob"),  # was 40000 in the parent
+        (b"dir", b"120000", "tree", "is a tree, expected a blob"),
+        (b"README", b"40000", "blob", "is a blob, expected a tree"),  # was 100644
+    ],
+)
+def test_a_mode_of_another_type_at_the_same_path_is_refused(
+    name: bytes, mode: bytes, target: str, message: str
+) -> None:
+    """The parent names the same id at the same path, so the segment diff skips it as
+    unchanged (rule 2); git's walk still names it as the new mode says."""
+    repo = Repo()
+    named = {"tree": repo.subtree, "blob": repo.readme}[target]
+    others = [(b"100644", b"README", repo.readme), (b"40000", b"dir", repo.subtree)]
+    entries = [e for e in others if e[1] != name] + [(mode, name, named)]
+    with pytest.raises(InvalidObject, match=message):
+        repo.push_tree(entries)
+
+
+def test_a_gitlink_made_a_file_names_an_object_neither_side_holds() -> None:
+    """A submodule's commit is not in this repository: as a file it is missing."""
+    repo = Repo()
+    absent = oid(1, b"a submodule's commit")
+    repo.push_tree([(b"160000", b"sub", absent)])  # as a gitlink it is not followed
+    link = tree((b"160000", b"sub", absent))
+    first = commit(oid(2, link), [repo.commit], b"link\n")
+    file = tree((b"100644", b"sub", absent))
+    second = commit(oid(2, file), [oid(1, first)], b"file\n")
+    objects = [(2, link), (1, first), (2, file), (1, second)]
+    with pytest.raises(MissingObject, match=absent.hex()):
+        repo.push(objects, oid(1, second))
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_one_object_named_as_a_tree_and_as_a_blob_in_one_commit_is_refused(held: bool) -> None:
+    """The segment diff visits an object once per commit; named again as another type
+    in the same commit, it is visited again (rule 5) and refused, held or new alike."""
+    repo = Repo()
+    extra: list[tuple[int, bytes]] = []
+    subtree = repo.subtree
+    if not held:
+        body = tree((b"100644", b"new", repo.readme))
+        subtree = oid(2, body)
+        extra = [(2, body)]
+    body = tree((b"40000", b"a", subtree), (b"100644", b"b", subtree))
+    top = commit(oid(2, body), [repo.commit], b"twice\n")
+    with pytest.raises(InvalidObject, match="is a tree, expected a blob"):
+        repo.push([*extra, (2, body), (1, top)], oid(1, top))

@@ -212,3 +212,47 @@ def test_octopus_merges_with_repeated_parent_trees_agree_with_the_reference(seed
         parents = [rng.choice(roots)[0] for _ in range(rng.randint(1, 12))]
         seen_ref, seen_fast = _both(bodies, oid(), new[0], parents)
         assert seen_fast == seen_ref
+
+
+def test_an_object_named_as_another_type_is_visited_again_as_the_reference_does(
+    seed: int,
+) -> None:
+    """Rule 5 of :mod:`~enroute_core.engine.segments`: a member named again as another
+    type, or an object the parent names at the same path with a mode of another type
+    (rule 2 skips it), is visited again as named; the members stay the same."""
+    rng = random.Random(seed)
+
+    def oid() -> ObjectId:
+        return ObjectId(rng.randbytes(20))
+
+    blob, gitlinked = oid(), oid()
+    sub = _tree([TreeEntry(0o100644, b"x", blob)])
+    old = _tree(
+        [
+            TreeEntry(0o100644, b"a", blob),
+            TreeEntry(0o040000, b"d", sub[0]),
+            TreeEntry(MODE_GITLINK, b"m", gitlinked),
+        ]
+    )
+    new = _tree(
+        [
+            TreeEntry(0o040000, b"a", blob),  # a blob at the same path, now as a tree
+            TreeEntry(0o100644, b"d", sub[0]),  # a tree at the same path, now as a file
+            TreeEntry(0o100644, b"m", gitlinked),  # a gitlink, now a file
+            TreeEntry(0o040000, b"t", sub[0]),  # first named as a tree here...
+            TreeEntry(0o120000, b"u", sub[0]),  # ...then as a blob
+        ]
+    )
+    bodies = dict([sub, old, new])
+    commit = oid()
+    seen_ref, seen_fast = _both(bodies, commit, new[0], [old[0]])
+    assert seen_fast == seen_ref
+    assert seen_fast == [
+        (new[0], True, commit),
+        (blob, True, new[0]),
+        (sub[0], False, new[0]),
+        (gitlinked, False, new[0]),
+        (sub[0], True, new[0]),
+        (sub[0], False, new[0]),
+        (blob, False, sub[0]),  # then t's subtree is diffed: a member as first named
+    ]

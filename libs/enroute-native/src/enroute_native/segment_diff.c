@@ -219,7 +219,7 @@ unique_tuple(PyObject *items)
 typedef struct {
     PyObject *body, *unusual, *visit, *too_deep;
     Py_ssize_t depth_max, entries_max;
-    PyObject *members; /* dict used as an ordered set */
+    PyObject *members; /* ordered: member -> first named as a tree (True), a blob, the commit */
     PyObject *diffed;  /* set of (tree, parent subtrees) already diffed */
     PyObject *stack;   /* list of (tree, parent subtrees, depth) */
 } Walk;
@@ -259,7 +259,21 @@ subtrees_below(const Tree *olds, Py_ssize_t n_olds, const Entry *e)
     return out;
 }
 
-/* One changed entry of `current`: a member if new; a subtree to diff if a tree. */
+/* `visit(oid, is_tree, current)` for entry `e`. */
+static int
+call_visit(Walk *w, PyObject *oid, const Entry *e, PyObject *current)
+{
+    PyObject *r = PyObject_CallFunctionObjArgs(
+        w->visit, oid, e->flag == FLAG_TREE ? Py_True : Py_False, current, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* One changed entry of `current`: a member if new; a subtree to diff if a tree. A member
+ * is kept with the type it was first named as (True a tree, False a blob, None the
+ * commit); named again as another type, it is visited again, for the caller to refuse. */
 static int
 step_entry(Walk *w, PyObject *current, const Tree *olds, Py_ssize_t n_olds, const Entry *e,
            Py_ssize_t depth, PyObject *subtrees)
@@ -269,18 +283,14 @@ step_entry(Walk *w, PyObject *current, const Tree *olds, Py_ssize_t n_olds, cons
         return -1;
     int rc = -1;
     PyObject *below = NULL, *key = NULL;
-    int known = PyDict_Contains(w->members, oid);
-    if (known < 0)
-        goto done;
-    if (!known) {
-        if (PyDict_SetItem(w->members, oid, Py_None) < 0)
+    PyObject *named_as = e->flag == FLAG_TREE ? Py_True : Py_False;
+    PyObject *known = PyDict_GetItemWithError(w->members, oid); /* borrowed */
+    if (known == NULL) {
+        if (PyErr_Occurred() || PyDict_SetItem(w->members, oid, named_as) < 0)
             goto done;
-        PyObject *r = PyObject_CallFunctionObjArgs(
-            w->visit, oid, e->flag == FLAG_TREE ? Py_True : Py_False, current, NULL);
-        if (r == NULL)
-            goto done;
-        Py_DECREF(r);
     }
+    if (known != named_as && call_visit(w, oid, e, current) < 0)
+        goto done;
     if (e->flag != FLAG_TREE) {
         rc = 0;
         goto done;
@@ -346,13 +356,27 @@ step(Walk *w, PyObject *current, PyObject *parents, Py_ssize_t depth)
         goto done;
     for (Py_ssize_t i = 0; i < cur.count; i++) {
         const Entry *e = &cur.entries[i];
-        int same = 0;
+        int same = 0, retyped = 0;
         for (Py_ssize_t j = 0; j < n_olds && !same; j++) {
             const Entry *o = tree_find(&olds[j], e);
             same = o != NULL && memcmp(o->oid, e->oid, OID_BYTES) == 0;
+            retyped = same && o->flag != e->flag;
         }
-        if (same || e->flag == FLAG_GITLINK)
+        if (e->flag == FLAG_GITLINK)
             continue;
+        if (same) {
+            /* The parent names the same object here as another type (a mode of another
+             * kind, the same id): not a member, but visited as named, for the caller to
+             * refuse. */
+            if (retyped) {
+                PyObject *oid = PyBytes_FromStringAndSize((const char *)e->oid, OID_BYTES);
+                int failed = oid == NULL || call_visit(w, oid, e, current) < 0;
+                Py_XDECREF(oid);
+                if (failed)
+                    goto done;
+            }
+            continue;
+        }
         if (step_entry(w, current, olds, n_olds, e, depth, subtrees) < 0)
             goto done;
     }
@@ -382,7 +406,7 @@ walk_commit(Walk *w, PyObject *commit, PyObject *tree, PyObject *parent_trees)
         return NULL;
     if (unchanged)
         return PyDict_Keys(w->members);
-    if (PyDict_SetItem(w->members, tree, Py_None) < 0)
+    if (PyDict_SetItem(w->members, tree, Py_True) < 0)
         return NULL;
     PyObject *r = PyObject_CallFunctionObjArgs(w->visit, tree, Py_True, commit, NULL);
     if (r == NULL)
@@ -426,7 +450,9 @@ PyDoc_STRVAR(segment_doc,
 "repeats; as enroute_core.engine.segments.commit_segment. ``body(oid)`` gives a\n"
 "tree's body; ``unusual(oid)`` the same tree in git's own form when its body is\n"
 "not (or has over ``entries_max`` entries), raising for a bad one;\n"
-"``visit(oid, is_tree, via)`` is called once per member below the commit;\n"
+"``visit(oid, is_tree, via)`` is called once per member below the commit, and\n"
+"again where a tree names a member, or the object its parent names at the same\n"
+"path, as another type (for the caller to refuse);\n"
 "``too_deep(depth, oid)`` raises for a subtree nested over ``depth_max``.");
 
 static PyObject *

@@ -18,6 +18,13 @@ What is added beyond the exact set: an object that a parent reaches only at
 another path (a move, a copy, an identical file elsewhere). Nothing is
 missed: an object not at the same path in any parent is always a member.
 Rule 2 compares object ids only, not modes: a mode change keeps the object.
+
+5. Types, for the caller's checks (index-pack's ``check_object``: every object is
+   named as the type it is): ``visit`` is called for each member as it is first
+   named, and again where an entry names a member, or the object the parent names
+   at the same path (rule 2), as another type (a tree or a blob). An object has one
+   type, so a valid history never has such a repeat; the caller refuses one. The
+   members stay as above.
 """
 
 from __future__ import annotations
@@ -30,8 +37,11 @@ from enroute_core.git.tree import MODE_GITLINK, TreeEntry
 ReadTree = Callable[[ObjectId], Sequence[TreeEntry]]
 """The entries of a tree (from the pack or the snapshot)."""
 
+_UNNAMED = object()
+
 Visit = Callable[[ObjectId, bool, ObjectId], None]
-"""Called once per member below the commit: (oid, is a tree, the tree or commit naming it)."""
+"""Called once per member below the commit: (oid, is a tree, the tree or commit naming it);
+again where it, or an object rule 2 skips, is named as another type (rule 5)."""
 
 
 def commit_segment(
@@ -46,10 +56,10 @@ def commit_segment(
     Memory: the parsed entries of one tree and its parents' trees at a time,
     plus the stack of subtrees still to diff.
     """
-    members: dict[ObjectId, None] = {commit: None}
+    members: dict[ObjectId, bool | None] = {commit: None}  # first named as a tree, a blob
     if tree in parent_trees:
         return list(members)
-    members[tree] = None
+    members[tree] = True
     visit(tree, True, commit)
     first = (tree, tuple(dict.fromkeys(parent_trees)))
     stack = [first]
@@ -62,16 +72,20 @@ def commit_segment(
             if entry.mode == MODE_GITLINK:
                 continue
             name, oid = entry.name, entry.oid
-            same = False
+            same: TreeEntry | None = None
             for m in parent_maps:
                 other = m.get(name)
                 if other is not None and other.oid == oid:
-                    same = True
+                    same = other
                     break
-            if same:
+            if same is not None:
+                if (same.mode == MODE_GITLINK, same.is_tree) != (False, entry.is_tree):
+                    visit(oid, entry.is_tree, current)  # named as another type (rule 5)
                 continue
-            if oid not in members:
-                members[oid] = None
+            named = members.get(oid, _UNNAMED)
+            if named is _UNNAMED:
+                members[oid] = entry.is_tree
+            if named is not entry.is_tree:
                 visit(oid, entry.is_tree, current)
             if entry.is_tree:
                 below = tuple(
