@@ -182,14 +182,26 @@ def _pack(work: Path, oids: list[bytes]) -> bytes:
     return run_git(["pack-objects", "--stdout", "-q"], cwd=work, input=b"\n".join(oids) + b"\n")
 
 
-CASES = {
-    # name: (what the new object names, the mode or tag type, the words of the refusal)
-    "tag-type-blob-names-held-commit": ("commit", b"tag blob", b"is a commit, expected a blob"),
-    "entry-100644-names-held-commit": ("commit", b"100644", b"is a commit, expected a blob"),
-    "entry-100755-names-held-tree": ("tree", b"100755", b"is a tree, expected a blob"),
-    "entry-120000-names-held-tree": ("tree", b"120000", b"is a tree, expected a blob"),
-    "entry-40000-names-held-blob": ("blob", b"40000", b"is a blob, expected a tree"),
-    "entry-40000-names-held-commit": ("commit", b"40000", b"is a commit, expected a tree"),
+Entries = list[tuple[bytes, bytes]]
+COMMIT_AS_BLOB = b"is a commit, expected a blob"
+TREE_AS_BLOB = b"is a tree, expected a blob"
+CASES: dict[str, tuple[str, Entries | None, bytes]] = {
+    # name: (the held object named, (mode, name) entries naming it beside README, or a tag
+    # of type blob when None, the words of the refusal)
+    "tag-type-blob-names-held-commit": ("commit", None, COMMIT_AS_BLOB),
+    "entry-100644-names-held-commit": ("commit", [(b"100644", b"x")], COMMIT_AS_BLOB),
+    "entry-100755-names-held-tree": ("tree", [(b"100755", b"x")], TREE_AS_BLOB),
+    "entry-120000-names-held-tree": ("tree", [(b"120000", b"x")], TREE_AS_BLOB),
+    "entry-40000-names-held-blob": ("blob", [(b"40000", b"x")], b"is a blob, expected a tree"),
+    "entry-40000-names-held-commit": (
+        "commit",
+        [(b"40000", b"x")],
+        b"is a commit, expected a tree",
+    ),
+    # dir is 40000 in the parent: the same id at the same path, now with a file's mode
+    "entry-100644-at-the-trees-own-path": ("tree", [(b"100644", b"dir")], TREE_AS_BLOB),
+    # one id as a directory and as a file in one tree
+    "entry-tree-and-file-at-once": ("tree", [(b"40000", b"a"), (b"100644", b"b")], TREE_AS_BLOB),
 }
 
 
@@ -197,7 +209,7 @@ CASES = {
 def test_wrong_type_reference_to_a_held_object_is_refused(
     enroute_url: str, tmp_path: Path, case: str
 ) -> None:
-    held, mode, words = CASES[case]
+    held, entries, words = CASES[case]
     work = _repo(tmp_path, "typed")
     url = f"{enroute_url}/holes/typed-{time.monotonic_ns()}.git"
     assert _push(work, url, "main:refs/heads/main").returncode == 0
@@ -207,14 +219,15 @@ def test_wrong_type_reference_to_a_held_object_is_refused(
         "tree": _git(work, "rev-parse", "HEAD:dir"),
         "blob": _git(work, "rev-parse", "HEAD:README"),
     }[held]
-    if mode == b"tag blob":
+    if entries is None:
         tag = b"object %s\ntype blob\ntag evil\ntagger A <a@b.c> 1700000000 +0000\n\nt\n" % target
         new = [_object(work, "tag", tag)]
         ref = b"refs/tags/evil"
         old = ZERO
     else:
         readme = _git(work, "rev-parse", "HEAD:README")
-        tree = _tree(work, [(b"100644", b"README", readme), (mode, b"x", target)])
+        named = [(mode, name, target) for mode, name in entries]
+        tree = _tree(work, [(b"100644", b"README", readme), *named])
         top = _git(work, "commit-tree", "-p", base.decode(), "-m", "evil", tree.decode())
         new = [tree, top]
         ref = b"refs/heads/main"

@@ -21,8 +21,12 @@ to the snapshot it was ingested against); DESIGN "Layers" (segments).
    neither in the pack nor in the snapshot raises ``MissingObject`` (Git shows
    ``ng <ref> missing necessary objects``). An object the snapshot holds is
    not stored again, and its closure is not walked (the snapshot is closed,
-   see :mod:`enroute_core.engine.snapshot`). Pack objects no tip reaches are
-   dropped.
+   see :mod:`enroute_core.engine.snapshot`). Every object named (a parent, a
+   tag's target, a tree entry by its mode, gitlinks aside) has the type it is
+   named as, in the pack or in the snapshot alike (index-pack.c ``check_object``;
+   the snapshot tells a type without reading a body); an object named twice as
+   two types is visited twice by the segment diff (segments, rule 5) and
+   refused. Pack objects no tip reaches are dropped.
 3. Storage order: commits parents first; trees and blobs in the order the walk
    first reached them, moved so that a delta's base precedes it; tags targets
    first.
