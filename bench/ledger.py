@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -128,11 +130,17 @@ class Client:
     def learn_leaders(self, node: LedgerProc) -> None:
         """Map repositories to the member index of their group leader (Raft id - 1), as
         ``node``'s /status tells."""
-        groups = node.status()["raft_groups"]
-        assert isinstance(groups, list)
-        for g in groups:
-            if not g["deleted"] and g["leader"]:
-                self.leader[g["repo"]] = int(g["leader"]) - 1
+        after = ""
+        while True:  # /status lists a bounded page of groups per call (issue 19)
+            query = urllib.parse.urlencode({"after": after})
+            with urllib.request.urlopen(f"http://{node.http_addr}/status?{query}", timeout=30) as r:
+                page = json.loads(r.read())
+            for g in page["raft_groups"]:
+                if not g["deleted"] and g["leader"]:
+                    self.leader[g["repo"]] = int(g["leader"]) - 1
+            after = page["raft_groups_next"]
+            if not after:
+                return
 
     async def commit(self, repo: str, ref: bytes) -> bool:
         """Move ``ref`` of ``repo`` to a fresh id by compare-and-swap on its last value."""

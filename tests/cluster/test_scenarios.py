@@ -339,6 +339,6 @@ def _version(cluster: Cluster, repo: str) -> int:
     """The highest applied version of ``repo`` any voter reports."""
     seen = [0]
     for v in LEDGERS:
-        groups = cluster.ledger_status(v)["raft_groups"]
-        seen += [int(g["version"]) for g in groups if g["repo"] == repo]
+        groups = cluster.ledger_status(v, repo)["raft_groups"]
+        seen += [int(g["version"]) for g in groups]
     return max(seen)

@@ -68,10 +68,9 @@ def _assert_caught_up(cluster: Cluster, victim: str, repos: tuple[str, ...]) -> 
     """The rejoined voter holds every repository's group at the version the others have."""
 
     def versions(name: str) -> dict[str, int]:
-        groups = cluster.ledger_status(name)["raft_groups"]
         out: dict[str, int] = {}
-        for g in groups:
-            if g["repo"] in repos:
+        for repo in repos:
+            for g in cluster.ledger_status(name, repo)["raft_groups"]:
                 out[g["repo"]] = max(out.get(g["repo"], 0), int(g["version"]))
         return out
 

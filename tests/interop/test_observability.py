@@ -36,6 +36,7 @@ REQUIRED: dict[str, set[str]] = {
         "enroute_raft_fsync_seconds",
         "enroute_ledger_groups",
         "enroute_ledger_groups_leading",
+        "enroute_ledger_groups_hibernated",
     },
     "compute": {
         "enroute_compute_pushes",
@@ -55,6 +56,8 @@ REQUIRED: dict[str, set[str]] = {
         "enroute_disk_present_bytes",
         "enroute_disk_evictions",
         "enroute_compute_calls_refused",
+        "enroute_compute_maintenance_visits",
+        "enroute_compute_maintenance_repositories_due",
     },
     "gitproto": {
         "enroute_gitproto_requests",

@@ -454,7 +454,7 @@ def trio(tmp_path: Path) -> Iterator[Trio]:
 
 
 def _leader(node: LedgerProc, repo: str) -> int | None:
-    groups = node.status()["raft_groups"]
+    groups = node.status(repo)["raft_groups"]
     assert isinstance(groups, list)
     for g in groups:
         if g["repo"] == repo and not g["deleted"]:
@@ -463,7 +463,7 @@ def _leader(node: LedgerProc, repo: str) -> int | None:
 
 
 def _hosts(node: LedgerProc, repo: str) -> bool:
-    groups = node.status()["raft_groups"]
+    groups = node.status(repo)["raft_groups"]
     assert isinstance(groups, list)
     return any(g["repo"] == repo for g in groups)
 
@@ -697,7 +697,7 @@ def test_deletion_a_node_hosting_e_drops_it_when_it_hosts_e_plus_1(cluster: Clus
     made = g_create(cluster.a, name)
     cluster.a.stub.DeleteRepository(compute_pb2.DeleteRepositoryRequest(repo=name), timeout=30)
     g_create(cluster.a, name)
-    groups = cluster.ledger.status()["raft_groups"]
+    groups = cluster.ledger.status(name)["raft_groups"]
     assert isinstance(groups, list)
     mine = {(g["incarnation"], bool(g.get("deleted"))) for g in groups if g["repo"] == name}
     assert made.incarnation not in {inc for inc, _ in mine}, groups

@@ -163,7 +163,7 @@ def _commit(p: Any, name: str, incarnation: int, old: int | None, new: int) -> i
 
 
 def _leader_of(p: Any, repo: str) -> int | None:
-    with urllib.request.urlopen(f"http://{p.http_addr}/status", timeout=5) as r:
+    with urllib.request.urlopen(f"http://{p.http_addr}/status?repo={repo}", timeout=5) as r:
         st = json.loads(r.read())
     for g in st["raft_groups"]:
         if g["repo"] == repo and not g["deleted"]:

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -518,8 +519,11 @@ class Cluster:
     def git_url(self, repo: str) -> str:
         return f"{self.url}/{repo}.git"
 
-    def ledger_status(self, name: str) -> dict[str, Any]:
-        status: dict[str, Any] = get_json(f"http://{self.members[name].http}/status")
+    def ledger_status(self, name: str, repo: str | None = None) -> dict[str, Any]:
+        """A voter's /status; with ``repo``, every group of that repository (the plain
+        answer lists only the most active groups)."""
+        query = "" if repo is None else "?" + urllib.parse.urlencode({"repo": repo})
+        status: dict[str, Any] = get_json(f"http://{self.members[name].http}/status{query}")
         return status
 
     def leader_of(self, repo: str) -> str | None:
@@ -528,7 +532,7 @@ class Cluster:
             if not self.members[name].alive():
                 continue
             with contextlib.suppress(OSError, ValueError):
-                groups = [g for g in self.ledger_status(name)["raft_groups"] if g["repo"] == repo]
+                groups = self.ledger_status(name, repo)["raft_groups"]
                 if groups:
                     leader = max(groups, key=lambda g: g["incarnation"])["leader"]
                     if leader:

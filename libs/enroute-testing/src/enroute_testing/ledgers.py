@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import threading
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,8 +83,11 @@ class LedgerProc:
         assert self.channel is not None
         return ledger_pb2_grpc.LedgerStub(self.channel)
 
-    def status(self) -> dict[str, object]:
-        with urllib.request.urlopen(f"http://{self.http_addr}/status", timeout=30) as r:
+    def status(self, repo: str | None = None) -> dict[str, object]:
+        """/status; with ``repo``, every group of that repository (the plain answer lists
+        only the most active groups)."""
+        query = "" if repo is None else "?" + urllib.parse.urlencode({"repo": repo})
+        with urllib.request.urlopen(f"http://{self.http_addr}/status{query}", timeout=30) as r:
             st: dict[str, object] = json.loads(r.read())
         return st
 

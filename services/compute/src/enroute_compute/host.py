@@ -147,12 +147,18 @@ class RepositoryHost:
         self._read_pins: Counter[tuple[str, str]] = Counter()
         """Reads in flight per stored layer: a pinned layer's local copy stays."""
         self._swept_leftovers: set[str] = set()
+        self.state_listeners: list[Callable[[str], None]] = []
+        """Told a repository's name each time its view takes a new state (the
+        maintainer visits only repositories that changed: issue 19)."""
         """Repositories whose copies left by a previous run were looked for once."""
         self.local_copies_deleted = 0
         self.local_copy_bytes_deleted = 0
         self.load_rounds: Counter[str] = Counter()
         self.first_pack_byte_s: deque[float] = deque(maxlen=FIRST_BYTE_SAMPLES)
         """Seconds from the start of a pack to its first bytes, the latest fetches."""
+        self.first_pack_byte_loaded_bytes = 0
+        """Bytes loaded between the start of the latest pack and its first bytes (all
+        loads of the node meanwhile: exact when that fetch ran alone)."""
         """Tickets parked by reads that needed loads (seed 004, "Machines"), by request kind."""
 
     # -- hosting --------------------------------------------------------------------------
@@ -344,6 +350,8 @@ class RepositoryHost:
             repo.view = view
         self._retire(repo.name, repo.state, state)
         repo.state = state
+        for listener in self.state_listeners:
+            listener(repo.name)
         async with repo.changed:
             repo.changed.notify_all()
 
@@ -415,6 +423,7 @@ class RepositoryHost:
                 "count": len(times),
                 "p50": times[len(times) // 2] if times else None,
                 "max": times[-1] if times else None,
+                "loaded_bytes": self.first_pack_byte_loaded_bytes,
             },
         }
 

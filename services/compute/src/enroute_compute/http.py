@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
+from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -260,7 +261,7 @@ class OpsServer:
             "node_id": self.node_id,
             "version": VERSION.decode(),
             "ready": self.ready(),
-            "hosted_repositories": list(self.host.hosted),
+            "hosted_repositories": len(self.host.hosted),
             "layers": stats,
             "pool": None if pool is None else pool.stats().as_dict(),
             "pushes": self.host.pushes,
@@ -274,13 +275,26 @@ class OpsServer:
             out.update(self.extra_status())
         return out
 
+    def repo_status(self, name: str) -> dict[str, Any]:
+        """``/status?repo=<name>``: one repository as this compute sees it (issue 19: no
+        metric carries a repository name, and /status lists none)."""
+        snap = self.host.peek(name)
+        out: dict[str, Any] = {"role": "compute", "node_id": self.node_id, "repo": name}
+        out["hosted"] = snap is not None
+        if snap is not None:
+            st = snap.state
+            out.update(incarnation=st.incarnation, version=st.version, layers=len(st.manifest))
+        if self.maintainer is not None:
+            out["lease_holder"] = self.maintainer.lease_holders().get(name)
+        return out
+
     def metrics_text(self) -> bytes:
         return generate_latest(self.metrics.registry)
 
     def route(self, method: str, path: str) -> tuple[int, str, bytes]:
         if method != "GET":
             return 405, "text/plain", b"method not allowed\n"
-        path = path.split("?", 1)[0]
+        path, _, query = path.partition("?")
         if path == "/healthz":
             return 200, "text/plain", b"ok\n"
         if path == "/readyz":
@@ -288,7 +302,9 @@ class OpsServer:
                 return 200, "text/plain", b"ready\n"
             return 503, "text/plain", b"not ready\n"
         if path == "/status":
-            return 200, "application/json", json.dumps(self.status(), indent=1).encode()
+            repo = parse_qs(query).get("repo")
+            body = self.status() if not repo else self.repo_status(repo[0])
+            return 200, "application/json", json.dumps(body, indent=1).encode()
         if path == "/metrics":
             return 200, "text/plain; version=0.0.4; charset=utf-8", self.metrics_text()
         return 404, "text/plain", b"not found\n"

@@ -207,12 +207,17 @@ class GrpcLedger:
         req = ledger_pb2.ListRequest(start_after=start_after, limit=limit)
         pages: list[ListPage] = []
         failure: EnrouteError | None = None
-        for stub in self._stubs:
-            try:
-                resp = await stub.List(req, timeout=self._timeout)
-            except grpc.RpcError as exc:
-                failure = error_from_rpc(exc)
+        # every member at once: a page costs one round trip, not one per member
+        answers = await asyncio.gather(
+            *(stub.List(req, timeout=self._timeout) for stub in self._stubs),
+            return_exceptions=True,
+        )
+        for resp in answers:
+            if isinstance(resp, grpc.RpcError):
+                failure = error_from_rpc(resp)
                 continue
+            if isinstance(resp, BaseException):
+                raise resp
             pages.append(ListPage(tuple(summary_from_pb(r) for r in resp.repositories), resp.more))
         if not pages and failure is not None:
             raise failure

@@ -3,8 +3,12 @@
 Issue "Layer maintenance"; docs/maintenance.md, "What the compute's background
 loop must do"; seed 004, "Stable object numbering" and "Effects"; seed 001,
 "Reclaiming layer files". Every ``layers.maintenance_interval`` a pass visits
-the repositories this compute hosts, at most ``layers.merge_concurrency`` at a
-time. Per repository, under its maintenance lease (``RepoMaintainer``):
+the repositories that need it, at most ``layers.merge_concurrency`` at a time:
+those whose view took a new state since their last visit (the host tells, see
+``Maintainer.changed``), and those whose sweep, merge back-off or lease retry
+came due (a timer heap). An idle repository is visited once after it goes idle
+and then not again, so a pass costs nothing per idle repository (issue 19).
+Per repository, under its maintenance lease (``RepoMaintainer``):
 
 1. Merges: plan on the state of a read snapshot; load the stretch's stored
    layers (pinned while the merge reads them); merge on a worker thread into a
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -66,6 +71,8 @@ MERGES_PER_VISIT_MAX = 16
 _RETRY_CODES = frozenset({OutcomeCode.STALE_RUN, OutcomeCode.UPLOAD_WINDOW})
 MERGE_BACKOFF_MAX_US = 3600 * _US
 """The longest wait of a repository whose merges keep failing."""
+STATUS_TOP_MAX = 16
+"""Repositories ``/status`` names per list (most layers, leases held): it stays bounded."""
 
 
 @dataclass(slots=True)
@@ -132,6 +139,7 @@ class MaintenanceCounters:
     merges_deferred: int = 0
     local_copies_deleted: int = 0
     local_copy_bytes_deleted: int = 0
+    visits: int = 0
 
     @property
     def merges(self) -> int:
@@ -165,9 +173,18 @@ class Maintainer:
         self.limits = limits
         self.counters = MaintenanceCounters()
         self.layer_counts: dict[str, int] = {}
+        """The ``STATUS_TOP_MAX`` repositories with the most layers, as of their visits."""
+        # visited lately, oldest visit first: pruned once their lease lapsed
         self._repos: dict[str, RepoMaintainer] = {}
+        # swept within the sweep interval, oldest first: pruned once older
         self._last_sweep: dict[str, int] = {}
         self.backoff: dict[str, MergeBackoff] = {}
+        # repositories whose view took a new state since their last visit; every hosted
+        # one at the start (a previous run may have left work)
+        self._dirty: dict[str, None] = dict.fromkeys(host.hosted)
+        self._timers: list[tuple[int, str]] = []  # (due us, name): sweeps, retries
+        self._timed: dict[str, int] = {}  # name -> its earliest due on the heap
+        host.state_listeners.append(self.changed)
         self._last_trash_scan: int | None = None
         self._slots = asyncio.Semaphore(config.merge_concurrency)
         self._task: asyncio.Task[None] | None = None
@@ -178,6 +195,60 @@ class Maintainer:
     def start(self) -> None:
         if self._task is None and self.config.interval_s > 0 and self.host.layers is not None:
             self._task = asyncio.create_task(self._run())
+
+    def changed(self, name: str) -> None:
+        """The host's view of ``name`` took a new state: visit it on the next pass."""
+        self._dirty[name] = None
+
+    def _schedule(self, name: str, due_us: int) -> None:
+        """Visit ``name`` again once ``due_us`` has come (the earliest of its dues)."""
+        timed = self._timed.get(name)
+        if timed is not None and timed <= due_us:
+            return
+        self._timed[name] = due_us
+        heapq.heappush(self._timers, (due_us, name))
+
+    def _take_due(self, now_us: int) -> list[str]:
+        """The repositories to visit now: changed ones, then those whose timer came."""
+        due = self._dirty
+        self._dirty = {}
+        while self._timers and self._timers[0][0] <= now_us:
+            at, name = heapq.heappop(self._timers)
+            if self._timed.get(name) == at:
+                del self._timed[name]
+                due[name] = None
+        return list(due)
+
+    def _prune(self, now_us: int) -> None:
+        """Forget what only recent visits need: maintainers whose lease lapsed (the
+        lease is not renewed for an idle repository) and sweep times past the interval."""
+        while self._repos:
+            name, m = next(iter(self._repos.items()))
+            if m.held is not None and m.holds(now_us):
+                break
+            del self._repos[name]
+        interval = self.config.sweep_interval_us
+        while self._last_sweep:
+            name, at = next(iter(self._last_sweep.items()))
+            if now_us - at < interval:
+                break
+            del self._last_sweep[name]
+
+    def _note_layers(self, name: str, count: int) -> None:
+        """Keep the repositories with the most layers, at most ``STATUS_TOP_MAX``."""
+        self.layer_counts[name] = count
+        if len(self.layer_counts) > STATUS_TOP_MAX:
+            del self.layer_counts[min(self.layer_counts, key=self.layer_counts.__getitem__)]
+
+    async def _forget(self, name: str) -> None:
+        """No live view here any more (deleted, or dropped): let its lease go at once."""
+        self.layer_counts.pop(name, None)
+        self._last_sweep.pop(name, None)
+        self.backoff.pop(name, None)
+        m = self._repos.pop(name, None)
+        if m is not None:
+            with contextlib.suppress(EnrouteError):
+                await m.release(self.clock.now_us())
 
     def kick(self) -> None:
         """Start the next pass now (tests; after a burst of pushes)."""
@@ -209,42 +280,35 @@ class Maintainer:
                 log.exception("layer maintenance pass failed")
 
     async def run_once(self) -> None:
-        """One pass: every hosted repository, then the names that have only trash."""
+        """One pass: the repositories that changed or came due, then the names that have
+        only trash (every ``layers.sweep_interval``)."""
         self.counters.passes += 1
-        hosted = self.host.hosted
-        for name in list(self.layer_counts):
-            if name not in hosted:
-                del self.layer_counts[name]
-        for name in [n for n in self._repos if n not in hosted]:
-            # No view here any more (deleted, or dropped): let its lease go at once.
-            m = self._repos.pop(name)
-            self._last_sweep.pop(name, None)
-            self.backoff.pop(name, None)
-            with contextlib.suppress(EnrouteError):
-                await m.release(self.clock.now_us())
-        await asyncio.gather(*(self._visit(name) for name in hosted))
+        now = self.clock.now_us()
+        due = self._take_due(now)
+        self._prune(now)
+        await asyncio.gather(*(self._visit(name) for name in due))
         now = self.clock.now_us()
         last = self._last_trash_scan
         if last is None or now - last >= self.config.sweep_interval_us:
             self._last_trash_scan = now
             names = await names_with_trash(self.store)
-            current = set(self.host.hosted)
-            await asyncio.gather(*(self._trash_only(n) for n in names if n not in current))
-        files, size = await self.host.reclaim_local_copies(
-            self.clock.now_us(), self.config.settings.sweep_retention_us
-        )
-        self.counters.local_copies_deleted += files
-        self.counters.local_copy_bytes_deleted += size
+            await asyncio.gather(*(self._trash_only(n) for n in names if self.host.peek(n) is None))
+        if due or self.host.retired_copies:
+            files, size = await self.host.reclaim_local_copies(
+                self.clock.now_us(), self.config.settings.sweep_retention_us
+            )
+            self.counters.local_copies_deleted += files
+            self.counters.local_copy_bytes_deleted += size
 
     # -- one repository -----------------------------------------------------------------------
 
     def _maintainer(self, name: str) -> RepoMaintainer:
-        m = self._repos.get(name)
+        m = self._repos.pop(name, None)
         if m is None:
             m = RepoMaintainer(
                 self.store, name, self.node_id, self.config.settings, limits=self.limits
             )
-            self._repos[name] = m
+        self._repos[name] = m  # the most recent visit last
         return m
 
     async def _lease(self, m: RepoMaintainer) -> bool:
@@ -260,24 +324,32 @@ class Maintainer:
 
     async def _visit(self, name: str) -> None:
         async with self._slots:
+            if self.host.peek(name) is None:  # not hosted here any more, or not live
+                await self._forget(name)
+                return
+            self.counters.visits += 1
             m = self._maintainer(name)
+            retry_us = self.clock.now_us() + int(self.config.interval_s * _US)
             try:
                 if not await self._lease(m):
+                    # another compute maintains it; look again once its lease may have
+                    # lapsed (a change here brings the visit forward)
+                    lease_us = self.config.settings.lease_duration_us
+                    self._schedule(name, self.clock.now_us() + lease_us)
                     return
                 snap = await self.host.read(name)
                 snap = await self._merges_backing_off(m, snap)
-                self.layer_counts[name] = len(snap.state.manifest)
+                self._note_layers(name, len(snap.state.manifest))
                 await self._sweep(m, snap)
             except (NotFound, IncarnationEnded):  # deleted meanwhile: trash is for later
-                self.layer_counts.pop(name, None)
-                self._repos.pop(name, None)
-                with contextlib.suppress(EnrouteError):
-                    await m.release(self.clock.now_us())
+                await self._forget(name)
             except EnrouteError as exc:
                 self.counters.errors += 1
+                self._schedule(name, retry_us)
                 log.warning("maintenance of %s: %s", name, exc)
             except (OSError, AssertionError):  # one repository must not stop the pass
                 self.counters.errors += 1
+                self._schedule(name, retry_us)
                 log.exception("maintenance of %s failed", name)
 
     async def _merges_backing_off(self, m: RepoMaintainer, snap: Snapshot) -> Snapshot:
@@ -288,6 +360,7 @@ class Maintainer:
         waiting = self.backoff.get(name)
         if waiting is not None and now < waiting.retry_at_us:
             self.counters.merges_deferred += 1
+            self._schedule(name, waiting.retry_at_us)
             return snap
         try:
             snap = await self._merges(m, snap)
@@ -297,6 +370,7 @@ class Maintainer:
             failures = 1 if waiting is None else waiting.failures + 1
             wait = min(int(self.config.interval_s * _US) << min(failures, 40), MERGE_BACKOFF_MAX_US)
             self.backoff[name] = MergeBackoff(failures, self.clock.now_us() + wait)
+            self._schedule(name, self.clock.now_us() + wait)
             self.counters.merge_failures += 1
             self.counters.errors += 1
             log.warning(
@@ -322,24 +396,34 @@ class Maintainer:
         return snap
 
     async def _sweep(self, m: RepoMaintainer, snap: Snapshot) -> None:
+        """Sweep after a change, at most every ``sweep_interval``; again an interval
+        later while files wait out their retention or trash waits for its state object."""
         now = self.clock.now_us()
+        interval = self.config.sweep_interval_us
         last = self._last_sweep.get(snap.name)
-        if last is not None and now - last < self.config.sweep_interval_us:
+        if last is not None and now - last < interval:
+            self._schedule(snap.name, last + interval)
             return
         if not await self._lease(m):
+            self._schedule(snap.name, now + interval)
             return
-        self._last_sweep[snap.name] = now
+        self._last_sweep.pop(snap.name, None)
+        self._last_sweep[snap.name] = now  # the latest sweep last
         swept = await m.sweep(snap.state, now)
         self.counters.sweeps += 1
         self.counters.files_deleted += len(swept.deleted)
         self.counters.sweep_bytes_reclaimed += swept.deleted_bytes
-        await self._reclaim(m, now)
+        trash_left = await self._reclaim(m, now)
+        if swept.recorded or trash_left:
+            self._schedule(snap.name, now + interval)
 
-    async def _reclaim(self, m: RepoMaintainer, now: int) -> None:
+    async def _reclaim(self, m: RepoMaintainer, now: int) -> int:
+        """Trash reclamation of one repository; answers the markers left."""
         trash = await m.reclaim_trash(now)
         self.counters.trash_runs += 1
         self.counters.files_deleted += len(trash.deleted)
         self.counters.trash_bytes_reclaimed += trash.deleted_bytes
+        return trash.markers - len(trash.markers_removed)
 
     async def _trash_only(self, name: str) -> None:
         """A deleted repository has no view: reclaim its trash under its lease, then let go."""
@@ -471,14 +555,21 @@ class Maintainer:
 
     # -- status -------------------------------------------------------------------------------
 
-    def lease_holders(self) -> dict[str, str]:
-        """Repositories whose lease this compute holds now, with the term."""
+    def lease_holders(self, limit: int | None = None) -> dict[str, str]:
+        """Repositories whose lease this compute holds now, with the term (the first
+        ``limit`` by name). Only repositories visited lately hold one: an idle
+        repository's lease is not renewed."""
         now = self.clock.now_us()
-        return {
-            name: f"{m.holder}@{m.held.lease.term}"
-            for name, m in sorted(self._repos.items())
+        held = sorted(
+            (name, f"{m.holder}@{m.held.lease.term}")
+            for name, m in self._repos.items()
             if m.held is not None and m.holds(now)
-        }
+        )
+        return dict(held[:limit])
+
+    def due_count(self) -> int:
+        """Repositories waiting for a visit: changed, or with a timer set."""
+        return len(self._dirty) + len(self._timed)
 
     def status(self) -> dict[str, Any]:
         c = self.counters
@@ -504,7 +595,10 @@ class Maintainer:
             "repositories_backing_off": len(self.backoff),
             "local_copies_deleted": c.local_copies_deleted,
             "local_copy_bytes_deleted": c.local_copy_bytes_deleted,
-            "lease_holders": self.lease_holders(),
+            "visits": c.visits,
+            "repositories_due": self.due_count(),
+            "leases_held": len(self.lease_holders()),
+            "lease_holders": self.lease_holders(STATUS_TOP_MAX),
             "layers": dict(sorted(self.layer_counts.items())),
         }
 
@@ -540,9 +634,15 @@ class Maintainer:
             f"# HELP {p}_leases_held repositories whose maintenance lease this compute holds",
             f"# TYPE {p}_leases_held gauge",
             f"{p}_leases_held {len(self.lease_holders())}",
-            "# HELP enroute_compute_repository_layers layers in a hosted repository's manifest",
-            "# TYPE enroute_compute_repository_layers gauge",
+            f"# HELP {p}_visits_total repositories visited (changed, or a sweep or retry due)",
+            f"# TYPE {p}_visits_total counter",
+            f"{p}_visits_total {c.visits}",
+            f"# HELP {p}_repositories_due repositories waiting for a visit",
+            f"# TYPE {p}_repositories_due gauge",
+            f"{p}_repositories_due {self.due_count()}",
+            "# HELP enroute_compute_repository_layers_max most layers in a manifest visited "
+            "lately (per repository: /status?repo=<name>)",
+            "# TYPE enroute_compute_repository_layers_max gauge",
+            f"enroute_compute_repository_layers_max {max(self.layer_counts.values(), default=0)}",
         ]
-        for name, count in sorted(self.layer_counts.items()):
-            lines.append(f'enroute_compute_repository_layers{{repo="{name}"}} {count}')
         return lines

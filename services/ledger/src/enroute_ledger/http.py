@@ -1,5 +1,10 @@
 """/status, /metrics, /healthz, /readyz and POST /transfer-leadership of a ledger node.
 
+``/status`` stays under a fixed size whatever the number of repositories (counts, a
+histogram, the most active groups); ``/status?repo=<name>`` lists one repository's
+groups and ``/status?after=<name>`` pages through all of them. No metric carries a
+repository name (docs/observability.md, "Bounded labels").
+
 A tiny ASGI app under uvicorn. Metrics (DESIGN "Observability", docs/observability.md)
 come from a prometheus-client registry of this node alone, read from the
 :class:`Runtime` at scrape time: the named families below, and every other
@@ -15,9 +20,10 @@ transfer), the node waits a bounded time for the moves, and answers counts.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import math
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -60,30 +66,74 @@ _NAMED = {
 }
 
 
-def status(rt: Runtime, ready: bool = True) -> dict[str, object]:
-    groups = []
-    for g in sorted(rt.groups.values(), key=lambda g: (g.repo, g.incarnation)):
-        groups.append(
-            {
-                "repo": g.repo,
-                "incarnation": g.incarnation,
-                "leader": rt.leader_of(g),
-                "applied_index": g.applied,
-                "version": g.version,  # these views never wake a hibernated group
-                "deleted": g.deleted,
-            }
-        )
+STATUS_GROUPS_MAX = 16
+"""Groups ``/status`` lists without a query: the most active (highest applied index)."""
+STATUS_PAGE_GROUPS_MAX = 1000
+"""Groups one ``/status?after=`` page lists, in name order."""
+
+
+def _group_row(rt: Runtime, g: Group) -> dict[str, object]:
     return {
+        "repo": g.repo,
+        "incarnation": g.incarnation,
+        "leader": rt.leader_of(g),
+        "applied_index": g.applied,
+        "version": g.version,  # these views never wake a hibernated group
+        "deleted": g.deleted,
+    }
+
+
+def _log2_histogram(values: Iterable[int]) -> dict[str, int]:
+    """Counts by power of two (key ``k``: values in [2^(k-1), 2^k), ``0``: zero)."""
+    out: dict[int, int] = {}
+    for v in values:
+        k = max(int(v), 0).bit_length()
+        out[k] = out.get(k, 0) + 1
+    return {str(k): out[k] for k in sorted(out)}
+
+
+def status(
+    rt: Runtime,
+    ready: bool = True,
+    *,
+    repo: str | None = None,
+    after: str | None = None,
+) -> dict[str, object]:
+    """The node's /status, under a fixed size whatever the number of groups (issue 19).
+
+    Counts, a histogram of applied indexes and the ``STATUS_GROUPS_MAX`` most active
+    groups; ``repo``: every hosted incarnation of that repository instead;
+    ``after``: the next ``STATUS_PAGE_GROUPS_MAX`` repositories' groups in name order
+    (``raft_groups_next`` names the page after, "" at the end).
+    """
+    groups = rt.groups.values()
+    out: dict[str, object] = {
         "role": "ledger",
         "node_id": int(rt.config.node_id),
         "version": VERSION,
         "ready": ready,
         "voters": sorted(int(n) for n in rt.config.voters),
-        "hosted_repositories": sorted({g.repo for g in rt.groups.values()}),
-        "groups_leading": sum(1 for g in rt.groups.values() if rt.is_leader(g)),
+        "hosted_repositories": len(rt.by_repo),
+        "groups": len(rt.groups),
+        "groups_hibernated": rt.mr.hibernated_count(),
+        "groups_deleted": sum(1 for g in groups if g.deleted),
+        "groups_leading": sum(1 for g in groups if rt.is_leader(g)),
         "apply_lag_entries": _apply_lag(rt),
-        "raft_groups": groups,
+        "applied_index_log2": _log2_histogram(g.applied for g in groups),
     }
+    chosen: list[Group]
+    if repo is not None:
+        chosen = rt.groups_of(repo)
+    elif after is not None:
+        names = sorted(n for n in rt.by_repo if n > after)
+        page = names[:STATUS_PAGE_GROUPS_MAX]
+        chosen = [g for n in page for g in rt.groups_of(n)]
+        out["raft_groups_next"] = page[-1] if len(names) > len(page) else ""
+    else:
+        chosen = heapq.nlargest(STATUS_GROUPS_MAX, groups, key=lambda g: g.applied)
+        chosen.sort(key=lambda g: (g.repo, g.incarnation))
+    out["raft_groups"] = [_group_row(rt, g) for g in chosen]
+    return out
 
 
 def _apply_lag(rt: Runtime) -> int:
@@ -257,7 +307,13 @@ class StatusApp:
             answer = await transfer_leadership(self.rt, _timeout(scope))
             await _reply(send, 200, "application/json", json.dumps(answer).encode())
         elif path == "/status":
-            body = json.dumps(status(self.rt, self.ready), sort_keys=True).encode()
+            raw = bytes(scope.get("query_string", b"")).decode("latin-1")
+            query = parse_qs(raw, keep_blank_values=True)  # after= is the first page
+            repo = query["repo"][0] if "repo" in query else None
+            after = query["after"][0] if "after" in query else None
+            body = json.dumps(
+                status(self.rt, self.ready, repo=repo, after=after), sort_keys=True
+            ).encode()
             await _reply(send, 200, "application/json", body)
         elif path == "/metrics":
             text = generate_latest(self.registry)

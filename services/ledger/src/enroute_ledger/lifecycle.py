@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import itertools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -332,7 +333,12 @@ class Lifecycle:
     # -- list -------------------------------------------------------------------------------
 
     def list(self, start_after: str, limit: int) -> tuple[list[RepoState | None], list[str], bool]:
-        """One page of hosted names after ``start_after`` (seed 001, "Listing")."""
+        """One page of hosted names after ``start_after`` (seed 001, "Listing").
+
+        A seek to the token (bisect on the sorted names), then the page: its time does
+        not grow with the number of repositories (issue 19; ``more`` looks at the names
+        after the page one by one and stops at the first listed, never copying the rest).
+        """
         if limit < 0:
             raise InvalidArgument("limit must be >= 0")
         n = LIST_LIMIT_DEFAULT if limit == 0 else min(limit, LIST_LIMIT_MAX)
@@ -346,7 +352,7 @@ class Lifecycle:
                 names.append(name)
                 states.append(st)
             i += 1
-        more = any(self.known_state(x) is not None for x in self._names[i:])
+        more = any(self.known_state(x) is not None for x in itertools.islice(self._names, i, None))
         return states, names, more
 
     # -- delete -----------------------------------------------------------------------------

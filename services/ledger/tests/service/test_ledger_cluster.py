@@ -40,7 +40,7 @@ def oid(n: int) -> ObjectId:
 
 
 def leader_of(p: LedgerProc, repo: str) -> int | None:
-    with urllib.request.urlopen(f"http://{p.http_addr}/status", timeout=5) as r:
+    with urllib.request.urlopen(f"http://{p.http_addr}/status?repo={repo}", timeout=5) as r:
         st = json.loads(r.read())
     for g in st["raft_groups"]:
         if g["repo"] == repo and not g["deleted"]:
@@ -153,7 +153,7 @@ def test_three_voters_survive_leader_kill_without_losing_or_repeating_commits(
 
 
 def hosted(p: LedgerProc, repo: str) -> list[tuple[int, bool]]:
-    with urllib.request.urlopen(f"http://{p.http_addr}/status", timeout=5) as r:
+    with urllib.request.urlopen(f"http://{p.http_addr}/status?repo={repo}", timeout=5) as r:
         st = json.loads(r.read())
     return [(g["incarnation"], g["deleted"]) for g in st["raft_groups"] if g["repo"] == repo]
 

@@ -191,11 +191,18 @@ def test_http_status_and_metrics(tmp_path: Path, procs: list[LedgerProc]) -> Non
         assert r.status == 200
     with urllib.request.urlopen(base + "/status", timeout=5) as r:
         st = json.loads(r.read())
-    assert st["role"] == "ledger" and st["hosted_repositories"] == ["x"]
+    assert st["role"] == "ledger" and st["hosted_repositories"] == 1
     assert st["raft_groups"][0]["leader"] == st["node_id"]
+    # one repository's groups, and pages in name order (issue 19: /status is bounded)
+    create(p, "y")
+    with urllib.request.urlopen(base + "/status?repo=y", timeout=5) as r:
+        assert [g["repo"] for g in json.loads(r.read())["raft_groups"]] == ["y"]
+    with urllib.request.urlopen(base + "/status?after=", timeout=5) as r:
+        page = json.loads(r.read())
+    assert [g["repo"] for g in page["raft_groups"]] == ["x", "y"] and page["raft_groups_next"] == ""
     with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
         text = r.read().decode()
-    assert "enroute_ledger_groups 1.0" in text
+    assert "enroute_ledger_groups 2.0" in text
     t0 = time.monotonic()
     assert p.stop() == 0
     assert time.monotonic() - t0 < 5
