@@ -147,10 +147,10 @@ class RepositoryHost:
         self._read_pins: Counter[tuple[str, str]] = Counter()
         """Reads in flight per stored layer: a pinned layer's local copy stays."""
         self._swept_leftovers: set[str] = set()
+        """Repositories whose copies left by a previous run were looked for once."""
         self.state_listeners: list[Callable[[str], None]] = []
         """Told a repository's name each time its view takes a new state (the
         maintainer visits only repositories that changed: issue 19)."""
-        """Repositories whose copies left by a previous run were looked for once."""
         self.local_copies_deleted = 0
         self.local_copy_bytes_deleted = 0
         self.load_rounds: Counter[str] = Counter()
