@@ -767,7 +767,7 @@ CASES = [
             pack_of([(1, commit_body(b.blob, [b.commit]))]),
         ),
         200,
-        b"is a blob, not a tree",
+        b"is a blob, expected a tree",
     ),
     _c(
         "commit-parent-is-blob",
