@@ -269,3 +269,28 @@ def test_shutdown_with_requests_stuck_logs_no_traceback(
         assert "CancelledError" not in text, f"{name}:\n{text[-4000:]}"
     cut = logs["gitproto.log"].count("request cut by shutdown")
     assert cut == 2 * STUCK, logs["gitproto.log"] + logs["compute.log"]
+
+
+def test_an_answer_may_take_longer_than_the_body_idle_timeout(
+    tmp_path: Path, seeded: tuple[bytes, bytes]
+) -> None:
+    """gitproto watches for the client's disconnect once the body is in, through the
+    receiver that bounds a body's idle time (`transport.body_idle_timeout`): the bound is
+    for bodies, so a push whose ingest, or a clone whose pack, takes longer still ends."""
+    _, push = seeded
+    pushed = push[4 + 41 : 4 + 81]  # the command's new value (pkt-line: length, old, SP, new)
+    idle_s = 0.2
+    with running_dev(tmp_path, {"transport": {"body_idle_timeout": f"{idle_s}s"}}) as node:
+        headers = {"Content-Type": "application/x-git-receive-pack-request"}
+        started = time.monotonic()
+        reply = _post(node, "/slow.git/git-receive-pack", push, headers)
+        push_s = time.monotonic() - started
+        assert b"ok refs/heads/main" in reply, reply
+        headers = {
+            "Content-Type": "application/x-git-upload-pack-request",
+            "Git-Protocol": "version=2",
+        }
+        answer = _post(node, "/slow.git/git-upload-pack", _fetch_body(pushed), headers)
+        assert b"packfile\n" in answer and answer.endswith(b"0000"), answer[-200:]
+        assert "Traceback" not in _logs(node)["gitproto.log"]
+    assert push_s > idle_s, f"the push took {push_s:.2f} s: the bound was not reached"

@@ -45,6 +45,7 @@ from enroute_core.base.errors import (
     InvalidArgument,
     LimitExceeded,
     NotFound,
+    Timeout,
 )
 from enroute_core.base.limits import GiB, MiB
 from enroute_core.state.names import repo_name_from_url
@@ -300,15 +301,24 @@ class BodyBuffer:
                         raise InvalidArgument("the gzip request body is truncated")
                     await self._end(None)
                     break
-            # The body is in: the next message is the disconnect, once the answer is
-            # complete or when the client goes before it is (the task ends with the request).
-            while (await self._receive())["type"] != "http.disconnect":
-                pass
+            await self._until_disconnect()
             self.gone = True
             if self._call is not None:
                 self._call.cancel()  # the compute stops the work of an answer nobody reads
         except EnrouteError as error:
             await self._end(error)
+
+    async def _until_disconnect(self) -> None:
+        """The body is in: the next message is the disconnect, once the answer is complete
+        or when the client goes before it is (the pump ends with the request). The
+        receiver's idle bound (``Timeout``) is for bodies: an answer may take longer."""
+        while True:
+            try:
+                message = await self._receive()
+            except Timeout:
+                continue
+            if message["type"] == "http.disconnect":
+                return
 
     def rewind(self) -> None:
         """Start a new attempt from the first byte of the body."""
