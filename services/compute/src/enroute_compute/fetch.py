@@ -340,6 +340,7 @@ class Fetcher:
                 machine.release()
 
         started = loop.time()
+        loaded_before = 0 if layers is None else sum(layers.loaded_bytes.values())
         worker: asyncio.Future[None] = (
             loop.run_in_executor(self._writers, run)
             if machine is None
@@ -356,6 +357,9 @@ class Fetcher:
                 if first:
                     first = False
                     self.host.first_pack_byte_s.append(loop.time() - started)
+                    if layers is not None:
+                        loaded = sum(layers.loaded_bytes.values()) - loaded_before
+                        self.host.first_pack_byte_loaded_bytes = loaded
                 yield item
         finally:
             gone.set()  # a no-op once the pack is all out

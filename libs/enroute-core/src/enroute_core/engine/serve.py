@@ -48,6 +48,7 @@ from enroute_core.git.pack import (
 from enroute_core.git.packwrite import ChunkSink
 from enroute_core.git.tree import MODE_GITLINK, Tree
 from enroute_core.storage.budgeted import LoadPins
+from enroute_core.storage.diskbudget import CHUNK_BYTES
 from enroute_core.storage.layer import REF_EXTERNAL, Kind, LayerReader
 from enroute_core.storage.layer.format import REF_NONE, S_DATA
 from enroute_core.storage.machines import (
@@ -781,13 +782,15 @@ class PackMachine:
     the pack writer drops its pins once it is past a read-ahead batch).
 
     The planned ids are cut, in id order, into batches of about ``read_ahead_bytes``
-    of entry bytes (:func:`pack_batches`). The first run parks batches 0 and 1; each
-    later run writes every batch whose loads are done, in order, releases its pins,
-    and parks the batch after the next, so batch k+1 loads while batch k is written
-    and the first pack bytes go out as soon as batch 0 is local, long before the
-    whole layer is. A batch's ticket carries the chunks of its entries and the whole
-    chains of the deltas the writer will resolve. A read that still finds bytes
-    missing parks its batch again with what it names (loaded again, bounded).
+    of entry bytes (:func:`pack_batches`); the first ones are smaller (one chunk, then
+    doubling), so the first bytes wait for little. The first run parks batch 0 alone;
+    each later run writes every batch whose loads are done, in order, releases its
+    pins, and parks up to :data:`_BATCHES_AHEAD` batches past it, so batch k+1 loads
+    while batch k is written and the first pack bytes go out as soon as batch 0 is
+    local, long before the whole layer is. A batch's ticket carries the chunks of its
+    entries and the whole chains of the deltas the writer will resolve. A read that
+    still finds bytes missing parks its batch again with what it names (loaded again,
+    bounded).
     """
 
     def __init__(
@@ -800,7 +803,9 @@ class PackMachine:
         limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self.writer = PackWriter(view, plan, sink, progress=progress)
-        self._batches = pack_batches(view, plan, limits.serve_read_ahead_bytes, limits=limits)
+        self._batches = pack_batches(
+            view, plan, _ramp(limits.serve_read_ahead_bytes), limits=limits
+        )
         self._limit_ids: list[int | None] = []
         self._exhausted = False
         self._next = 0
@@ -833,7 +838,8 @@ class PackMachine:
             self._ready.setdefault(r.ticket.item, []).append(r.pins)
         tickets: list[Ticket] = []
         if ctx.run == 0:
-            tickets.extend(t for t in (self._park(), self._park()) if t is not None)
+            first = self._park()  # alone: the first bytes wait for it only
+            tickets.extend(() if first is None else (first,))
         while self._next in self._ready and self._next < len(self._limit_ids):
             k = self._next
             try:
@@ -846,8 +852,10 @@ class PackMachine:
             for pins in self._ready.pop(k):
                 pins.release()
             self._next += 1
-            ticket = self._park()
-            if ticket is not None:
+            while len(self._limit_ids) < self._next + _BATCHES_AHEAD:  # read ahead
+                ticket = self._park()
+                if ticket is None:
+                    break
                 tickets.append(ticket)
         if self._exhausted and self._next == len(self._limit_ids):
             assert self.writer.finished
@@ -862,11 +870,25 @@ class PackMachine:
                 pins.release()
 
 
+_BATCHES_AHEAD = 2
+"""Batches the pack writer keeps loading past the one it writes (all pinned)."""
+
+
+def _ramp(read_ahead_bytes: int) -> Iterator[int]:
+    """Batch sizes: one chunk, one chunk, then doubling up to ``read_ahead_bytes``."""
+    size = min(CHUNK_BYTES, read_ahead_bytes)
+    yield size
+    while True:
+        yield size
+        size = min(size * 2, max(read_ahead_bytes, size))
+
+
 def pack_batches(
-    view: View, plan: PackPlan, batch_bytes: int, *, limits: Limits = DEFAULT_LIMITS
+    view: View, plan: PackPlan, batch_bytes: Iterable[int], *, limits: Limits = DEFAULT_LIMITS
 ) -> Iterator[tuple[int | None, tuple[EntryLoad, ...]]]:
-    """The plan's ids in id order, cut into batches of about ``batch_bytes`` of entry
-    bytes: (the first id after the batch, or None for the last; what it loads).
+    """The plan's ids in id order, cut into batches of about the next of ``batch_bytes``
+    of entry bytes each: (the first id after the batch, or None for the last; what it
+    loads).
 
     From table records only (always local): the chunks of every planned entry of a
     layer that may lack bytes, and for a delta the writer will resolve (its base is
@@ -875,6 +897,8 @@ def pack_batches(
     (linked, complete, in memory) loads nothing.
     """
     ids, have, thin = plan.ids, plan.have_ids, plan.thin
+    sizes = iter(batch_bytes)
+    bound = next(sizes)
     chunks: dict[str, set[int]] = {}
     entries: dict[str, set[int]] = {}
     size = 0
@@ -927,8 +951,9 @@ def pack_batches(
                 for r, j in chain_of(reader, local, view.entry_of_oid, limits=limits):
                     if r.name is not None and not r.settled():
                         entries.setdefault(r.name, set()).add(j)
-        if size >= batch_bytes:
+        if size >= bound:
             size = 0
+            bound = next(sizes, bound)
             yield object_id + 1, batch()
     yield None, batch()
 
