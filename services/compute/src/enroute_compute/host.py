@@ -148,6 +148,9 @@ class RepositoryHost:
         """Reads in flight per stored layer: a pinned layer's local copy stays."""
         self._swept_leftovers: set[str] = set()
         """Repositories whose copies left by a previous run were looked for once."""
+        self.state_listeners: list[Callable[[str], None]] = []
+        """Told a repository's name each time its view takes a new state (the
+        maintainer visits only repositories that changed: issue 19)."""
         self.local_copies_deleted = 0
         self.local_copy_bytes_deleted = 0
         self.load_rounds: Counter[str] = Counter()
@@ -347,6 +350,8 @@ class RepositoryHost:
             repo.view = view
         self._retire(repo.name, repo.state, state)
         repo.state = state
+        for listener in self.state_listeners:
+            listener(repo.name)
         async with repo.changed:
             repo.changed.notify_all()
 
