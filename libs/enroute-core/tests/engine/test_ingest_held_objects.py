@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,8 @@ from enroute_core.git.object_type import ObjectType
 from enroute_core.git.packwrite import write_pack
 from enroute_core.git.source import BytesSource
 from enroute_core.storage.layer import LayerReader
-from enroute_testing.pushed import inline_entry
+from enroute_testing.pushed import inline_entry, three_pushes
+from enroute_testing.repogen import RepoSpec, all_objects, generate_repo
 
 IDENT = b"A U Thor <a@example.com> 1700000000 +0000"
 HOSTILE = b'[submodule "x"]\n\tpath = x\n\turl = --upload-pack=touch x\n'
@@ -288,3 +290,25 @@ def test_one_object_named_as_a_tree_and_as_a_blob_in_one_commit_is_refused(held:
     top = commit(oid(2, body), [repo.commit], b"twice\n")
     with pytest.raises(InvalidObject, match="is a tree, expected a blob"):
         repo.push([*extra, (2, body), (1, top)], oid(1, top))
+
+
+# -- the snapshot's answers (SnapshotObjects) against git's own ---------------------------------
+
+
+@pytest.mark.interop
+def test_the_views_types_and_sizes_are_gits(tmp_path: Path) -> None:
+    """``View.type_of`` and ``size_of`` answer as ``git cat-file --batch-check`` does for
+    every object of a history pushed in three layers (thin packs, deltas across layers),
+    and None for an object the view lacks; ``contains`` agrees."""
+    repo = generate_repo(tmp_path / "r.git", RepoSpec(seed=5, commits=40, files=12))
+    view = View(three_pushes(repo))
+    objects = all_objects(repo.path)
+    assert objects
+    for hex_oid, type_name, body in objects:
+        held = ObjectId(bytes.fromhex(hex_oid.decode()))
+        assert view.type_of(held) == ObjectType.from_name(type_name), hex_oid
+        assert view.size_of(held) == len(body), hex_oid
+        assert view.contains(held)
+    absent = oid(3, b"not in the repository\n")
+    assert view.type_of(absent) is None and view.size_of(absent) is None
+    assert not view.contains(absent)
