@@ -1,0 +1,185 @@
+"""A repository with more refs than ``protocol_wants_max`` pushes, clones and fetches.
+
+git's fetch-pack sends one ``want`` per ref it fetches (fetch-pack.c ``add_wants``,
+``find_common``), and ``git push --mirror`` one command per ref; a repository of
+300,000 refs (a long-lived monorepo's tags and review refs) is normal. The wants
+bound follows the repository's ref count (``protocol.fetch.wants_max``), so a clone
+of such a repository passes while a request of more distinct wants than both is still
+refused. Every ref here points at its own commit, so the wants are all distinct.
+
+``test_300k_refs`` (nightly) runs 300,000 refs against the default limits; its ref
+creations go in raw receive-pack requests, since git's own send-pack is quadratic in
+the refs of an HTTP push (see :func:`push_raw`). ``test_refs_above_the_wants_limit``
+(CI) takes the same path with the git CLI throughout, on a server whose
+``protocol_wants_max`` is 500 and a repository of 1,500 refs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import struct
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from enroute_core.base.ids import ZERO_OID, oid_from_hex
+from enroute_core.git.pktline import DELIM_PKT, FLUSH_PKT, pkt_text
+from enroute_core.protocol.receive import PushCommand, PushRequest, encode_push_request
+from enroute_testing.devserver import running_dev
+from enroute_testing.gitcli import run_git
+from enroute_testing.repogen import list_refs
+
+pytestmark = pytest.mark.interop
+
+_names = itertools.count()
+
+
+def many_refs(path: Path, count: int) -> None:
+    """A bare repository with ``count`` commits in a line, ``refs/tags/t<i>`` at the i-th,
+    and ``main`` at the last: one fast-import stream, then one ``update-ref --stdin``."""
+    path.mkdir(parents=True)
+    run_git(["init", "--quiet", "--bare", "--initial-branch=main", "."], cwd=path)
+    stream = bytearray()
+    for i in range(count):
+        message = b"c%d\n" % i
+        stream += b"commit refs/heads/main\nmark :%d\n" % (i + 1)
+        stream += b"committer E <e@x> %d +0000\ndata %d\n%s" % (1_700_000_000 + i, len(message),
+                                                                  message)  # fmt: skip
+        stream += b"M 644 inline f\ndata 2\n%d\n" % (i % 10)
+    run_git(["fast-import", "--quiet", "--export-marks=marks"], cwd=path, input=bytes(stream),
+            timeout_s=600)  # fmt: skip
+    marks = (path / "marks").read_bytes().split(b"\n")
+    updates = bytearray()
+    for line in marks:
+        if line:
+            mark, oid = line.split(b" ")
+            updates += b"create refs/tags/t%s %s\n" % (mark[1:], oid)
+    run_git(["update-ref", "--stdin"], cwd=path, input=bytes(updates), timeout_s=600)
+    run_git(["pack-refs", "--all"], cwd=path)
+
+
+def push_raw(source: Path, url: str, batch: int) -> None:
+    """``main`` (every commit) with ``git push``, then the tags as ref creations, ``batch``
+    commands to a receive-pack request (``protocol_push_commands_max`` is 100,000).
+
+    git's send-pack over smart HTTP matches each pushed ref against every local and
+    every remote ref through the ref DWIM rules (remote.c ``match_explicit`` calls
+    ``count_refspec_match`` on both lists): quadratic on the client, whatever the
+    server, about 10 minutes for 20,000 refs on a busy core. So the nightly run sends
+    the ref creations as git would, but encoded here (gitprotocol-pack, "Reference
+    Update Request"), with the empty pack git sends when the server has every object.
+    """
+    run_git(["push", "--quiet", url, "refs/heads/main:refs/heads/main"], cwd=source,
+            timeout_s=900)  # fmt: skip
+    tags = run_git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/tags/"],
+                   cwd=source).splitlines()  # fmt: skip
+    empty = b"PACK" + struct.pack(">II", 2, 0)
+    empty += hashlib.sha1(empty).digest()
+    for start in range(0, len(tags), batch):
+        commands = tuple(
+            PushCommand(ZERO_OID, oid_from_hex(oid), name)
+            for oid, name in (line.split(b" ") for line in tags[start : start + batch])
+        )
+        body = encode_push_request(PushRequest(commands, (b"report-status",))) + empty
+        request = urllib.request.Request(
+            f"{url}/git-receive-pack",
+            data=body,
+            headers={"Content-Type": "application/x-git-receive-pack-request"},
+        )
+        with urllib.request.urlopen(request, timeout=900) as reply:
+            report = reply.read()
+        assert b"unpack ok" in report and b"ng " not in report, report[:500]
+
+
+def _round_trip(
+    enroute_url: str, tmp_path: Path, count: int, batch: int | None
+) -> dict[str, float]:
+    source = tmp_path / "source.git"
+    many_refs(source, count)
+    expected = list_refs(source)
+    assert len(expected) == count + 1
+    url = f"{enroute_url}/many-refs{next(_names)}.git"
+    took: dict[str, float] = {}
+    started = time.monotonic()
+    if batch is None:
+        run_git(["push", "--quiet", "--mirror", url], cwd=source, timeout_s=900)
+    else:
+        push_raw(source, url, batch)
+    took["push"] = time.monotonic() - started
+    for version in ("2", "0"):
+        clone = tmp_path / f"clone-v{version}.git"
+        started = time.monotonic()
+        run_git(["-c", f"protocol.version={version}", "clone", "--quiet", "--bare", url,
+                 str(clone)], cwd=tmp_path, timeout_s=900)  # fmt: skip
+        took[f"clone v{version}"] = time.monotonic() - started
+        assert list_refs(clone) == expected
+    # New commits on two refs, fetched into each clone over its protocol.
+    work = tmp_path / "work"
+    run_git(["clone", "--quiet", "--single-branch", "--no-tags", str(source), str(work)],
+            cwd=tmp_path, timeout_s=900)  # fmt: skip
+    run_git(["commit", "--quiet", "--allow-empty", "-m", "more"], cwd=work)
+    run_git(["push", "--quiet", url, "HEAD:refs/heads/main", "HEAD:refs/heads/extra"], cwd=work)
+    main = run_git(["rev-parse", "HEAD"], cwd=work).strip()
+    for version in ("2", "0"):
+        clone = tmp_path / f"clone-v{version}.git"
+        started = time.monotonic()
+        run_git(["-c", f"protocol.version={version}", "fetch", "--quiet", url,
+                 "+refs/heads/*:refs/heads/*"], cwd=clone, timeout_s=900)  # fmt: skip
+        took[f"fetch v{version}"] = time.monotonic() - started
+        for ref in ("refs/heads/main", "refs/heads/extra"):
+            assert run_git(["rev-parse", ref], cwd=clone).strip() == main
+        run_git(["fsck", "--no-progress", "--connectivity-only"], cwd=clone, timeout_s=900)
+    print(f"{count} refs:", ", ".join(f"{k} {v:.1f} s" for k, v in took.items()))
+    return took
+
+
+WANTS_MAX_SMALL = 500
+"""``protocol_wants_max`` of the CI run's server: its 1,500 refs are three times over it."""
+
+
+@pytest.fixture(scope="module")
+def small_limit_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    config = {"limits": {"protocol_wants_max": WANTS_MAX_SMALL}}
+    with running_dev(tmp_path_factory.mktemp("enroute-dev-wants"), config) as dev:
+        yield dev.url
+
+
+@pytest.mark.slow
+def test_refs_above_the_wants_limit(small_limit_url: str, tmp_path: Path) -> None:
+    """CI: the same path as 300,000 refs against the default, with the git CLI throughout."""
+    _round_trip(small_limit_url, tmp_path, 3 * WANTS_MAX_SMALL, None)
+
+
+def test_more_distinct_wants_than_refs_and_limit_are_refused(small_limit_url: str) -> None:
+    """The bound still holds: one more distinct want than the ref count and the limit."""
+    url = f"{small_limit_url}/few-refs{next(_names)}.git"
+    source = Path(tempfile.mkdtemp(prefix="few-refs-")) / "src.git"
+    many_refs(source, 10)
+    run_git(["push", "--quiet", "--mirror", url], cwd=source)
+    wants = b"".join(pkt_text(b"want %040x" % i) for i in range(1, WANTS_MAX_SMALL + 2))
+    body = pkt_text(b"command=fetch") + DELIM_PKT + wants + pkt_text(b"done") + FLUSH_PKT
+    request = urllib.request.Request(
+        f"{url}/git-upload-pack",
+        data=body,
+        headers={
+            "Content-Type": "application/x-git-upload-pack-request",
+            "Git-Protocol": "version=2",
+        },
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 413
+    text = refused.value.read()
+    assert b"protocol_wants_max" in text and b"distinct wants" in text, text
+
+
+@pytest.mark.nightly
+def test_300k_refs(enroute_url: str, tmp_path: Path) -> None:
+    """300,000 refs against the default limits: clones send 300,000 distinct wants."""
+    _round_trip(enroute_url, tmp_path, 300_000, 100_000)
