@@ -65,7 +65,7 @@ from enroute_core.storage.layer import REF_EXTERNAL, Kind, LayerReader
 from enroute_core.storage.layer.commits import CommitGraph
 from enroute_core.storage.layer.format import REF_NONE
 from enroute_core.storage.layer.reader import CommitColumns
-from enroute_core.storage.machines import chain_of
+from enroute_core.storage.machines import entry_loads
 
 TYPE_OF_KIND = {
     Kind.COMMIT: ObjectType.COMMIT,
@@ -467,37 +467,23 @@ class View:
         found = self.id_of_oid(oid)
         return None if found is None else self.locate(found)
 
-    def loads_of(
-        self, object_ids: Iterable[int], *, scan: bool = False
-    ) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    def loads_of(self, object_ids: Iterable[int]) -> tuple[tuple[str, tuple[int, ...]], ...]:
         """The layer entries reading ``object_ids`` takes, each with its whole delta
         chain across layers, from table records only (always local): () when all of
         them are local now or their bodies are cached. Otherwise every entry of every
         chain, so that one load pins all that the reads touch ("A chain costs one round
-        trip, not one per step"). ``scan``: the caller reads full entries, no chains."""
+        trip, not one per step")."""
         if self.settled():
             return ()
-        by_layer: dict[str, set[int]] = {}
-        missing = False
         bodies = self._bodies
-        for object_id in object_ids:
-            if not scan and bodies.get(object_id) is not None:
-                continue
-            reader, local = self.locate(object_id)
-            chain = (
-                [(reader, local)]
-                if scan
-                else chain_of(reader, local, self.entry_of_oid, limits=self._limits)
-            )
-            for r, j in chain:
-                name = r.name
-                if name is None or r.settled():
-                    continue
-                by_layer.setdefault(name, set()).add(j)
-                missing = missing or not r.entry_local(j)
-        if not missing:
+        pairs = [self.locate(i) for i in object_ids if bodies.get(i) is None]
+        loads = entry_loads(pairs, self.entry_of_oid, limits=self._limits)
+        if not loads:
             return ()
-        return tuple((name, tuple(sorted(ix))) for name, ix in by_layer.items())
+        readers = {layer.reader.name: layer.reader for layer in self._layers}
+        if all(readers[ld.layer].entry_local(j) for ld in loads for j in ld.local_indexes):
+            return ()
+        return tuple((ld.layer, ld.local_indexes) for ld in loads)
 
     def require_local(self, object_ids: Iterable[int]) -> None:
         """Raise :class:`NotLocal` naming what reading ``object_ids`` needs when any of it

@@ -146,19 +146,15 @@ def entry_loads(
     lookup: Lookup,
     *,
     limits: Limits = DEFAULT_LIMITS,
-    missing_only: bool = False,
 ) -> tuple[EntryLoad, ...]:
     """``entries`` and all of their delta chains, grouped by layer; layers whose bytes
-    are all here (inline, linked, complete without a budget) need nothing. With
-    ``missing_only``, entries whose bytes are local now are left out (a check that
-    finds nothing missing answers ``()``: read at once)."""
+    are all here (inline, linked, complete without a budget) need nothing."""
     by_layer: dict[str, set[int]] = {}
     for reader, i in entries:
         for r, j in chain_of(reader, i, lookup, limits=limits):
             name = r.name
-            if name is None or r.settled() or (missing_only and r.entry_local(j)):
-                continue
-            by_layer.setdefault(name, set()).add(j)
+            if name is not None and not r.settled():
+                by_layer.setdefault(name, set()).add(j)
     return tuple(EntryLoad(name, tuple(sorted(ix))) for name, ix in by_layer.items())
 
 

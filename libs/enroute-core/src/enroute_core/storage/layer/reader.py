@@ -542,12 +542,6 @@ class LayerReader:
         settled = getattr(self._source, "settled", None)
         return settled is None or bool(settled())
 
-    def missing_chunks(self, offset: int, length: int) -> list[int]:
-        """Chunks a read of ``[offset, offset + length)`` needs that are not local."""
-        if self._missing is None or length <= 0:
-            return []
-        return list(self._missing(self.data_chunks_for(offset, length)))
-
     def entry_local(self, local_index: int) -> bool:
         """Whether the entry's bytes are local (table record only, no data read)."""
         if self._missing is None:
