@@ -148,6 +148,10 @@ async def test_a_cold_pack_is_the_local_pack(
     assert stats.tickets >= 1
     disk = svc.stats().disk_budget
     assert disk is not None and disk.pinned_bytes == _meta_bytes(entry)  # every pin released
+    if spec == "full":
+        # "Intent steers eviction": a large pack streams as a scan, its chunks cold
+        assert len(plan.ids) >= 256 and disk.evictions_scan > 0, (len(plan.ids), disk)
+        assert disk.evictions_point == 0, disk
     if spec in ("blobless", "tree0"):
         # "A blobless or tree:0 fetch never loads blob chunks": no chunk that only
         # blobs occupy was fetched from the store

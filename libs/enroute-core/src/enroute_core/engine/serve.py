@@ -59,6 +59,7 @@ from enroute_core.storage.machines import (
     chain_of,
     ticket_of,
 )
+from enroute_core.storage.pool import Intent
 
 # -- filters (git rev-list --filter; gitprotocol-v2 "fetch", filter) ---------------------------
 
@@ -604,6 +605,9 @@ class PackWriter:
     ) -> None:
         self.view, self.plan, self.progress, self.every = view, plan, progress, progress_every
         self.total = len(plan.ids)
+        # seed 004, "Intent steers eviction": streaming a large fetch is a scan (its
+        # chunks go cold and do not displace the working set); a small one reads points
+        self.intent = Intent.SCAN if self.total >= _SCAN_OBJECTS_MIN else Intent.POINT
         self.out = _PackOut(sink)
         self.out.buf += encode_pack_header(self.total)
         self.offsets = array("Q")
@@ -667,7 +671,7 @@ class PackWriter:
                     if end - local >= _RUN_MIN:
                         count = _write_run(
                             view, plan, reader, first, rows, slab * _SLAB_RECORDS, local, end,
-                            out, offsets, externals,
+                            out, offsets, externals, self.intent,
                         )  # fmt: skip
                         if count:
                             copied += count.copied
@@ -695,7 +699,7 @@ class PackWriter:
                     span = min(reader.data_end - offset, max(length, _WINDOW_BYTES))
                     if not settled:  # read no further than what was loaded
                         span = max(length, reader.local_bytes(offset, span))
-                    window = memoryview(reader.data_bytes(offset, span))
+                    window = memoryview(reader.data_bytes(offset, span, self.intent))
                     w0, w1 = offset, offset + span
                 raw = window[offset - w0 : offset - w0 + length]
                 pos = len(buf)
@@ -870,6 +874,8 @@ class PackMachine:
                 pins.release()
 
 
+_SCAN_OBJECTS_MIN = 256
+"""Packs of at least this many objects read as scans (the working set stays)."""
 _BATCHES_AHEAD = 2
 """Batches the pack writer keeps loading past the one it writes (all pinned)."""
 
@@ -1000,6 +1006,7 @@ def _write_run(  # noqa: PLR0917 (the writer's loop state, passed whole)
     out: _PackOut,
     offsets: array[int],
     externals: dict[int, int | None],
+    intent: Intent = Intent.SCAN,
 ) -> _RunCounts:
     """Write the entries of locals ``[start, stop)`` of a single-run layer, all planned,
     as far as they lie back to back and need no resolving (rules 1-3 of the module
@@ -1031,7 +1038,7 @@ def _write_run(  # noqa: PLR0917 (the writer's loop state, passed whole)
         j += 1
     if j - i < 2:
         return _RunCounts(0, 0, 0, 0)
-    data = memoryview(reader.data_bytes(off0, expect - off0))
+    data = memoryview(reader.data_bytes(off0, expect - off0, intent))
     # 2. The bytes: verbatim slices, each REF_DELTA header rewritten or kept.
     buf = out.buf
     pos0 = out.flushed + len(buf)  # pack offset of the run's first entry
