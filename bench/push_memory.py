@@ -1,0 +1,142 @@
+"""Peak memory of the compute for large and hostile pushes, written to docs/benchmarks.md
+(section "Push memory"; issue 24, finding 2).
+
+Each push goes to a fresh `enroute dev` (ledger, compute, gitproto on loopback, a
+file:// store) through gitproto's HTTP, and the compute's peak resident set
+(``VmHWM``, /proc/PID/status) is read before and after: the figure is the most the
+push ever held, not a sample. Cases:
+
+1. a delta bomb: a 15 MiB blob of zeros and one delta of copies declaring a 1 GiB
+   object, about 15 KiB of pack (refused before it is applied);
+2. three such pushes at once;
+3. one object of 1 GiB (random bytes, so it does not compress);
+4. a 2 GiB pack of 512 objects of 4 MiB.
+
+Usage: ``python -m bench.push_memory [--quick]`` (``--quick``: 256 MiB and 512 MiB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from bench.report import write_section
+from enroute_testing.bigpush import delta_bomb, push_file, write_blob_pack
+from enroute_testing.devserver import DevServer, running_dev
+from enroute_testing.procmem import MiB, memory, role_pid
+
+BOMB_BASE_BYTES = 15 * MiB
+BOMB_RESULT_BYTES = 1024 * MiB
+BOMBS_AT_ONCE = 3
+PACK_OBJECT_BYTES = 4 * MiB
+
+
+def _answer(body: bytes) -> str:
+    """The first report-status line (``unpack ...``), as the git client would print it."""
+    text = body.decode("utf-8", "replace")
+    for line in text.split("\n"):
+        if "unpack" in line:
+            return line[line.index("unpack") :][:160]
+    return text[:160]
+
+
+def _measured(work: Path, name: str, push: Callable[[DevServer], list[str]]) -> str:
+    root = Path(tempfile.mkdtemp(prefix="dev-", dir=work))
+    with running_dev(root) as dev:
+        compute = role_pid(dev.pid, "compute")
+        before = memory(compute)
+        started = time.monotonic()
+        answers = push(dev)
+        elapsed = time.monotonic() - started
+        after = memory(compute)
+    shown = "; ".join(sorted(set(answers)))
+    return (
+        f"| {name} | {before.rss_bytes // MiB} | {after.peak_bytes // MiB} | "
+        f"{(after.peak_bytes - before.peak_bytes) // MiB} | {elapsed:.1f} | `{shown}` |"
+    )
+
+
+class _Bombs:
+    def __init__(self, work: Path, count: int) -> None:
+        self.path = work / "bomb.pack"
+        self.path.write_bytes(delta_bomb(BOMB_BASE_BYTES, BOMB_RESULT_BYTES))
+        self.count = count
+
+    def __call__(self, dev: DevServer) -> list[str]:
+        def one(i: int) -> str:
+            status, body = push_file(dev.address, f"bomb{i}", b"1" * 40, self.path)
+            return f"{status} {_answer(body)}"
+
+        with ThreadPoolExecutor(self.count) as pool:
+            return list(pool.map(one, range(self.count)))
+
+
+class _Blobs:
+    def __init__(self, work: Path, sizes: list[int]) -> None:
+        self.path = work / f"blobs-{len(sizes)}.pack"
+        self.commit = write_blob_pack(self.path, sizes)
+
+    def __call__(self, dev: DevServer) -> list[str]:
+        status, body = push_file(dev.address, "large", self.commit, self.path)
+        return [f"{status} {_answer(body)}"]
+
+    def close(self) -> None:
+        self.path.unlink()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="256 MiB object, 512 MiB pack")
+    args = parser.parse_args()
+    object_bytes = (256 if args.quick else 1024) * MiB
+    pack_bytes = (512 if args.quick else 2048) * MiB
+    rows: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-push-memory-") as tmp:
+        work = Path(tmp)
+        bomb = _Bombs(work, 1)
+        bomb_bytes = bomb.path.stat().st_size
+        rows.append(_measured(work, f"delta bomb ({bomb_bytes // 1024} KiB pack)", bomb))
+        rows.append(
+            _measured(work, f"{BOMBS_AT_ONCE} delta bombs at once", _Bombs(work, BOMBS_AT_ONCE))
+        )
+        for name, sizes in (
+            (f"one object of {object_bytes // MiB} MiB", [object_bytes]),
+            (
+                f"{pack_bytes // MiB} MiB pack of {pack_bytes // PACK_OBJECT_BYTES} objects",
+                [PACK_OBJECT_BYTES] * (pack_bytes // PACK_OBJECT_BYTES),
+            ),
+        ):
+            blobs = _Blobs(work, sizes)
+            try:
+                rows.append(_measured(work, name, blobs))
+            finally:
+                blobs.close()
+    lines = [
+        "Peak resident memory of the compute for one push (issue 24, finding 2): a fresh "
+        "`enroute dev` per row, the push through gitproto's HTTP as git sends it (one "
+        "create command, then the pack, streamed), VmHWM of the compute before and after. "
+        "Objects are random bytes (zlib level 1).",
+        "",
+        "| push | compute resident before, MiB | peak after, MiB | peak growth, MiB "
+        "| seconds | answer |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+        "Before the delta expansion bound, the delta bomb took the compute to 1,106 MiB "
+        "(1 push) and 3,184 MiB (3 at once) from 66 MiB (same machine). Objects are "
+        "still resolved whole in memory, and a large one is held several times over (about "
+        "four times for the 1 GiB object above): a push of one 2 GiB object "
+        "(`object_bytes_max`) needs several GiB. The streaming "
+        "resolution that would make a push flat in its objects' sizes is planned in "
+        'docs/ingest.md, "Delta bombs and large objects".',
+        "",
+    ]
+    write_section("Push memory", lines)
+
+
+if __name__ == "__main__":
+    main()
