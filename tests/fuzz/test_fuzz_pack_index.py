@@ -49,7 +49,9 @@ from enroute_core.git.thin import ExternalBaseFn
 pytestmark = pytest.mark.fuzz
 
 SMALL = replace(SMALL_LIMITS, pack_inflate_free_bytes=64)  # the zlib-bomb rule reached too
-LIMITS = st.sampled_from([Limits(), Limits(pack_base_cache_bytes_max=64), SMALL])
+# The delta expansion bound (charge_delta) reached too: deltas may declare the pack's size.
+EXPANSION = Limits(pack_delta_expansion_free_bytes=0, pack_delta_expansion_ratio_max=1)
+LIMITS = st.sampled_from([Limits(), Limits(pack_base_cache_bytes_max=64), SMALL, EXPANSION])
 
 Seen = list[tuple[int, ObjectId, int, bytes]]
 Outcome = tuple[PackIndexResult | None, str | None]
