@@ -161,6 +161,11 @@ class BudgetedCopy(LocalCopy):
 
     # -- reads and writes --------------------------------------------------------------------
 
+    def touch(self, chunks: range, intent: Intent) -> None:
+        """A point read marks its chunks referenced even when the pool answers it
+        ("Intent steers eviction": a pool hit never reaches the disk)."""
+        self.budget.touch(self.file_id, chunks, intent)
+
     def settled(self) -> bool:
         """Never: any chunk not pinned may be evicted ("Disk budget")."""
         return False

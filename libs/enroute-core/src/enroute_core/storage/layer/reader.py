@@ -189,6 +189,7 @@ class LayerReader:
         "_samples",
         "_size",
         "_source",
+        "_touch",
         "_verified",
     )
 
@@ -198,6 +199,8 @@ class LayerReader:
         """Use :meth:`open`; this checks what ``open`` loaded."""
         self._source = source
         self._missing = getattr(source, "missing", None)
+        self._touch = getattr(source, "touch", None)
+        """Marks chunks referenced on the disk budget (a budgeted copy); None elsewhere."""
         """Chunks of a list that are not local (a local copy); None: all bytes are here."""
         self._size = source.size
         self._footer = footer
@@ -830,9 +833,16 @@ class LayerReader:
         if length > self._footer.data_end - offset:
             raise ValueError(f"[{offset}, {offset + length}) runs past the data region")
         verified = self._verified
-        for chunk in self.data_chunks_for(offset, length):
+        chunks = self.data_chunks_for(offset, length)
+        for chunk in chunks:
             if not verified[chunk]:
                 self._verify_chunk(chunk)
+        if self._touch is not None:
+            # seed 004, "Intent steers eviction": a point read keeps its chunks on disk
+            # even when the pool answers it; a scan leaves them cold
+            point = intent is Intent.POINT or (intent is None and length < SCAN_READ_BYTES)
+            if point:
+                self._touch(chunks, Intent.POINT)
         return self._data_read(offset, length, intent)
 
     def entry_row(self, local_index: int) -> tuple[int, int, int]:
