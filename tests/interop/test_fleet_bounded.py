@@ -59,6 +59,17 @@ def api(dev: DevServer, method: str, target: str, body: object = None) -> int:
         conn.close()
 
 
+def role_http(root: Path) -> dict[str, str]:
+    """The HTTP base URL of the ledger and the compute of an `enroute dev` under ``root``."""
+    out = {}
+    for role in ("ledger", "compute"):
+        text = (root / "data" / "logs" / f"{role}.log").read_text(errors="replace")
+        m = ROLE_READY.search(text)
+        assert m, f"no ready line in the {role} log"
+        out[role] = f"http://{m.group(2)}"
+    return out
+
+
 def series(text: str) -> int:
     return sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))
 
@@ -75,12 +86,7 @@ class Fleet:
         self.dev = dev
         self.root = root
         self.count = 0
-        logs = root / "data" / "logs"
-        self.http = {"gitproto": dev.url}
-        for role in ("ledger", "compute"):
-            m = ROLE_READY.search((logs / f"{role}.log").read_text(errors="replace"))
-            assert m, f"no ready line in the {role} log"
-            self.http[role] = f"http://{m.group(2)}"
+        self.http = {"gitproto": dev.url, **role_http(root)}
         self.work = root / "work"
         run_git(["init", "-q", "-b", "main", str(self.work)], cwd=root)
         for i in range(3):

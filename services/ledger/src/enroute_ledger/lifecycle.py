@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import itertools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -352,7 +351,11 @@ class Lifecycle:
                 names.append(name)
                 states.append(st)
             i += 1
-        more = any(self.known_state(x) is not None for x in itertools.islice(self._names, i, None))
+        more = False
+        for j in range(i, len(self._names)):  # (islice would step over the first i)
+            if self.known_state(self._names[j]) is not None:
+                more = True
+                break
         return states, names, more
 
     # -- delete -----------------------------------------------------------------------------
