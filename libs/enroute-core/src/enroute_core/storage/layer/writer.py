@@ -142,8 +142,14 @@ class _Output:
         self.pos = 0
 
     def write(self, data: bytes) -> None:
-        self._buf += data
         self.pos += len(data)
+        if len(data) >= _FLUSH_BYTES:
+            # A large entry goes out as it is, after what is buffered: copying it into
+            # the buffer and out again held it three times (docs/ingest.md, "Memory").
+            self.flush()
+            self._emit(data if type(data) is bytes else bytes(data))
+            return
+        self._buf += data
         if len(self._buf) >= _FLUSH_BYTES:
             self.flush()
 
@@ -156,6 +162,9 @@ class _Output:
             return
         block = bytes(self._buf)
         self._buf.clear()
+        self._emit(block)
+
+    def _emit(self, block: bytes) -> None:
         self._root.update(block)
         if self._chunking:
             self._hash_chunks(block)
