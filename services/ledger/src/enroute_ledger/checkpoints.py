@@ -9,8 +9,9 @@ delete does (seed 001: "Every checkpoint of a deleted state does the same"):
 trash marker, then the swap. A state object that names a later incarnation
 ends the group here (seed 001: drop a superseded incarnation). A deleted state
 is due at once, and its log is compacted to the tombstone even when the delete
-already swapped it into the object: the group stays hosted until the name is
-created again (seed 001), holding its snapshot row alone.
+already swapped it into the object, and a follower compacts its copy too
+(nothing to write: the leader checkpoints): the group stays hosted until the
+name is created again (seed 001), holding its snapshot row alone.
 
 Restoring a node with no log is in ``Lifecycle._host_live``: a hosted group
 that nobody starts gets a genesis entry carrying the state object's checkpoint.
@@ -79,7 +80,11 @@ class Checkpointer:
         if g.dropped:
             self._marks.pop(g, None)
             return
-        if not g.born or not self.rt.is_leader(g):
+        if not g.born:
+            return
+        if not self.rt.is_leader(g):
+            if g.deleted:
+                self._compact_tombstone(g)
             return
         mark = self._marks.get(g)
         if mark is None:
@@ -95,6 +100,16 @@ class Checkpointer:
         elif not mark.timed and self.interval_s > 0:
             mark.timed = True
             heapq.heappush(self._timers, (mark.at + self.interval_s, next(self._seq), g))
+
+    def _compact_tombstone(self, g: Group) -> None:
+        """A follower's deleted group: its log goes to the tombstone at once. Nothing
+        is written to the object (the leader does that), and nothing follows a
+        tombstone in the log but elections' empty entries, so the applied state is the
+        tombstone and no pin holds an entry back."""
+        mark = self._marks.setdefault(g, _Mark())
+        if g.version > mark.version:
+            mark.version = g.version
+            self.rt.compact(g, g.state, g.applied)
 
     def due(self, g: Group, now: float) -> bool:
         if not g.born or g.dropped or not self.rt.is_leader(g):

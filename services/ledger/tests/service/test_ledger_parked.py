@@ -9,10 +9,13 @@ once (the checkpointer used to stop at a state object that said deleted).
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import sys
 import threading
 from pathlib import Path
+
+import grpc
 
 from enroute_core.state import decode_state
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
@@ -23,7 +26,7 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 from conftest import LedgerProc, wait_for  # noqa: E402
-from test_ledger_idle import metrics  # noqa: E402
+from test_ledger_idle import metrics, three  # noqa: E402
 from test_ledger_service import MAIN, T, commit, create, oid, propose  # noqa: E402
 
 
@@ -52,8 +55,9 @@ def test_a_followed_idle_group_hibernates_and_the_next_write_reaches_its_subscri
     call = p.ledger.Subscribe(ledger_pb2.SubscribeRequest(repo="followed"), timeout=60)
 
     def read() -> None:
-        for ev in call:
-            events.put(ev)
+        with contextlib.suppress(grpc.RpcError):  # cancelled at the end
+            for ev in call:
+                events.put(ev)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -99,3 +103,20 @@ def test_a_deleted_repository_s_log_is_compacted_to_its_tombstone_at_once(
     d = p.ledger.Describe(ledger_pb2.DescribeRequest(repo="gone"), timeout=T)
     assert d.state.deleted and d.state.incarnation == 1
     assert create(p, "gone").state.incarnation == 2
+
+
+def test_every_voter_compacts_a_deleted_group_to_its_tombstone(
+    tmp_path: Path, procs: list[LedgerProc]
+) -> None:
+    """Followers too: only the leader checkpoints, but each voter's disk holds the log."""
+    nodes = three(tmp_path, procs)
+    p = nodes[0]
+    assert create(p, "gone").state.version == 1
+    have = None
+    for n in range(1, 4):
+        propose(p, "gone", 1, commit(1, MAIN, have, oid(n)))
+        have = oid(n)
+    before = [metrics(n).get("log_compactions_total", 0.0) for n in nodes]
+    p.ledger.Delete(ledger_pb2.DeleteRequest(repo="gone"), timeout=T)
+    for node, was in zip(nodes, before, strict=True):
+        wait_for(lambda node=node, was=was: metrics(node).get("log_compactions_total", 0.0) > was)
