@@ -32,7 +32,13 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from enroute_core.base.errors import CorruptData, InvalidArgument, NotLocal, PreconditionFailed
+from enroute_core.base.errors import (
+    CorruptData,
+    InvalidArgument,
+    NotLocal,
+    PreconditionFailed,
+    Unavailable,
+)
 from enroute_core.storage.budgeted import BudgetedCopy, LoadPins
 from enroute_core.storage.catalog import Catalog
 from enroute_core.storage.diskbudget import (
@@ -344,8 +350,8 @@ class LayerService:
     ) -> LoadPins:
         """:meth:`load` by file name, as tickets name layers (``storage.machines``)."""
         layer = self.layer_named(name)
-        if layer is None:
-            raise NotLocal(f"{name}: the layer is not open here", file=name)
+        if layer is None:  # closed meanwhile (its copy was reclaimed): the client retries
+            raise Unavailable(f"{name}: the layer is not open here any more", file=name)
         return await self.load(layer, local_indexes=local_indexes, chunks=chunks)
 
     async def load(
