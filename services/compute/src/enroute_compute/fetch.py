@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from enroute_compute.host import RepositoryHost, Snapshot
+from enroute_compute.host import REQUEST_ID, RepositoryHost, Snapshot
 from enroute_compute.work import Abandoned, check
 from enroute_core.base.errors import EnrouteError, MissingObject, ProtocolError
 from enroute_core.base.ids import ObjectId
@@ -455,7 +455,13 @@ def _failed(name: str, exc: EnrouteError, *, response_started: bool, sideband: b
     server (5xx in the error table, e.g. corrupt data) is logged once here; a
     client's own error (a want we lack) is only answered."""
     if exc.mapping.http_status >= 500:
-        log.error("upload-pack of %s failed: %s: %s", name, exc.code, exc.message)
+        log.error(
+            "request %s failed: %s: %s (upload-pack of %s, answered with ERR)",
+            REQUEST_ID.get().hex(),
+            exc.code,
+            exc.message,
+            name,
+        )
     return fatal_error_bytes(exc, response_started=response_started, sideband=sideband)
 
 

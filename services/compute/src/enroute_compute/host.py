@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import threading
 from collections import Counter, deque
@@ -68,6 +69,8 @@ from enroute_core.storage.localfile import ScratchFile
 from enroute_core.storage.machines import Restartable, Ticket, drive, ticket_of
 
 log = logging.getLogger(__name__)
+REQUEST_ID: contextvars.ContextVar[bytes] = contextvars.ContextVar("request_id", default=b"")
+"""The id of the Git request being served (set by the servicer): failures log it."""
 _T = TypeVar("_T")
 
 INLINE_LAYER_BYTES_MAX = 512 * KiB

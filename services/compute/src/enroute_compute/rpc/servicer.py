@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 import grpc
 
 from enroute_compute.fetch import Fetcher
-from enroute_compute.host import RepositoryHost
+from enroute_compute.host import REQUEST_ID, RepositoryHost
 from enroute_compute.ledger_port import CreateMode, RepoSummary
 from enroute_compute.push import Pusher
 from enroute_compute.rpc.convert import commit_request_from_pb, ref_to_pb, summary_to_pb
@@ -177,6 +177,7 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
         """``what`` names the call in the log line of a request that went before its end."""
         started = False
         began = time.monotonic()
+        REQUEST_ID.set(find_request_id(context.invocation_metadata()) or b"")
         try:
             async for chunk in chunks:
                 if not started:
