@@ -37,6 +37,7 @@ from enroute_testing.gitcli import run_git
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 CYCLES = int(os.environ.get("ENROUTE_SOAK_CYCLES", "200"))
+NIGHTLY_CYCLES = 2000
 SEED = int(os.environ.get("ENROUTE_SEED", "19"))
 TOMBSTONE_BYTES_MAX = 1024
 BLOB_BYTES = 8 * 1024  # below the inline layer limit: the push lands in the log
@@ -87,24 +88,34 @@ def settled(ledger_dir: Path) -> tuple[int, int]:
 
 @pytest.mark.timeout(3600)
 def test_create_push_delete_cycles_keep_the_voter_s_disk_flat(tmp_path: Path) -> None:
-    print(f"ENROUTE_SEED={SEED} ENROUTE_SOAK_CYCLES={CYCLES}")
+    soak(tmp_path, CYCLES)
+
+
+@pytest.mark.nightly
+@pytest.mark.timeout(4 * 3600)
+def test_the_soak_of_two_thousand_cycles(tmp_path: Path) -> None:
+    soak(tmp_path, NIGHTLY_CYCLES)
+
+
+def soak(tmp_path: Path, count: int) -> None:
+    print(f"ENROUTE_SEED={SEED} cycles={count}")
     rng = random.Random(SEED)
     work = tmp_path / "work"
     run_git(["init", "-q", "-b", "main", str(work)], cwd=tmp_path)
     (tmp_path / "dev").mkdir()
     with running_dev(tmp_path / "dev") as dev:
         ledger_dir = tmp_path / "dev" / "data" / "ledger"
-        first = max(CYCLES // 10, 1)
+        first = max(count // 10, 1)
         t0 = time.monotonic()
         cycles(dev, work, rng, 0, first)
         early = settled(ledger_dir)
-        cycles(dev, work, rng, first, CYCLES)
+        cycles(dev, work, rng, first, count)
         late = settled(ledger_dir)
         spent = time.monotonic() - t0
-    per_cycle = (late[0] - early[0]) / (CYCLES - first)
+    per_cycle = (late[0] - early[0]) / (count - first)
     print(
         f"ledger store after {first} cycles: {early[0]:,} bytes in use, {early[1]:,} of files; "
-        f"after {CYCLES}: {late[0]:,} in use ({per_cycle:,.0f} per cycle), {late[1]:,} of "
+        f"after {count}: {late[0]:,} in use ({per_cycle:,.0f} per cycle), {late[1]:,} of "
         f"files ({late[1] / early[1] - 1:+.1%}; {spent:.0f} s)"
     )
     assert per_cycle <= TOMBSTONE_BYTES_MAX, f"{per_cycle:.0f} bytes kept per deleted repository"
