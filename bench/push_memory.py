@@ -128,8 +128,10 @@ def main() -> None:
         "",
         "Before the delta expansion bound, the delta bomb took the compute to 1,106 MiB "
         "(1 push) and 3,184 MiB (3 at once) from 66 MiB (same machine). Objects are "
-        "still resolved whole in memory, and a large one is held several times over (about "
-        "four times for the 1 GiB object above): a push of one 2 GiB object "
+        "still resolved whole in memory, and a large one is held about twice (its entry "
+        "read from the pack, and the run handed to the layer writer; 4,168 MiB for the "
+        "1 GiB object before the writer stopped copying large writes): a push of one "
+        "2 GiB object "
         "(`object_bytes_max`) needs several GiB. The streaming "
         "resolution that would make a push flat in its objects' sizes is planned in "
         'docs/ingest.md, "Delta bombs and large objects".',
