@@ -197,8 +197,10 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
         f"and each compute ({'met' if rss_ok else 'NOT met'}: worst "
         f"{max(worst[r] for r in rss_roles):.2f} KiB); idle CPU growth within "
         f"{CPU_TARGET:.0%} of a core ({'met' if cpu_growth <= CPU_TARGET else 'NOT met'}: "
-        f"{cpu_growth * 100:+.2f} points). Series and /status sizes are the same at both "
-        "counts by design (docs/observability.md).",
+        f"{cpu_growth * 100:+.2f} points). Series counts do not depend on the number of "
+        "repositories, and /status stays under a fixed size: its lists name at most 16 "
+        "repositories, and a compute's fill as maintenance visits them "
+        "(docs/observability.md).",
         "",
         f"Listing: {count:,} repositories in {len(times)} pages of {PAGE:,} through "
         f"`GET /api/v1/repos`, {sum(times):.2f} s in all; first page {times[0] * 1e3:.0f} ms, "
