@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import grpc
+import pytest
 
 from enroute_core.state import decode_state
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
@@ -105,6 +106,7 @@ def test_a_deleted_repository_s_log_is_compacted_to_its_tombstone_at_once(
     assert create(p, "gone").state.incarnation == 2
 
 
+@pytest.mark.slow
 def test_every_voter_compacts_a_deleted_group_to_its_tombstone(
     tmp_path: Path, procs: list[LedgerProc]
 ) -> None:
