@@ -461,10 +461,11 @@ class Lifecycle:
         oldest = g.history[0][0] if g.history else g.state.version + 1
         sent = after_version
         if after_version == 0 or incarnation != g.incarnation or after_version + 1 < oldest:
-            st = g.state
-            yield await self._snapshot(g, st)
-            sent = st.version
-            if st.deleted:
+            snap = await self._snapshot(g, g.state)
+            sent = snap.version
+            yield snap
+            del snap  # parked below: hold no snapshot bytes (docs/raft.md)
+            if g.deleted and sent >= g.version:
                 return
         while True:
             if g.dropped:
@@ -474,12 +475,14 @@ class Lifecycle:
                 if version > sent:
                     yield ChangeOut(version, change)
                     sent = version
+            change = b""  # parked below: hold no change's bytes (docs/raft.md)
             if g.state.deleted and sent >= g.state.version:
                 return
             if g.history and g.history[0][0] > sent + 1:
-                st = g.state
-                yield await self._snapshot(g, st)
-                sent = st.version
+                snap = await self._snapshot(g, g.state)
+                sent = snap.version
+                yield snap
+                del snap
                 continue
             await ev.wait()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
@@ -12,7 +12,7 @@ from enroute_core.base.errors import EnrouteError, InvalidArgument
 from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 
-from ..lifecycle import ChangeOut, Lifecycle
+from ..lifecycle import ChangeOut, Lifecycle, SnapshotOut
 from ..runtime import Runtime
 from .convert import SnapshotAssembler, batch_from_proto, state_to_proto
 from .errors import abort_with
@@ -92,25 +92,13 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         try:
             events = self.lc.subscribe(request.repo, request.incarnation, request.after_version)
             async for ev in events:
-                if isinstance(ev, ChangeOut):
-                    change = ledger_pb2.Change(version=ev.version, effects=ev.change)
-                    yield ledger_pb2.SubscribeResponse(
-                        changes=ledger_pb2.ChangeBatch(changes=[change])
-                    )
-                    continue
-                for root, layer in ev.inline:
-                    yield ledger_pb2.SubscribeResponse(
-                        inline_layer=ledger_pb2.InlineLayer(root=root, data=layer)
-                    )
-                data = ev.checkpoint
-                for i in range(0, max(len(data), 1), _SNAPSHOT_CHUNK_BYTES):
-                    part = data[i : i + _SNAPSHOT_CHUNK_BYTES]
-                    last = i + _SNAPSHOT_CHUNK_BYTES >= len(data)
-                    yield ledger_pb2.SubscribeResponse(
-                        snapshot=ledger_pb2.SnapshotPart(
-                            incarnation=ev.incarnation, version=ev.version, data=part, last=last
-                        )
-                    )
+                out = _responses(ev)
+                del ev
+                for resp in out:
+                    yield resp
+                # parked until the next change (docs/raft.md, "Parked subscriptions"):
+                # hold no event, snapshot part or layer bytes while waiting
+                del resp, out
         except EnrouteError as e:
             await abort_with(context, e)
 
@@ -159,3 +147,25 @@ class RaftTransportServicer(ledger_pb2_grpc.RaftTransportServicer):
             return ledger_pb2.SendSnapshotResponse()
         except EnrouteError as e:
             await abort_with(context, e)
+
+
+def _responses(ev: SnapshotOut | ChangeOut) -> Iterator[ledger_pb2.SubscribeResponse]:
+    """The responses of one subscription event: a change, or a snapshot's inline layers
+    then its parts (at least one, so a subscriber always sees the snapshot end)."""
+    if isinstance(ev, ChangeOut):
+        change = ledger_pb2.Change(version=ev.version, effects=ev.change)
+        yield ledger_pb2.SubscribeResponse(changes=ledger_pb2.ChangeBatch(changes=[change]))
+        return
+    for root, layer in ev.inline:
+        yield ledger_pb2.SubscribeResponse(
+            inline_layer=ledger_pb2.InlineLayer(root=root, data=layer)
+        )
+    data = ev.checkpoint
+    for i in range(0, max(len(data), 1), _SNAPSHOT_CHUNK_BYTES):
+        part = data[i : i + _SNAPSHOT_CHUNK_BYTES]
+        last = i + _SNAPSHOT_CHUNK_BYTES >= len(data)
+        yield ledger_pb2.SubscribeResponse(
+            snapshot=ledger_pb2.SnapshotPart(
+                incarnation=ev.incarnation, version=ev.version, data=part, last=last
+            )
+        )
