@@ -13,6 +13,19 @@ and the layer is built in a second scratch file that publishing moves into
 place; only an inline layer (at most ``layers.inline_max``) is read back into
 memory. What a push holds is then ingest's bounded cache and its per-object
 words, whatever the size of the pack.
+
+Progress and keepalive (docs/protocol.md, "Push progress"): once the client's
+pack is all in, the push runs as a task while this generator relays what it
+says on side-band channel 2 (``Receiving pack``, ``Indexing objects``,
+``Checking connectivity``, ``Writing layer``, ``Storing layer``, ``Committing
+ref updates``; not under ``quiet``), and sends receive-pack's keepalive
+(``0005\\x01``) after :data:`KEEPALIVE_S` without output, through the commit's
+wait included, so that no proxy between client and server times the push out.
+
+Refusals are answered in the report, as git's receive-pack answers them
+(``unpack <reason>`` and ``ng <ref> <reason>``): a pack over
+``ingest_pack_bytes_max`` is read to its end and refused there, since a client
+still sending takes no answer.
 """
 
 from __future__ import annotations
@@ -32,10 +45,12 @@ from enroute_compute.commits import BuiltCommit, CommitRequest, build_commit
 from enroute_compute.host import LoadingSnapshot, RepositoryHost
 from enroute_compute.ledger_port import CreateMode
 from enroute_compute.work import CancellableSource, cancellable_sink, to_thread_to_end
+from enroute_core.base.clock import Clock
 from enroute_core.base.errors import (
     EnrouteError,
     GitForm,
     IncarnationEnded,
+    LimitExceeded,
     NotFound,
     StaleRef,
 )
@@ -44,8 +59,10 @@ from enroute_core.base.limits import check_limit
 from enroute_core.engine.ingest import IngestResult, ingest_pack
 from enroute_core.engine.snapshot import EMPTY_SNAPSHOT
 from enroute_core.git.pktline import NEED_DATA
+from enroute_core.git.sideband import RECEIVE_KEEPALIVE
 from enroute_core.git.source import BytesSource
 from enroute_core.protocol.errors import git_message
+from enroute_core.protocol.progress import ProgressMeter, humanise_bytes
 from enroute_core.protocol.receive import (
     PackChunk,
     PushEnd,
@@ -64,6 +81,56 @@ from enroute_proto.request_id import derive_request_id, new_request_id
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
+KEEPALIVE_S = 2.0
+"""Silence after which a push with side-band sends a keepalive. git's receive-pack sends
+one after ``receive.keepAlive`` (5 s) without output; sending after 2 s keeps every gap
+on the wire under 5 s on a busy node too."""
+
+
+class PushOutput:
+    """What a push says before its report: progress lines (band 2) and keepalives.
+
+    :meth:`progress` may be called from the ingest's thread; packets reach the
+    generator through the event loop. Keepalives need side-band (git sends
+    them only then: ``copy_to_sideband``), progress also needs no ``quiet``.
+    """
+
+    def __init__(self, request: PushRequest, clock: Clock) -> None:
+        self._clock = clock
+        self.sideband = request.has(b"side-band-64k")
+        self.meter = ProgressMeter(shown=self.sideband and not request.has(b"quiet"))
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    def _put(self, data: bytes) -> None:
+        if data:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, data)
+
+    def progress(self, stage: str, done: int, total: int | None, final: bool = False) -> None:
+        """An ingest step's progress (``ingest.ProgressFn``), or the end of a step."""
+        if final:
+            self._put(self.meter.finish(stage, done, total))
+        else:
+            self._put(self.meter.update(stage, done, total, self._clock.monotonic_ns()))
+
+    def line(self, text: str) -> None:
+        self._put(self.meter.line(text))
+
+    async def relay(self, work: asyncio.Future[bytes]) -> AsyncIterator[bytes]:
+        """Progress packets as they come, a keepalive after each KEEPALIVE_S of silence,
+        until ``work`` ends (its report is the caller's to send)."""
+        work.add_done_callback(lambda _: self._queue.put_nowait(None))
+        while True:
+            try:
+                item = await asyncio.wait_for(self._queue.get(), KEEPALIVE_S)
+            except TimeoutError:
+                if self.sideband:
+                    yield RECEIVE_KEEPALIVE
+                continue
+            if item is None:
+                return
+            yield item
 
 
 class Pusher:
@@ -90,9 +157,11 @@ class Pusher:
         request: PushRequest | None = None
         pack_max = self.host.limits.ingest_pack_bytes_max
         spool = self._scratch("push")
+        over: LimitExceeded | None = None
+        received = 0
 
         def drain() -> bool:
-            nonlocal request
+            nonlocal request, over, received
             while True:
                 event = conv.next_event()
                 if event is NEED_DATA:
@@ -100,8 +169,14 @@ class Pusher:
                 if isinstance(event, PushRequest):
                     request = event
                 elif isinstance(event, PackChunk):
-                    if spool.size + len(event.data) > pack_max:
-                        check_limit("ingest_pack_bytes_max", spool.size + len(event.data), pack_max)
+                    received += len(event.data)
+                    if over is not None:
+                        continue  # read to the end, unkept: the report refuses it
+                    try:
+                        check_limit("ingest_pack_bytes_max", received, pack_max)
+                    except LimitExceeded as exc:
+                        over = exc
+                        continue
                     spool.append(event.data)
                 elif isinstance(event, PushEnd):
                     return True
@@ -115,13 +190,53 @@ class Pusher:
             if request is None or not request.commands:
                 return
             self.host.pushes += 1
-            report = await self._push(name, request, spool, request_id)
+            if over is not None:
+                log.info("push to %s refused: %s", name, over.message)
+                report = _refused_report(request, over)
+            else:
+                output = PushOutput(request, self.host.clock)
+                if received:
+                    output.line(f"Receiving pack: {humanise_bytes(received)}, done.")
+                work = asyncio.ensure_future(self._push(name, request, spool, request_id, output))
+                try:
+                    async for data in output.relay(work):
+                        yield data
+                    report = work.result()
+                finally:
+                    if not work.done():
+                        work.cancel()
+                        await asyncio.wait([work])
         finally:
             spool.close()
         yield report
 
     async def _push(
-        self, name: str, request: PushRequest, pack: ScratchFile, request_id: bytes = b""
+        self,
+        name: str,
+        request: PushRequest,
+        pack: ScratchFile,
+        request_id: bytes,
+        output: PushOutput,
+    ) -> bytes:
+        """:meth:`_ingest_and_commit`; a refusal it raises is answered in the report
+        (every ref ``ng`` with its reason), a failure of this server logged once."""
+        try:
+            return await self._ingest_and_commit(name, request, pack, request_id, output)
+        except EnrouteError as exc:
+            if exc.mapping.http_status >= 500:
+                log.error(
+                    "request %s failed: %s: %s (push to %s, answered in its report)",
+                    request_id.hex(), exc.code, exc.message, name,
+                )  # fmt: skip
+            return _refused_report(request, exc)
+
+    async def _ingest_and_commit(
+        self,
+        name: str,
+        request: PushRequest,
+        pack: ScratchFile,
+        request_id: bytes,
+        output: PushOutput,
     ) -> bytes:
         """Ingest, commit, report. A command with a ``refusal`` (``funny refname``) is
         reported ``ng`` and left out; the others go on, or with ``atomic`` all fail
@@ -173,6 +288,7 @@ class Pusher:
                                 sink=cancellable_sink(layer_file.append, gone),
                                 refs=branch_targets,
                                 fsck=self.host.fsck,
+                                progress=output.progress,
                             )
                         ),
                         gone,
@@ -190,6 +306,8 @@ class Pusher:
                 if result is None
                 else await self.host.store_layer(name, snap, result, layer_file)
             )
+            if new_layer is not None:
+                output.line(f"Storing layer: {humanise_bytes(new_layer.file_size)}, done.")
         finally:
             pinned.close()
             layer_file.close()
@@ -221,6 +339,7 @@ class Pusher:
             return refuse_all(git_message(exc))
         except EnrouteError as exc:
             return refuse_all(git_message(exc))
+        output.progress("Committing ref updates", len(commands), None, True)
         # The commit is durable and its outcome known: report now, as receive-pack does
         # once its refs are written. This view catches up on its own; every ref read
         # (and the next push's advertisement) waits for it behind a barrier (DESIGN
@@ -357,6 +476,21 @@ def _stale(ref: bytes, current: ObjectId | None) -> StaleRef:
         ref=shown,
         current_oid=current_hex,
     )
+
+
+def _refused_report(request: PushRequest, exc: EnrouteError) -> bytes:
+    """The report of a push refused whole: a pack that is no good fails ``unpack`` and
+    every ref ``unpacker error`` (receive-pack.c ``execute_commands``); anything else
+    leaves ``unpack ok`` and refuses every ref with the reason. git shows
+    ``error: remote unpack failed: <reason>`` and `` ! [remote rejected] <ref> (<reason>)``.
+    """
+    reason = git_message(exc)
+    pack_failed = isinstance(exc, LimitExceeded) or exc.code.startswith("invalid_")
+    statuses = tuple(
+        ReportStatus(c.ref, c.refusal or (b"unpacker error" if pack_failed else reason))
+        for c in request.commands
+    )
+    return encode_report(PushReport(reason if pack_failed else None, statuses), request)
 
 
 def _report(change: Change, request: PushRequest) -> PushReport:

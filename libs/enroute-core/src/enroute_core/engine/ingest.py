@@ -118,12 +118,23 @@ KIND_OF_TYPE = {
     ObjectType.TAG: Kind.TAG,
 }
 
+# The steps ``progress`` names, as a push's client shows them (``remote: <stage>: ...``).
+INDEXING = "Indexing objects"
+CONNECTIVITY = "Checking connectivity"
+WRITING = "Writing layer"
+
 _KIND_OF_TYPE_NUM: dict[int, Kind] = {int(t): k for t, k in KIND_OF_TYPE.items()}
 _COMMIT, _TREE, _BLOB, _TAG = (
     int(t) for t in (ObjectType.COMMIT, ObjectType.TREE, ObjectType.BLOB, ObjectType.TAG)
 )
 
 LayerSink = Callable[[bytes], object]
+ProgressFn = Callable[[str, int, int | None, bool], object]
+"""``(stage, done, total, final)``: how far a step is, for side-band channel 2 (a push's
+``remote:`` lines). Called every :data:`PROGRESS_EVERY` objects and once at each step's
+end, from the ingest's thread; the caller throttles and formats."""
+PROGRESS_EVERY = 1024
+_PROGRESS_MASK = PROGRESS_EVERY - 1
 
 # Seed 004, "Pages and memory": one cache per concurrent ingest
 # (``Limits.ingest_body_cache_bytes_max``, 128 MiB), shared in eighths by the
@@ -211,13 +222,26 @@ class _Headers:
         "gitmodules",
         "limits",
         "memo",
+        "progress",
+        "resolved",
         "tag_types",
         "tags",
+        "total",
         "warnings",
     )
 
-    def __init__(self, cache: BodyCache, limits: Limits, fsck: FsckPolicy | None) -> None:
+    def __init__(
+        self,
+        cache: BodyCache,
+        limits: Limits,
+        fsck: FsckPolicy | None,
+        progress: ProgressFn | None = None,
+        total: int = 0,
+    ) -> None:
         self.cache = cache
+        self.progress = progress
+        self.resolved = 0  # objects seen (again, when the reference reruns the pass)
+        self.total = total
         self.limits = limits
         self.fsck = fsck
         self.memo = TreeCheckMemo(_memo_bytes(limits))
@@ -229,7 +253,10 @@ class _Headers:
 
     def on_object(self, index: int, oid: ObjectId, type_num: int, body: bytes) -> None:
         """Called by the indexer once per object (24,268 times on the benchmark push):
-        plain ints, the usual tree first."""
+        plain ints, the usual tree first. Progress costs a count and a mask test here."""
+        self.resolved += 1
+        if not self.resolved & _PROGRESS_MASK and self.progress is not None:
+            self.progress(INDEXING, min(self.resolved, self.total), self.total, False)
         if type_num == _TREE:
             if self.fsck is not None:
                 found = check_tree(
@@ -348,6 +375,7 @@ def ingest_pack(
     sink: LayerSink | None = None,
     fsck: FsckPolicy | None = RECEIVE_POLICY,
     refs: Sequence[tuple[bytes, ObjectId]] = (),
+    progress: ProgressFn | None = None,
 ) -> IngestResult:
     """Turn the pack in ``source`` into a pushed layer against ``snapshot``.
 
@@ -359,12 +387,16 @@ def ingest_pack(
     problem raises ``InvalidObject``, a harmless one is counted in
     :attr:`IngestResult.warnings`; ``fsck=None`` skips the checks.
     ``refs`` (ref name, new value) lets a branch be refused unless it names a commit.
+    ``progress`` hears how far the steps are (:data:`ProgressFn`): :data:`INDEXING`
+    (objects), :data:`CONNECTIVITY` (new commits) and :data:`WRITING` (stored objects).
     """
-    _check_pack_bounds(source, limits)
+    count = _check_pack_bounds(source, limits)
     share = limits.ingest_body_cache_bytes_max // _CACHE_SHARES
     cache = BodyCache(share * _BODY_SHARE - _memo_bytes(limits))
-    headers = _Headers(cache, limits, fsck)
+    headers = _Headers(cache, limits, fsck, progress, count)
     indexed = _index(source, snapshot, headers, limits)
+    if progress is not None:
+        progress(INDEXING, count, count, True)
     source = _held(source, share * _BASE_SHARE)
     by_oid = _first_copies(indexed.objects)
     if fsck is not None and len(by_oid) < len(indexed.objects):
@@ -387,7 +419,7 @@ def ingest_pack(
     walk.discover(tips)
     _check_ref_types(refs, walk)
     commits = walk.commit_order()
-    infos = [walk.segment(c) for c in commits]
+    infos = _segments(walk, commits, progress)
     walk.walk_loose_roots()
     order = _storage_order(walk, indexed.objects, by_oid)
     parts: list[bytes] = []
@@ -409,6 +441,8 @@ def ingest_pack(
             writer.add_commit(info)
         sealed = writer.finish()
         externals |= _commit_externals(infos, walk.placed)
+    if progress is not None:
+        progress(WRITING, len(order), len(order), True)
     dedup, dropped = _unstored(by_oid, walk)
     return IngestResult(
         data=b"".join(parts) if sealed is not None and sink is None else None,
@@ -427,10 +461,28 @@ def ingest_pack(
 # -- step 1: index ---------------------------------------------------------------------------
 
 
-def _check_pack_bounds(source: ByteSource, limits: Limits) -> None:
+def _check_pack_bounds(source: ByteSource, limits: Limits) -> int:
+    """The pack's object count, once the pack and the count are within their bounds."""
     check_limit("ingest_pack_bytes_max", source.size, limits.ingest_pack_bytes_max)
     header = read_pack_header(source, limits)
     check_limit("ingest_objects_max", header.count, limits.ingest_objects_max)
+    return header.count
+
+
+def _segments(
+    walk: _Walk, commits: Sequence[ObjectId], progress: ProgressFn | None
+) -> list[CommitInfo]:
+    """Step 2's walk, commit by commit, with its progress every PROGRESS_EVERY commits."""
+    if progress is None:
+        return [walk.segment(c) for c in commits]
+    infos: list[CommitInfo] = []
+    total = len(commits)
+    for done, commit in enumerate(commits, 1):
+        infos.append(walk.segment(commit))
+        if not done & _PROGRESS_MASK:
+            progress(CONNECTIVITY, done, total, False)
+    progress(CONNECTIVITY, total, total, True)
+    return infos
 
 
 def _index(

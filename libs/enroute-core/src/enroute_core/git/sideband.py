@@ -8,6 +8,17 @@ side-band-64k"; ``gitprotocol-v2.txt``, "fetch", ``sideband-all``):
     band 2       progress text for the user's terminal ("0005\\x02" is a keepalive)
     band 3       a fatal error message, sent just before the stream aborts
 
+Keepalives (git ``builtin/upload-pack.c``, ``uploadpack.keepAlive``;
+``builtin/receive-pack.c``, ``copy_to_sideband``): an empty data packet on a
+band the reader skips. upload-pack sends ``0005\\x02`` (empty progress);
+receive-pack sends ``0005\\x01`` (empty primary data, which the client's report
+reader takes as no bytes), and only once the client's pack is all in.
+
+Progress text is what git's ``progress.c`` ``display`` writes: ``<title>:
+<pct>% (<done>/<total>)`` with the percentage right-aligned in 3 columns, or
+``<title>: <done>`` without a total; ``\\r`` between updates of a line and
+``, done.\\n`` after its last. The client shows each line after ``remote: ``.
+
 A side-band packet is at most 1000 bytes ("side-band") or 65520 bytes
 ("side-band-64k"), the 4 length bytes and the band byte included, so it
 carries at most 995 or 65515 bytes of data. (The capabilities page speaks of
@@ -43,6 +54,7 @@ __all__ = [
     "BAND_ERROR",
     "BAND_PACK",
     "BAND_PROGRESS",
+    "RECEIVE_KEEPALIVE",
     "SIDEBAND_64K_DATA_BYTES_MAX",
     "SIDEBAND_64K_PACKET_BYTES_MAX",
     "SIDEBAND_DATA_BYTES_MAX",
@@ -54,6 +66,7 @@ __all__ = [
     "SidebandDemux",
     "SidebandEvent",
     "demux_payload",
+    "progress_text",
     "sideband_mux",
     "sideband_pkt",
 ]
@@ -63,6 +76,8 @@ BAND_PROGRESS: Final = 2
 BAND_ERROR: Final = 3
 
 _BAND_BYTES: Final = 1
+RECEIVE_KEEPALIVE: Final = b"0005\x01"
+"""receive-pack's keepalive: an empty band-1 packet (receive-pack.c ``copy_to_sideband``)."""
 SIDEBAND_PACKET_BYTES_MAX: Final = 1000
 SIDEBAND_64K_PACKET_BYTES_MAX: Final = PKT_LINE_BYTES_MAX
 SIDEBAND_DATA_BYTES_MAX: Final = SIDEBAND_PACKET_BYTES_MAX - PKT_LEN_BYTES - _BAND_BYTES  # 995
@@ -123,6 +138,17 @@ def sideband_mux(
     view = memoryview(data)
     for start in range(0, len(view), max_payload):
         yield sideband_pkt(band, view[start : start + max_payload])
+
+
+def progress_text(title: str, done: int, total: int | None = None, *, final: bool = False) -> bytes:
+    """One progress update as git's ``progress.c`` shows it (``Resolving deltas:  45%
+    (450/1000)\\r``; ``, done.\\n`` when ``final``). ``total`` None: a bare count."""
+    if total:
+        percent = min(done, total) * 100 // total
+        counters = f"{percent:3d}% ({done}/{total})"
+    else:
+        counters = f"{done}"
+    return f"{title}: {counters}{', done.' + chr(10) if final else chr(13)}".encode()
 
 
 # -- decoding -----------------------------------------------------------------

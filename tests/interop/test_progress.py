@@ -1,0 +1,248 @@
+"""Progress and keepalive on push and fetch (issue 23, item 2; docs/protocol.md, "Progress").
+
+- A ``git push --progress`` shows each phase of the push as ``remote:`` lines, as
+  git's receive-pack shows index-pack's ``Resolving deltas`` (receive-pack.c
+  ``unpack``: ``--show-resolving-progress`` unless ``quiet``).
+- A push that keeps the server busy gets receive-pack's keepalive, ``0005\\x01``
+  (receive-pack.c ``copy_to_sideband``), so that the response is never silent for
+  5 s: measured on the wire by a small HTTP client that timestamps each side-band
+  packet after its request body is sent.
+- A ``git clone --progress`` shows upload-pack's phases (pack-objects'
+  ``Enumerating objects``, ``Counting objects``, ``Total ...``); ``--quiet`` or a
+  client without a terminal asks ``no-progress`` and gets none.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import h11
+import pytest
+
+from enroute_compute.push import KEEPALIVE_S
+from enroute_core.git.pktline import FLUSH_PKT, pkt_line
+from enroute_core.git.sideband import RECEIVE_KEEPALIVE
+from enroute_testing.devserver import running_dev
+from enroute_testing.gitcli import git_env
+
+pytestmark = [pytest.mark.interop]
+
+ZERO = "0" * 40
+GIT_TIMEOUT_S = 120.0
+KEEPALIVE_GAP_S_MAX = 5.0
+
+
+def git(args: list[str], cwd: Path, home: Path) -> subprocess.CompletedProcess[bytes]:
+    done = subprocess.run(["git", *args], cwd=cwd, env=git_env(home), capture_output=True,
+                          timeout=GIT_TIMEOUT_S, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return done
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    made = tmp_path / "home"
+    made.mkdir()
+    return made
+
+
+def history(path: Path, home: Path, commits: int = 3) -> None:
+    """A small history with deltas (each commit rewrites a growing file)."""
+    git(["init", "-q", "-b", "main", str(path)], path.parent, home)
+    for i in range(1, commits + 1):
+        (path / "f.txt").write_text("".join(f"line {n}\n" for n in range(i * 3000)))
+        git(["add", "f.txt"], path, home)
+        git(["commit", "-q", "-m", f"c{i}"], path, home)
+
+
+def remote_lines(stderr: bytes) -> list[str]:
+    """The ``remote:`` lines git printed, each as its last redraw (after any CR)."""
+    out = []
+    for raw in stderr.decode(errors="replace").split("\n"):
+        if raw.startswith("remote: "):
+            out.append(raw.split("\r")[-1].removeprefix("remote: ").rstrip())
+    return out
+
+
+def test_push_with_progress_shows_each_phase(enroute_url: str, tmp_path: Path, home: Path) -> None:
+    src = tmp_path / "src"
+    history(src, home)
+    done = git(["push", "--progress", f"{enroute_url}/progress/push.git", "main"], src, home)
+    lines = remote_lines(done.stderr)
+    assert any(line.startswith("Receiving pack: ") and line.endswith(", done.") for line in lines)
+    assert "Indexing objects: 100% (9/9), done." in lines, lines
+    assert "Checking connectivity: 100% (3/3), done." in lines, lines
+    assert "Writing layer: 100% (9/9), done." in lines, lines
+    assert any(line.startswith("Storing layer: ") for line in lines), lines
+    assert "Committing ref updates: 1, done." in lines, lines
+    # \r between redraws of one line, as git's progress.c writes them
+    assert b"remote: Indexing objects:" in done.stderr
+
+
+def test_quiet_push_shows_no_progress(enroute_url: str, tmp_path: Path, home: Path) -> None:
+    """Without a terminal and without --progress, git sends ``quiet`` (send-pack.c)."""
+    src = tmp_path / "src"
+    history(src, home, commits=1)
+    done = git(["push", f"{enroute_url}/progress/quiet.git", "main"], src, home)
+    assert remote_lines(done.stderr) == [], done.stderr
+
+
+def test_clone_with_progress_shows_upload_pack_phases(
+    enroute_url: str, tmp_path: Path, home: Path
+) -> None:
+    src = tmp_path / "src"
+    history(src, home)
+    url = f"{enroute_url}/progress/clone.git"
+    git(["push", "-q", url, "main"], src, home)
+    for version in ("2", "0"):
+        dest = tmp_path / f"clone-v{version}"
+        done = git(["-c", f"protocol.version={version}", "clone", "--progress", url, str(dest)],
+                   tmp_path, home)  # fmt: skip
+        lines = remote_lines(done.stderr)
+        assert "Enumerating objects: 9, done." in lines, (version, lines)
+        assert "Counting objects: 100% (9/9), done." in lines, (version, lines)
+        assert any(line.startswith("Total 9 (delta ") for line in lines), (version, lines)
+        quiet = git(["-c", f"protocol.version={version}", "clone", url, str(dest) + "-q"],
+                    tmp_path, home)  # fmt: skip
+        assert remote_lines(quiet.stderr) == [], quiet.stderr
+
+
+# -- keepalive, on the wire -----------------------------------------------------------------
+
+
+def packets(buffer: bytearray) -> Iterator[bytes]:
+    """Whole pkt-lines taken off the front of ``buffer`` (the response is side-band)."""
+    while len(buffer) >= 4:
+        size = int(buffer[:4], 16)
+        if size == 0:
+            del buffer[:4]
+            yield FLUSH_PKT
+            continue
+        if len(buffer) < size:
+            return
+        packet = bytes(buffer[:size])
+        del buffer[:size]
+        yield packet
+
+
+def timed_push(url: str, body: bytes) -> list[tuple[float, bytes]]:
+    """POST ``body`` to git-receive-pack; each response packet with its time after the
+    body was sent (seconds)."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    conn = h11.Connection(h11.CLIENT)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=120)
+    request = h11.Request(
+        method="POST",
+        target=parts.path + "/git-receive-pack",
+        headers=[
+            ("Host", parts.netloc),
+            ("Content-Type", "application/x-git-receive-pack-request"),
+            ("Accept", "application/x-git-receive-pack-result"),
+            ("Content-Length", str(len(body))),
+        ],
+    )
+    sock.sendall(
+        conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+    )
+    sent = time.monotonic()
+    timed: list[tuple[float, bytes]] = []
+    buffer = bytearray()
+    try:
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(sock.recv(65536))
+                continue
+            if isinstance(event, h11.Response):
+                assert event.status_code == 200, event
+            elif isinstance(event, h11.Data):
+                now = time.monotonic() - sent
+                buffer.extend(event.data)
+                timed.extend((now, p) for p in packets(buffer))
+            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                return timed
+    finally:
+        sock.close()
+
+
+def push_body(src: Path, home: Path, caps: str) -> bytes:
+    tip = git(["rev-parse", "main"], src, home).stdout.decode().strip()
+    pack = subprocess.run(["git", "pack-objects", "--revs", "--stdout", "-q"], cwd=src,
+                          env=git_env(home), input=b"main\n", capture_output=True,
+                          timeout=GIT_TIMEOUT_S, check=True).stdout  # fmt: skip
+    command = f"{ZERO} {tip} refs/heads/main\0{caps} object-format=sha1 agent=test".encode()
+    return pkt_line(command) + FLUSH_PKT + pack
+
+
+def busy_source(path: Path, home: Path, blobs: int, seed: int) -> None:
+    """A commit of ``blobs`` small distinct files in directories of 1000, written by
+    ``git fast-import``: a pack whose ingest takes seconds for its object count."""
+    git(["init", "-q", "-b", "main", str(path)], path.parent, home)
+    rng = random.Random(seed)
+    stream = bytearray(b"commit refs/heads/main\ncommitter t <t@t> 0 +0000\ndata 4\nbig\n")
+    for i in range(blobs):
+        data = b"%d %x\n" % (i, rng.getrandbits(64))
+        stream += b"M 100644 inline d%04d/f%04d\ndata %d\n%s\n" % (
+            i // 1000,
+            i % 1000,
+            len(data),
+            data,
+        )
+    done = subprocess.run(["git", "fast-import", "--quiet"], cwd=path, env=git_env(home),
+                          input=bytes(stream), capture_output=True, timeout=GIT_TIMEOUT_S,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def keepalive_gaps(url: str, src: Path, home: Path, caps: str) -> tuple[list[float], bytes, int]:
+    """Gaps between packets from the body's end on, the report, the keepalive count."""
+    timed = timed_push(url, push_body(src, home, caps))
+    times = [0.0] + [t for t, _ in timed]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    report = b"".join(p[5:] for _, p in timed if p[4:5] == b"\x01")
+    return gaps, report, sum(p == RECEIVE_KEEPALIVE for _, p in timed)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_slow_push_gets_keepalives_at_most_5s_apart(tmp_path: Path, home: Path) -> None:
+    """The ingest of 200,000 objects takes about 6 s here; with ``quiet`` there is no
+    progress, so only keepalives fill the wait (``ENROUTE_KEEPALIVE_BLOBS`` sets the count)."""
+    seed = int(os.environ.get("ENROUTE_SEED", "23"))
+    blobs = int(os.environ.get("ENROUTE_KEEPALIVE_BLOBS", "200000"))
+    print(f"ENROUTE_SEED={seed} ENROUTE_KEEPALIVE_BLOBS={blobs}")
+    src = tmp_path / "src"
+    busy_source(src, home, blobs, seed)
+    root = tmp_path / "dev"
+    root.mkdir()
+    with running_dev(root) as dev:
+        url = f"{dev.url}/keepalive/big.git"
+        gaps, report, keepalives = keepalive_gaps(
+            url, src, home, "report-status side-band-64k quiet"
+        )
+    print(f"gaps after the body (s): {[round(g, 2) for g in gaps]}")
+    assert b"unpack ok" in report and b"ok refs/heads/main" in report, report
+    assert max(gaps) <= KEEPALIVE_GAP_S_MAX, gaps
+    assert sum(gaps) > KEEPALIVE_S, f"the push took {sum(gaps):.1f} s: too quick to need one"
+    assert keepalives, "no keepalive in a push that kept the server busy"
+
+
+def test_keepalive_packets_are_receive_packs(enroute_url: str, tmp_path: Path, home: Path) -> None:
+    """The report of a quick push with side-band is report-status in band 1 and a flush:
+    no progress under ``quiet``, and a keepalive only ever as ``0005\\x01``."""
+    src = tmp_path / "src"
+    history(src, home, commits=1)
+    timed = timed_push(f"{enroute_url}/progress/wire.git",
+                       push_body(src, home, "report-status side-band-64k quiet"))  # fmt: skip
+    bands = {p[4:5] for _, p in timed if p != FLUSH_PKT}
+    assert bands == {b"\x01"}, timed
+    assert all(p == RECEIVE_KEEPALIVE or len(p) > 5 for _, p in timed if p != FLUSH_PKT)
