@@ -88,14 +88,27 @@ class NodeConfig(_Section):
     data_dir: str = Field(default="./.enroute", description="Local state: log, layer copies.")
     cache: Bytes = Field(
         default=256 * MiB,
-        description="Object cache (3/4) and entry cache (1/4), charged to the page-cache budget.",
+        description="Object cache (3/4) and entry cache (1/4), shared by every view; their "
+        "bytes are charged to the buffer pool, whose budget is page_cache + cache.",
     )
-    page_cache: Bytes = Field(default=256 * MiB, description="Buffer pool of layer pages.")
+    page_cache: Bytes = Field(
+        default=256 * MiB,
+        ge=1,
+        description="Buffer pool of layer pages; the pool's budget adds node.cache, so pages "
+        "keep at least this much.",
+    )
     disk_cache: Bytes | None = Field(
         default=None,
         description="Disk budget of local layer copies; unset: unbounded, hydrated in the "
         "background.",
     )
+
+    @property
+    def pool_bytes(self) -> int:
+        """The buffer pool's one budget (seed 004, "Why a pool": one global limit): pages
+        plus the object and entry caches, which are capped at ``cache`` together, so
+        pages always keep ``page_cache`` (docs/buffer-pool.md)."""
+        return self.page_cache + self.cache
 
 
 class LayersConfig(_Section):

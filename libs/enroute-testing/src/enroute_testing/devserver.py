@@ -7,12 +7,14 @@ to its roles. The process gets its own group, so a last-resort kill reaches the 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from enroute_testing.env import service_env
 
 ENROUTE_BIN = Path(sys.executable).parent / "enroute"
 READY_LINE = re.compile(rb"enroute ready: (http://\S+)")
+COMPUTE_READY = re.compile(r"enroute compute ready: grpc=\S+ http=(\S+)")
 READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 20.0
 LOG_TAIL_BYTES = 6000
@@ -45,6 +48,15 @@ class DevServer:
     @property
     def address(self) -> str:
         return self.url.removeprefix("http://")
+
+    def compute_status(self) -> dict[str, Any]:
+        """The compute's ``/status``, at the address its (latest) ready line names."""
+        log = (self.log_path.parent / "data" / "logs" / "compute.log").read_text(errors="replace")
+        found = COMPUTE_READY.findall(log)
+        assert found, "no compute ready line"
+        with urllib.request.urlopen(f"http://{found[-1]}/status", timeout=20) as r:
+            status: dict[str, Any] = json.loads(r.read())
+        return status
 
 
 def _pump(

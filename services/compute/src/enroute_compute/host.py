@@ -67,6 +67,7 @@ from enroute_core.storage.layer.format import layer_key_name
 from enroute_core.storage.layers import LOAD_KIND, LayerService
 from enroute_core.storage.localfile import ScratchFile
 from enroute_core.storage.machines import Restartable, Ticket, drive, ticket_of
+from enroute_core.storage.pool import BufferPool, NodeCaches
 
 log = logging.getLogger(__name__)
 REQUEST_ID: contextvars.ContextVar[bytes] = contextvars.ContextVar("request_id", default=b"")
@@ -96,10 +97,10 @@ class Snapshot:
 class _Repo:
     """One hosted repository: state, view and the follower that keeps them current."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, caches: NodeCaches) -> None:
         self.name = name
         self.state: RepoState = MISSING
-        self.view = View(())
+        self.view = View((), caches=caches)
         self.readers: dict[bytes, LayerReader] = {}
         self.inline: dict[bytes, bytes] = {}
         self.changed = asyncio.Condition()
@@ -124,9 +125,15 @@ class RepositoryHost:
         fsck: FsckPolicy = RECEIVE_POLICY,
         inline_max_bytes: int = INLINE_LAYER_BYTES_MAX,
         wait_s: float = 30.0,
+        caches: NodeCaches | None = None,
     ) -> None:
         self.ledger = ledger
         self.layers = layers
+        if caches is None:  # sized as a view's own caches, charged to the node's pool
+            pool = layers.pool if layers is not None else BufferPool()
+            caches = NodeCaches(pool, limits.view_body_cache_bytes_max)
+        self.caches = caches
+        """The node's object and entry caches (``node.cache``), shared by every view."""
         self.clock = clock
         self.limits = limits
         self.fsck = fsck
@@ -192,7 +199,7 @@ class RepositoryHost:
     async def _follow(self, name: str, activated: Activated) -> _Repo:
         if activated.state.deleted:
             raise NotFound(f"repository {name} not found", name=name)
-        repo = _Repo(name)
+        repo = _Repo(name, self.caches)
         self._repos[name] = repo
         repo.task = asyncio.create_task(self._run_follower(repo, activated.state.incarnation))
         await self._wait_version(repo, activated.state.version)
@@ -326,7 +333,7 @@ class RepositoryHost:
         layers (a change it cannot place) is built whole instead.
         """
         if not state.live:
-            repo.view = View(())
+            repo.view = View((), caches=self.caches)
         elif rebuild or changes:
             view: View | None = None
             if not rebuild and _entries(repo.view) == repo.state.manifest:
@@ -345,7 +352,9 @@ class RepositoryHost:
                     self.view_updates += 1
             if view is None:
                 pairs = [(e, await self._reader(repo, e)) for e in state.manifest]
-                view = await asyncio.to_thread(View, pairs, limits=self.limits)
+                view = await asyncio.to_thread(
+                    partial(View, pairs, limits=self.limits, caches=self.caches)
+                )
                 self.view_builds += 1
             keep = {e.root for e in state.manifest}
             repo.readers = {k: v for k, v in repo.readers.items() if k in keep}

@@ -35,6 +35,7 @@ from enroute_core.config import Config, load_config
 from enroute_core.discovery import first_members, follow, member_source
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import open_store
+from enroute_core.storage.pool import BufferPool, NodeCaches
 from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2_grpc
 
@@ -210,12 +211,10 @@ async def serve(config: Config) -> None:
     store = open_store(config.store.url, config.store.store_options(), env=os.environ)
     data_dir = os.path.join(config.node.data_dir, "layers")
     limits = config.resource_limits()  # the `limits:` section reaches every parser and cache
-    layers = LayerService(
-        store,
-        data_dir,
-        disk_budget_bytes=config.node.disk_cache,
-        page_cache_bytes=config.node.page_cache,  # the node's one buffer pool
-    )
+    # The node's one buffer pool: pages, and the object and entry caches charged to it.
+    pool = BufferPool(config.node.pool_bytes)
+    caches = NodeCaches(pool, config.node.cache)
+    layers = LayerService(store, data_dir, disk_budget_bytes=config.node.disk_cache, pool=pool)
     discovery: asyncio.Task[None] | None = None
     source = member_source(tuple(config.ledger.members), config.ledger.discovery)
 
@@ -240,6 +239,7 @@ async def serve(config: Config) -> None:
         fsck=config.receive.fsck_policy(),
         inline_max_bytes=config.layers.inline_max,
         limits=limits,
+        caches=caches,
     )
     metrics = ComputeMetrics()
     gate = CallGate(metrics)
@@ -267,7 +267,11 @@ async def serve(config: Config) -> None:
         lambda: ready,
         maintainer=maintainer,
         metrics=metrics,
-        extra_status=lambda: {"draining": gate.draining, "ledger_members": list(ledger.members)},
+        extra_status=lambda: {
+            "draining": gate.draining,
+            "ledger_members": list(ledger.members),
+            "caches": caches.stats(),
+        },
         discovery_stats=getattr(source, "stats", None),
     )
     http_host, http_port = await ops.start(*split_address(config.listen.http, DEFAULT_HTTP))

@@ -73,7 +73,8 @@ class Limits:
     protocol_server_options_max: int = 256
     protocol_push_commands_max: int = 100_000
     protocol_push_options_max: int = 256
-    # engine/view.py: inflated bodies a view keeps (delta bases, trees, tags)
+    # engine/view.py: the object and entry caches of a view built outside a host (a
+    # compute's views share the node's, sized by node.cache: docs/buffer-pool.md)
     view_body_cache_bytes_max: int = 64 * MiB
     # storage/machines.py, engine/serve.py (seed 004, "Never waiting on the object
     # store"): entry bytes the pack writer loads ahead of what it writes (one batch is

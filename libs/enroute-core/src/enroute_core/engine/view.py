@@ -26,9 +26,10 @@ so a push can be ingested against it: bodies are rebuilt along REF_DELTA
 chains that may cross layers.
 
 Memory: per layer its range, one bitmap per kind and the graph arrays (about
-32 bytes per commit and 4 per segment member); a bounded LRU of inflated
-bodies shared by the views of one repository
-(``Limits.view_body_cache_bytes_max``).
+32 bytes per commit and 4 per segment member). Inflated bodies and full
+entries live in the node's object and entry caches (``node.cache``, charged
+to the buffer pool's budget; docs/buffer-pool.md), shared by the views of one
+repository.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from enroute_core.storage.layer.commits import CommitGraph
 from enroute_core.storage.layer.format import REF_NONE
 from enroute_core.storage.layer.reader import CommitColumns
 from enroute_core.storage.machines import entry_loads
+from enroute_core.storage.pool import BufferPool, NodeCaches
 
 TYPE_OF_KIND = {
     Kind.COMMIT: ObjectType.COMMIT,
@@ -74,8 +76,6 @@ TYPE_OF_KIND = {
     Kind.TAG: ObjectType.TAG,
 }
 _SECTION = "view"
-ENTRY_CACHE_SHARE = 4
-"""Resolved entries may hold this fraction of ``view_body_cache_bytes_max`` (1/4)."""
 TREE_CLOSURES_KEPT = 8
 """Whole tree closures kept per repository (shallow and tree-only fetches of the same tips)."""
 
@@ -93,18 +93,22 @@ class ViewCommit:
 
 
 class _Bodies:
-    """LRU of inflated bodies by id, bounded in bytes; a body over the bound is not kept.
+    """One view lineage's share of the node's caches, and its memoized tree closures.
 
-    Shared by the views of one repository (ids are stable, so a body never changes)
-    and used from the fetch threads at once, hence the lock.
+    Bodies and full entries live in the node's object and entry caches
+    (:class:`~enroute_core.storage.pool.NodeCaches`: seed 004, "Pages and memory",
+    charged to the pool's budget), keyed by this lineage's scope and the object's
+    id. Ids are stable, so a body never changes, and the views of a lineage (pushes,
+    flushes and compactions applied to one view built whole) share every entry.
+    Used from the fetch threads at once: the caches lock, and so does the memo.
     """
 
-    __slots__ = ("_bytes", "_items", "_lock", "_max", "_trees")
+    __slots__ = ("_entries", "_lock", "_objects", "_scope", "_trees")
 
-    def __init__(self, max_bytes: int) -> None:
-        self._items: OrderedDict[int, bytes] = OrderedDict()
-        self._bytes = 0
-        self._max = max_bytes
+    def __init__(self, caches: NodeCaches) -> None:
+        self._objects = caches.objects
+        self._entries = caches.entries
+        self._scope = caches.new_scope()
         self._lock = threading.Lock()
         self._trees: OrderedDict[tuple[int, ...], BitMap] = OrderedDict()
 
@@ -124,23 +128,23 @@ class _Bodies:
                 self._trees.popitem(last=False)
 
     def get(self, object_id: int) -> bytes | None:
-        with self._lock:
-            found = self._items.get(object_id)
-            if found is not None:
-                self._items.move_to_end(object_id)
-            return found
+        return self._objects.get((self._scope, object_id))
 
     def put(self, object_id: int, body: bytes) -> None:
-        if len(body) > self._max:
-            return
-        with self._lock:
-            if object_id in self._items:
-                return
-            self._bytes += len(body)
-            while self._bytes > self._max:
-                _, old = self._items.popitem(last=False)
-                self._bytes -= len(old)
-            self._items[object_id] = body
+        self._objects.put((self._scope, object_id), body)
+
+    def entry(self, object_id: int) -> bytes | None:
+        return self._entries.get((self._scope, object_id))
+
+    def put_entry(self, object_id: int, entry: bytes) -> None:
+        self._entries.put((self._scope, object_id), entry)
+
+
+def private_caches(limits: Limits) -> NodeCaches:
+    """Caches of their own for a view built outside a host (tools, tests): a pool of
+    ``view_body_cache_bytes_max`` holding only them."""
+    size = max(1, limits.view_body_cache_bytes_max)
+    return NodeCaches(BufferPool(size), size)
 
 
 class _Layer:
@@ -394,29 +398,29 @@ def _commit_rank(layers: Sequence[_Layer], commit_id: int) -> tuple[CommitGraph,
 class View:
     """Layers in id order, their ids, kinds, bodies and commit graph."""
 
-    __slots__ = ("_bodies", "_entries", "_kind_ids", "_layers", "_limits", "_settled", "_starts")
+    __slots__ = ("_bodies", "_kind_ids", "_layers", "_limits", "_settled", "_starts")
 
     def __init__(
         self,
         layers: Sequence[tuple[LayerEntry, LayerReader]],
         *,
         limits: Limits = DEFAULT_LIMITS,
+        caches: NodeCaches | None = None,
     ) -> None:
-        """A full build: every layer's view, oldest first (a compute opening a repository)."""
+        """A full build: every layer's view, oldest first (a compute opening a repository).
+
+        ``caches`` are the node's object and entry caches (the host's); without them
+        the view lineage gets caches of its own (:func:`private_caches`)."""
         built: list[_Layer] = []
         for entry, reader in layers:
             built.append(_build_layer(built, entry, reader))
-        bodies = _Bodies(limits.view_body_cache_bytes_max)
-        entries = _Bodies(limits.view_body_cache_bytes_max // ENTRY_CACHE_SHARE)
-        self._init(tuple(built), bodies, entries, limits)
+        bodies = _Bodies(caches if caches is not None else private_caches(limits))
+        self._init(tuple(built), bodies, limits)
 
-    def _init(
-        self, layers: tuple[_Layer, ...], bodies: _Bodies, entries: _Bodies, limits: Limits
-    ) -> None:
+    def _init(self, layers: tuple[_Layer, ...], bodies: _Bodies, limits: Limits) -> None:
         self._layers = layers
         self._starts = [layer.first for layer in layers]
         self._bodies = bodies
-        self._entries = entries
         self._limits = limits
         self._kind_ids: list[BitMap | None] = [None] * 4
         self._settled = False
@@ -448,7 +452,7 @@ class View:
         if newer and older and older[-1].end > newer[0].first:
             raise InvalidArgument("added layers overlap the layers after them")
         view = View.__new__(View)
-        view._init((*older, *newer), self._bodies, self._entries, self._limits)
+        view._init((*older, *newer), self._bodies, self._limits)
         return view
 
     # -- residency (seed 004, "Never waiting on the object store", Machines) -------------------
@@ -712,13 +716,13 @@ class View:
         a stored delta whose base it does not send (gitformat-pack, "Deltified
         representation"). Kept in a byte-bounded LRU shared like the bodies, so repeated
         shallow or filtered fetches of the same tips deflate once."""
-        cached = self._entries.get(object_id)
+        cached = self._bodies.entry(object_id)
         if cached is not None:
             return cached
         body = self.read_id(object_id)
         kind = TYPE_OF_KIND[self.kind_of(object_id)]
         entry = encode_entry_header(int(kind), len(body)) + deflate(body)
-        self._entries.put(object_id, entry)
+        self._bodies.put_entry(object_id, entry)
         return entry
 
     def read_id(self, object_id: int) -> bytes:

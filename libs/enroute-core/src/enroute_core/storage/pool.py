@@ -41,6 +41,7 @@ retries with its own load.
 from __future__ import annotations
 
 import enum
+import itertools
 import threading
 from bisect import bisect_right
 from collections import OrderedDict, deque
@@ -1278,3 +1279,39 @@ class ByteCache(Generic[_K]):
                 "misses": self._misses,
                 "refused": self._refused,
             }
+
+
+class NodeCaches:
+    """The node's object cache (3/4 of ``node.cache``) and entry cache (1/4), one of each.
+
+    Seed 004, "Why a pool": the object and entry caches are budgets of their own,
+    and Design 3 charges their bytes to the pool. Views take them from the host
+    (``RepositoryHost.caches``) instead of owning private ones. Keys are
+    ``(scope, object id)``: a scope is one view lineage (a view built whole and
+    every view derived from it by pushes, flushes and compactions), whose ids are
+    stable (seed 004, "Stable object numbering"), so a compaction keeps every
+    cached body and nothing is cached twice; a view built whole again takes a new
+    scope, and the old scope's entries age out of the LRU.
+    """
+
+    __slots__ = ("_scopes", "entries", "objects")
+
+    def __init__(self, pool: BufferPool, cache_bytes: int) -> None:
+        object_bytes, entry_bytes = split_node_cache(cache_bytes)
+        self.objects: ByteCache[tuple[int, int]] = ByteCache(pool, "objects", object_bytes)
+        """Inflated bodies (delta chains applied) by (scope, object id)."""
+        self.entries: ByteCache[tuple[int, int]] = ByteCache(pool, "entries", entry_bytes)
+        """Full pack entries (header and zlib stream) of stored deltas, by (scope, object id)."""
+        self._scopes = itertools.count(1)
+
+    def new_scope(self) -> int:
+        """A key prefix for one view lineage (``next`` on a count is atomic in CPython)."""
+        return next(self._scopes)
+
+    @property
+    def used_bytes(self) -> int:
+        return self.objects.used_bytes + self.entries.used_bytes
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """``/status`` ``caches``: each cache's cap, bytes, entries, hits, misses, refusals."""
+        return {"objects": self.objects.stats(), "entries": self.entries.stats()}

@@ -1,0 +1,128 @@
+"""Views take the node's object and entry caches, charged to the buffer pool.
+
+Seed 004, "Pages and memory": "object payloads stay in the object and entry
+caches (variable size, keyed by object id), but they are charged to the same
+budget"; "Why a pool": the object cache is 3/4 of node.cache, the entry cache
+1/4, and the pool gives one global limit. The views read a real generated
+repository pushed in three layers; the pool's pages come from a real file
+read with ``os.pread``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from enroute_core.config import load_config
+from enroute_core.engine.view import View
+from enroute_core.state.model import LayerEntry
+from enroute_core.storage.layer import Kind, LayerReader
+from enroute_core.storage.pool import BufferPool, Intent, NodeCaches
+from enroute_testing.pushed import three_pushes
+from enroute_testing.repogen import GeneratedRepo, RepoSpec, generate_repo
+
+pytestmark = pytest.mark.interop
+
+KiB = 1024
+MiB = 1024 * KiB
+_SPEC = RepoSpec(seed=5, commits=40, branches=2, merge_every=5, files=24, file_bytes=1500)
+
+
+@pytest.fixture(scope="module")
+def layers(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[LayerEntry, LayerReader]]:
+    repo: GeneratedRepo = generate_repo(tmp_path_factory.mktemp("caches") / "r.git", _SPEC)
+    return three_pushes(repo)
+
+
+def _fill_with_pages(pool: BufferPool, tmp_path: Path, size: int) -> None:
+    """Every byte of the pool's budget in point-read pages of a real file."""
+    path = tmp_path / "pages"
+    path.write_bytes(os.urandom(size))
+    fd = os.open(path, os.O_RDONLY)
+
+    def load(offset: int, length: int, intent: Intent) -> bytes:
+        return os.pread(fd, length, offset)
+
+    f = pool.open_file("pages", size, load)
+    for offset in range(0, size, 64 * KiB):
+        pool.read(f, offset, 1, Intent.POINT)
+
+
+def _ids(view: View) -> list[int]:
+    return sorted(i for kind in Kind for i in view.kind_ids(kind))
+
+
+def _read_everything(view: View) -> int:
+    """Every body, and a full entry of every tree: bytes read."""
+    total = 0
+    for object_id in _ids(view):
+        total += len(view.read_id(object_id))
+    for object_id in view.kind_ids(Kind.TREE):
+        total += len(view.full_entry(object_id))
+    return total
+
+
+def test_views_fill_the_node_caches_and_the_pool_evicts_pages(
+    layers: list[tuple[LayerEntry, LayerReader]], tmp_path: Path
+) -> None:
+    """The caches grow into the pool's budget by evicting pages (a charge evicts by
+    CLOCK); what they hold is charged, the pool never passes its budget, and each
+    cache stays under its share of ``node.cache``."""
+    pool = BufferPool(512 * KiB)
+    _fill_with_pages(pool, tmp_path, 512 * KiB)
+    assert pool.stats().page_bytes == 512 * KiB and pool.stats().charged_bytes == 0
+    caches = NodeCaches(pool, 128 * KiB)
+    assert (caches.objects.cap_bytes, caches.entries.cap_bytes) == (96 * KiB, 32 * KiB)
+    view = View(layers, caches=caches)
+    assert _read_everything(view) > 128 * KiB, "the caches must be filled past their caps"
+    s = pool.stats()
+    assert s.charged_bytes == caches.used_bytes > 64 * KiB
+    assert caches.objects.used_bytes <= 96 * KiB and caches.entries.used_bytes <= 32 * KiB
+    assert s.used_bytes <= s.budget_bytes
+    assert s.evictions >= 2 and s.page_bytes <= 512 * KiB - s.charged_bytes
+    # Least recently used first: the last body read is kept, the first one went.
+    ids = _ids(view)
+    assert caches.objects.get((1, ids[-1])) is not None
+    assert caches.objects.get((1, ids[0])) is None
+
+
+def test_views_of_one_lineage_share_the_caches(
+    layers: list[tuple[LayerEntry, LayerReader]],
+) -> None:
+    """A pushed layer joining (or a compaction swapping layers) keeps the lineage's
+    scope: what one view cached, the next one hits, and nothing is charged twice. A
+    view built whole takes its own scope."""
+    pool = BufferPool(8 * MiB)
+    caches = NodeCaches(pool, 4 * MiB)
+    first = View(layers[:2], caches=caches)
+    ids = _ids(first)
+    for object_id in ids:
+        first.read_id(object_id)
+    charged = pool.stats().charged_bytes
+    hits = caches.objects.stats()["hits"]
+    grown = first.with_layers((), layers[2:])
+    for object_id in ids:
+        assert grown.read_id(object_id) == first.read_id(object_id)
+    assert caches.objects.stats()["hits"] >= hits + 2 * len(ids)
+    assert pool.stats().charged_bytes == charged
+    other = View(layers, caches=caches)
+    misses = caches.objects.stats()["misses"]
+    other.read_id(ids[0])
+    assert caches.objects.stats()["misses"] > misses
+    assert pool.stats().charged_bytes > charged
+
+
+def test_node_cache_configures_the_caches() -> None:
+    """``node.cache`` sizes the caches (3/4, 1/4); the pool's one budget is
+    ``node.page_cache + node.cache`` (docs/buffer-pool.md)."""
+    node = load_config("node:\n  cache: 8MiB\n  page_cache: 8MiB\n", {}).node
+    assert node.pool_bytes == 16 * MiB
+    pool = BufferPool(node.pool_bytes)
+    caches = NodeCaches(pool, node.cache)
+    assert caches.objects.cap_bytes == 6 * MiB and caches.entries.cap_bytes == 2 * MiB
+    env = load_config(None, {"ENROUTE_NODE__CACHE": "1GiB"}).node
+    assert env.pool_bytes == env.page_cache + 1024 * MiB
+    stats = caches.stats()
+    assert stats["objects"]["cap_bytes"] == 6 * MiB and stats["entries"]["used_bytes"] == 0
