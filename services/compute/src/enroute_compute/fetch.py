@@ -28,6 +28,7 @@ from enroute_core.protocol._common import RefSnapshot
 from enroute_core.protocol.advertise import Service, encode_v0_advertisement, encode_v2_capabilities
 from enroute_core.protocol.errors import fatal_error_bytes
 from enroute_core.protocol.lsrefs import encode_ls_refs_response
+from enroute_core.protocol.progress import ProgressMeter
 from enroute_core.state import RepoState
 from enroute_core.state.names import check_repo_name
 from enroute_core.storage.layers import LOAD_KIND
@@ -281,6 +282,18 @@ class Fetcher:
             asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
 
         pending: list[bytes] = []  # progress packets: they go out with the next piece
+        # git-upload-pack's phases (pack-objects' progress): the plan enumerated and
+        # counted the objects; writing shows its percentage; a total line ends it
+        meter = ProgressMeter(shown=progress and sideband_max is not None)
+        count = plan.object_count
+        pending.extend(
+            p
+            for p in (
+                meter.finish("Enumerating objects", count),
+                meter.finish("Counting objects", count, count),
+            )
+            if p
+        )
 
         def sink(data: bytes) -> None:
             # write_pack hands over pieces of about 256 KiB: each becomes one message,
@@ -293,15 +306,24 @@ class Fetcher:
             put(data)
 
         def on_progress(event: serve.ProgressEvent) -> None:
-            if progress and sideband_max is not None:
-                text = f"{event.stage}: {event.done}/{event.total}\r"
-                if event.done == event.total:
-                    text = f"{event.stage}: {event.done}/{event.total}, done.\n"
-                pending.append(pfetch.encode_progress(text.encode()))
+            if event.done >= event.total:
+                drawn = meter.finish(event.stage, event.done, event.total)
+            else:
+                now_ns = self.host.clock.monotonic_ns()
+                drawn = meter.update(event.stage, event.done, event.total, now_ns)
+            if drawn:
+                pending.append(drawn)
+
+        def totals(stats: serve.WriteStats | None) -> None:
+            if stats is not None and meter.shown:
+                reused = stats.copied + stats.ofs_rewritten + stats.thin_kept
+                pending.append(meter.line(
+                    f"Total {stats.object_count}, reused {reused}, resolved {stats.resolved}"
+                ))  # fmt: skip
 
         def run() -> None:
             try:
-                serve.write_pack(snap.view, plan, sink, progress=on_progress)
+                totals(serve.write_pack(snap.view, plan, sink, progress=on_progress))
                 if pending:
                     put(b"".join(pending))
                 put(None)
@@ -327,6 +349,7 @@ class Fetcher:
             try:
                 stats = await drive(machine, layers, executor=self._writers)
                 self.host.load_rounds["fetch"] += stats.tickets
+                totals(machine.stats)
                 if pending:
                     await queue.put(b"".join(pending))
                 await queue.put(None)
