@@ -11,6 +11,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator
 
+import blake3
 import pytest
 import pytest_asyncio
 
@@ -95,7 +96,8 @@ async def test_snapshot_carries_inline_layer_bytes(ledger: LedgerPort) -> None:
     made = await ledger.activate(name, CreateMode.IMPLICIT, b"refs/heads/main")
     inc = made.state.incarnation
     data = bytes(range(256)) * 3
-    layer = NewLayer(LayerKind.INLINE, 2, len(data), 10, bytes(range(32)), data=data)
+    root = blake3.blake3(data).digest()  # the ledger checks it (rule inline.root)
+    layer = NewLayer(LayerKind.INLINE, 2, len(data), 10, root, data=data)
     commit = Commit(inc, (RefUpdate(b"refs/heads/main", None, OID_A),), layer, 10, True)
     done = await ledger.propose(name, inc, commit)
     assert done.change.outcome.ok

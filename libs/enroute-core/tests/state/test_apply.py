@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import blake3
 import pytest
 
 from enroute_core.base.errors import (
+    CorruptData,
     IncarnationEnded,
     InvalidArgument,
     InvalidRefName,
@@ -56,11 +58,12 @@ MAIN, MASTER = b"refs/heads/main", b"refs/heads/master"
 
 
 def root(i: int) -> bytes:
-    return bytes([i]) * 32
+    """The root of layer ``i``: the BLAKE3 of its bytes when it is inline (rule inline.root)."""
+    return blake3.blake3(bytes([i]) * 8).digest()
 
 
-def inline(count: int, r: int = 9, size: int = 8) -> NewLayer:
-    return NewLayer(LayerKind.INLINE, count, size, 2, root(r), data=bytes([r]) * size)
+def inline(count: int, r: int = 9) -> NewLayer:
+    return NewLayer(LayerKind.INLINE, count, 8, 2, root(r), data=bytes([r]) * 8)
 
 
 def stored(count: int, gen: int, r: int = 7) -> NewLayer:
@@ -530,6 +533,28 @@ def test_seed004_replace_layers_swaps_a_run_and_releases_its_pins() -> None:
     assert new.pins() == (100,)
     assert new.upload_gen == s.upload_gen + 1
     assert LayersChanged(s.manifest[1:], new.manifest[1:], (b"",)) in result.effects
+
+
+def test_inline_layer_bytes_must_match_their_root() -> None:
+    """Rule inline.root (seed 004, "Storage service", Read: an inline layer is read "after
+    it checks them against the root"): a commit or a replace whose inline layer's bytes
+    do not hash to its root is refused as corrupt_data and changes nothing."""
+    s = set_ref(create(MAIN), MAIN, A)
+    bad = dataclasses.replace(inline(2, r=5), data=b"\x06" * 8)  # root(5), bytes of 6
+    result = commit(s, RefUpdate(MAIN, A, B), layer=bad, log_index=50)
+    assert result.outcome.code is OutcomeCode.CORRUPT_DATA
+    assert unchanged_but_version(s, result.state)
+    assert result.pins_added == ()
+    assert [r.status for r in result.refs] == [RefStatus.ABORTED]
+    error = result.outcome.error()
+    assert isinstance(error, CorruptData) and error.section == "inline"
+    s = commit(s, layer=inline(2, r=1), log_index=51).state
+    replace = ReplaceLayers(1, 0, (root(1),), (PlacedLayer(0, 2, bad),))
+    result = run(s, replace, log_index=52)
+    assert result.outcome.code is OutcomeCode.CORRUPT_DATA
+    assert unchanged_but_version(s, result.state)
+    good = ReplaceLayers(1, 0, (root(1),), (PlacedLayer(0, 2, inline(2, r=6)),))
+    assert run(s, good, log_index=53).outcome.ok
 
 
 def test_seed004_replace_outputs_may_leave_holes_and_be_inline() -> None:

@@ -7,6 +7,7 @@ the follower's state is refused as diverged, never applied halfway.
 
 from __future__ import annotations
 
+import blake3
 import pytest
 
 from enroute_core.base.errors import CorruptData
@@ -31,8 +32,17 @@ A, B = ObjectId(b"\x01" * 20), ObjectId(b"\x02" * 20)
 MAIN = b"refs/heads/main"
 
 
+def _data(tag: int) -> bytes:
+    return b"abc" + bytes([tag])
+
+
+def _root(tag: int) -> bytes:
+    """The BLAKE3 of inline layer ``tag``'s bytes (rule inline.root)."""
+    return blake3.blake3(_data(tag)).digest()
+
+
 def _inline(tag: int) -> NewLayer:
-    return NewLayer(LayerKind.INLINE, 2, 4, 1, bytes([tag]) * 32, data=b"abcd")
+    return NewLayer(LayerKind.INLINE, 2, 4, 1, _root(tag), data=_data(tag))
 
 
 def _follow(state: RepoState, cmd: object, index: int) -> tuple[RepoState, RepoState]:
@@ -49,7 +59,7 @@ def test_a_whole_lifecycle_is_followed_exactly() -> None:
         Commit(1, (RefUpdate(MAIN, None, A),), _inline(1), 10, True),
         Commit(1, (RefUpdate(b"refs/heads/x", None, B),), _inline(2), 11, True),
         Commit(1, (RefUpdate(MAIN, B, A),), None, 12, True),  # refused: version only
-        ReplaceLayers(1, 0, (bytes([1]) * 32, bytes([2]) * 32), ()),
+        ReplaceLayers(1, 0, (_root(1), _root(2)), ()),
         Delete(1),
         Activate(True, MAIN, 8),
     ]
@@ -65,7 +75,7 @@ def test_inline_layer_bytes_reach_the_follower() -> None:
     result = apply(live, Commit(1, (), _inline(3), 5, True), log_index=2)
     change = decode_change(encode_change(result.change))
     layers = [e for e in change.effects if type(e).__name__ == "LayersChanged"]
-    assert layers and layers[0].added_data == (b"abcd",)  # type: ignore[union-attr]
+    assert layers and layers[0].added_data == (_data(3),)  # type: ignore[union-attr]
 
 
 def _diverges(state: RepoState, effects: tuple[object, ...], version: int) -> None:
@@ -84,9 +94,7 @@ def test_a_change_that_does_not_fit_is_refused_as_diverged() -> None:
     _diverges(moved, effects, moved.version + 1)  # the ref is elsewhere
     layered = apply(live, Commit(1, (), _inline(9), 5, True), log_index=2).state
     _diverges(layered, effects[1:], layered.version + 1)  # pushed layer not at next_id
-    replaced = apply(
-        pushed.state, ReplaceLayers(1, 0, (bytes([1]) * 32,), ()), log_index=3
-    ).change.effects
+    replaced = apply(pushed.state, ReplaceLayers(1, 0, (_root(1),), ()), log_index=3).change.effects
     _diverges(layered, replaced, layered.version + 1)  # a run the follower lacks
     claim = apply(MISSING, Activate(True), log_index=1).change.effects
     _diverges(live, claim, live.version + 1)  # a claim on a live state

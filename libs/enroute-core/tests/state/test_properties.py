@@ -32,6 +32,7 @@ import secrets
 from collections import Counter
 from collections.abc import Iterator
 
+import blake3
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import seed as hypothesis_seed
@@ -83,8 +84,13 @@ def _show_seed() -> Iterator[None]:
 # -- drawing commands -------------------------------------------------------------------------
 
 
+def _data(tag: int) -> bytes:
+    return tag.to_bytes(8, "big")
+
+
 def _root(tag: int) -> bytes:
-    return tag.to_bytes(32, "big")
+    """Layer ``tag``'s root: the BLAKE3 of its bytes when it is inline (rule inline.root)."""
+    return blake3.blake3(_data(tag)).digest()
 
 
 def _incarnation(rng: random.Random, state: RepoState) -> int:
@@ -94,10 +100,7 @@ def _incarnation(rng: random.Random, state: RepoState) -> int:
 
 def _new_layer(rng: random.Random, state: RepoState, count: int, tag: int) -> NewLayer:
     if rng.random() < 0.5:
-        size = rng.randint(1, 4)
-        return NewLayer(
-            LayerKind.INLINE, count, size, 1, _root(tag), data=bytes([tag % 256]) * size
-        )
+        return NewLayer(LayerKind.INLINE, count, 8, 1, _root(tag), data=_data(tag))
     g, w = state.upload_gen, state.upload_window
     gen = rng.choice([g, g, g - 1, g - w + 1, g - w, g + 1])
     return NewLayer(LayerKind.STORED, count, 100, 10, _root(tag), upload_gen=max(gen, 0))

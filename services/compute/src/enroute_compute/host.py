@@ -47,7 +47,6 @@ from enroute_core.engine.snapshot import SnapshotObjects
 from enroute_core.engine.view import View
 from enroute_core.git.fsck import RECEIVE_POLICY, FsckPolicy
 from enroute_core.git.object_type import ObjectType
-from enroute_core.git.source import BytesSource
 from enroute_core.git.tag import Tag
 from enroute_core.protocol._common import Ref, RefSnapshot
 from enroute_core.state import (
@@ -64,7 +63,7 @@ from enroute_core.state.names import check_repo_name, layer_key, storage_segment
 from enroute_core.storage.budgeted import LoadPins
 from enroute_core.storage.layer import LayerReader
 from enroute_core.storage.layer.format import layer_key_name
-from enroute_core.storage.layers import LOAD_KIND, LayerService
+from enroute_core.storage.layers import LOAD_KIND, LayerService, open_inline
 from enroute_core.storage.localfile import ScratchFile
 from enroute_core.storage.machines import Restartable, Ticket, drive, ticket_of
 from enroute_core.storage.pool import BufferPool, NodeCaches
@@ -378,9 +377,12 @@ class RepositoryHost:
                     f"bytes of inline layer {entry.root.hex()[:16]} are not known here",
                     section="view",
                 )
-            reader = LayerReader.open(
-                BytesSource(data), meta_size=entry.meta_size, limits=self.limits
-            )
+            try:
+                reader = open_inline(data, entry.root, entry.meta_size, limits=self.limits)
+            except CorruptData:
+                repo.inline.pop(entry.root, None)  # never used, never kept
+                log.error("%s: inline layer %s refused", repo.name, entry.root.hex()[:16])
+                raise
         else:
             if self.layers is None or entry.key is None:
                 raise Unavailable("no layer storage configured for stored layers")

@@ -1626,6 +1626,9 @@ class Runtime:
     def _apply_command(self, g: Group, body: bytes, index: int) -> Applied:
         cmd = decode_command(body)
         res = apply(g.state, cmd, log_index=index)
+        if res.change.outcome.code is OutcomeCode.CORRUPT_DATA:
+            log.error("entry %s of %s/%s refused: %s", index, g.repo, g.incarnation,
+                      res.change.outcome.message)  # fmt: skip
         return self._publish(g, res.change, prev=g.state, new=res.state)
 
     def _publish(self, g: Group, change: Change, *, prev: RepoState, new: RepoState) -> Applied:

@@ -15,6 +15,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import blake3
+
 from enroute_core.base.limits import MiB
 from enroute_core.state import (
     Commit,
@@ -44,7 +46,8 @@ CALL_TIMEOUT_S = 30.0
 def commit_with_layer(incarnation: int, old: int | None, new: int, size: int) -> bytes:
     """A commit entry carrying an inline layer of ``size`` random bytes."""
     data = os.urandom(size)
-    layer = NewLayer(LayerKind.INLINE, 1, len(data), 100, os.urandom(32), 0, data)
+    root = blake3.blake3(data).digest()  # the ledger checks it (rule inline.root)
+    layer = NewLayer(LayerKind.INLINE, 1, len(data), 100, root, 0, data)
     before = None if old is None else oid(old)
     return encode_command(
         Commit(incarnation, (RefUpdate(MAIN, before, oid(new)),), layer, new, True)

@@ -13,6 +13,11 @@ version.every_entry
     and a checkpoint at version v covers exactly the entries up to it. A
     missing or deleted state never changes except by a claim: every replica
     that applied the tombstone holds the same final state.
+inline.root
+    An inline layer a command adds must hash (BLAKE3) to the root it names;
+    otherwise the command is refused as ``corrupt_data`` and its bytes are
+    never used (seed 004, "Storage service": an inline layer is read "after
+    it checks them against the root").
 incarnation.gate
     Commit and replace_layers name their incarnation; a missing state answers
     ``not_found``, a deleted one or another incarnation ``incarnation_ended``
@@ -23,6 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 from types import MappingProxyType
+
+import blake3
 
 from enroute_core.base.ids import LogIndex, oid_to_hex
 from enroute_core.state.commands import (
@@ -74,6 +81,9 @@ def apply(state: RepoState, command: Command, *, log_index: int) -> ApplyResult:
             OutcomeCode.INVALID_ARGUMENT, f"invalid command: {problem}", _details(reason=problem)
         )
         return _refuse(state, outcome, _aborted(command, outcome))
+    corrupt = _inline_corruption(command)
+    if corrupt is not None:
+        return _refuse(state, corrupt, _aborted(command, corrupt))
     if isinstance(command, Activate):
         return _activate(state, command)
     if isinstance(command, Delete):
@@ -126,6 +136,26 @@ def _gate(state: RepoState, incarnation: int) -> Outcome | None:
         f"incarnation {incarnation} has ended ({reason})",
         _details(incarnation=incarnation, current_incarnation=state.incarnation, reason=reason),
     )
+
+
+def _inline_corruption(command: Command) -> Outcome | None:
+    """Rule inline.root: the first inline layer whose bytes do not hash to its root."""
+    added: tuple[NewLayer, ...] = ()
+    if isinstance(command, Commit) and command.new_layer is not None:
+        added = (command.new_layer,)
+    elif isinstance(command, ReplaceLayers):
+        added = tuple(out.layer for out in command.outputs)
+    for layer in added:
+        if layer.kind is not LayerKind.INLINE:
+            continue
+        found = blake3.blake3(layer.data).digest()
+        if found != layer.root:
+            return Outcome(
+                OutcomeCode.CORRUPT_DATA,
+                f"inline layer {layer.root.hex()[:16]}: its bytes hash to {found.hex()[:16]}",
+                _details(section="inline", root=layer.root.hex()),
+            )
+    return None
 
 
 def _window_refusal(state: RepoState, gen: int) -> Outcome:

@@ -530,6 +530,7 @@ _OUTCOME_BYTES = {
     OutcomeCode.LIMIT_EXCEEDED: 9,
     OutcomeCode.UPLOAD_WINDOW: 10,
     OutcomeCode.STALE_RUN: 11,
+    OutcomeCode.CORRUPT_DATA: 12,
 }
 _BYTE_OUTCOMES = {v: k for k, v in _OUTCOME_BYTES.items()}
 _STATUS_BYTES = {

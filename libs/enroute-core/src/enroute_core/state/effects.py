@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from enroute_core.base.errors import (
+    CorruptData,
     EnrouteError,
     IncarnationEnded,
     InvalidArgument,
@@ -41,6 +42,7 @@ class OutcomeCode(enum.Enum):
     LIMIT_EXCEEDED = "limit_exceeded"  # the 32-bit id space
     UPLOAD_WINDOW = "upload_window"  # a stored layer's generation is out of the window
     STALE_RUN = "stale_run"  # replace_layers names layers the manifest no longer has
+    CORRUPT_DATA = "corrupt_data"  # an inline layer's bytes do not hash to its root
 
     @property
     def ok(self) -> bool:
@@ -62,6 +64,7 @@ _ERROR_CODES = {
     OutcomeCode.LIMIT_EXCEEDED: "limit_exceeded",
     OutcomeCode.UPLOAD_WINDOW: "precondition_failed",
     OutcomeCode.STALE_RUN: "precondition_failed",
+    OutcomeCode.CORRUPT_DATA: "corrupt_data",
 }
 
 
@@ -101,6 +104,10 @@ class Outcome:
                 return LimitExceeded(limit, value, maximum, self.message)
             case OutcomeCode.UPLOAD_WINDOW | OutcomeCode.STALE_RUN:
                 return PreconditionFailed(self.message, reason=self.code.value, **details)
+            case OutcomeCode.CORRUPT_DATA:
+                section = details.pop("section", "inline")
+                assert isinstance(section, str)
+                return CorruptData(self.message, section=section, **details)
         return None
 
 

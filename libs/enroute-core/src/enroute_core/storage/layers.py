@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import contextvars
 import hashlib
+import logging
 import os
 import secrets
 from collections import Counter
@@ -39,6 +40,8 @@ from enroute_core.base.errors import (
     PreconditionFailed,
     Unavailable,
 )
+from enroute_core.base.limits import DEFAULT_LIMITS, Limits
+from enroute_core.git.source import BytesSource
 from enroute_core.storage.budgeted import BudgetedCopy, LoadPins
 from enroute_core.storage.catalog import Catalog
 from enroute_core.storage.diskbudget import (
@@ -49,12 +52,14 @@ from enroute_core.storage.diskbudget import (
     chunk_count_of,
     chunks_of_bitmap,
 )
-from enroute_core.storage.layer.reader import LayerReader
+from enroute_core.storage.layer.reader import LayerReader, root_of
 from enroute_core.storage.loads import ChunkLoader, LoadGate, coalesce
 from enroute_core.storage.localcopy import LocalCopy
 from enroute_core.storage.localfile import ScratchFile
 from enroute_core.storage.objectstore.base import ObjectStore
 from enroute_core.storage.pool import DEFAULT_PAGE_CACHE_BYTES, BufferPool, Intent
+
+log = logging.getLogger(__name__)
 
 LOAD_KIND: contextvars.ContextVar[str] = contextvars.ContextVar("load_kind", default="other")
 """The kind of request whose reads load chunks (fetch, plan, refs, push, api): what
@@ -205,7 +210,7 @@ class LayerService:
     async def _open(self, name: str, key: str, file_size: int, meta_size: int) -> OpenLayer:
         path = self.path_of(name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        copy = await self._existing(name, path, file_size, meta_size)
+        copy = await self._existing(name, key, path, file_size, meta_size)
         if copy is None and self._linking:
             copy = await self._link(name, key, path, file_size)
         if copy is not None:
@@ -247,13 +252,14 @@ class LayerService:
             self.budget.register(name, path, size, linked=True)
         return copy
 
-    async def _existing(self, name: str, path: str, size: int, meta_size: int) -> LocalCopy | None:
+    async def _existing(
+        self, name: str, key: str, path: str, size: int, meta_size: int
+    ) -> LocalCopy | None:
         rec = self.catalog.get(name)
         if rec is None or rec.length != size or not os.path.exists(path):
             return None
         if rec.linked:
-            self._links += 1
-            return self._linked(name, path, size)
+            return await self._relinked(name, key, path, size)
         present = chunks_of_bitmap(rec.bitmap, chunk_count_of(size))
         if self.budget is not None:
             return BudgetedCopy.open_budgeted(
@@ -292,6 +298,28 @@ class LayerService:
             for c in unchecked:
                 copy.drop(c)
             return None
+
+    async def _relinked(self, name: str, key: str, path: str, size: int) -> LocalCopy | None:
+        """A copy recorded as linked, linked again or trusted after an inode comparison.
+
+        "Linked local copies": the link is made on every open; "if a link cannot
+        be made again but the old one shares the inode of the stored file, the
+        node opens it as linked, never for writing". A file that is not the
+        stored one (the store was replaced, the copy was written over) is never
+        read: it goes, and the layer opens as any other (a sparse copy).
+        """
+        if self._linking:
+            copy = await self._link(name, key, path, size)
+            if copy is not None:
+                return copy
+        if await self._store.same_file(key, path):
+            self._links += 1
+            return self._linked(name, path, size)
+        log.warning("%s: the linked copy is not the stored file any more; it goes", name)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        self.catalog.remove(name)
+        return None
 
     async def _link(self, name: str, key: str, path: str, size: int) -> LocalCopy | None:
         scratch = os.path.join(self._scratch, f"link-{secrets.token_hex(8)}")
@@ -567,6 +595,27 @@ class LayerService:
         self._opening.clear()
 
 
+def open_inline(
+    data: bytes, root: bytes, meta_size: int, *, limits: Limits = DEFAULT_LIMITS
+) -> LayerReader:
+    """An inline layer's reader, opened only after its bytes match ``root``.
+
+    Seed 004, "Storage service", Read: storage opens "an inline layer from its
+    bytes in the log, after it checks them against the root". The bytes come
+    from a ledger (a change, a snapshot's pinned entries) that this node did not
+    write; a mismatch is ``CorruptData`` and the bytes are never read.
+    """
+    source = BytesSource(data)
+    found = root_of(source)
+    if found != root:
+        raise CorruptData(
+            f"inline layer {root.hex()[:16]}: its bytes hash to {found.hex()[:16]}",
+            section="inline",
+            root=root.hex(),
+        )
+    return LayerReader.open(source, meta_size=meta_size, limits=limits)
+
+
 def _meta_base(file_size: int, meta_size: int) -> int:
     data_end = file_size - meta_size
     return data_end - data_end % CHUNK_BYTES
@@ -588,4 +637,4 @@ def _write_file(path: str, data: bytes) -> None:
         f.write(data)
 
 
-__all__ = ["LayerService", "LayerStats", "LoadPins", "NotLocal", "OpenLayer"]
+__all__ = ["LayerService", "LayerStats", "LoadPins", "NotLocal", "OpenLayer", "open_inline"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import blake3
+
 from enroute_core.base.ids import ObjectId
 from enroute_core.state import (
     MISSING,
@@ -45,6 +47,10 @@ def _root(i: int) -> bytes:
     return bytes([i]) * 32
 
 
+INLINE_DATA = b"LAYER!"
+INLINE_ROOT = blake3.blake3(INLINE_DATA).digest()  # rule inline.root
+
+
 def commands() -> dict[str, Command]:
     return {
         "activate-create": Activate(create=True, head=b"refs/heads/main", upload_window=64),
@@ -55,7 +61,7 @@ def commands() -> dict[str, Command]:
                 RefUpdate(b"refs/heads/main", None, A),
                 RefUpdate(b"refs/tags/v1", None, B),
             ),
-            new_layer=NewLayer(LayerKind.INLINE, 3, 6, 4, _root(0x11), data=b"LAYER!"),
+            new_layer=NewLayer(LayerKind.INLINE, 3, 6, 4, INLINE_ROOT, data=INLINE_DATA),
             stamp_us=T0,
             is_push=True,
             atomic=False,
@@ -75,7 +81,7 @@ def commands() -> dict[str, Command]:
         "replace-layers": ReplaceLayers(
             incarnation=1,
             run_first_id=0,
-            run_roots=(_root(0x11), _root(0x22)),
+            run_roots=(INLINE_ROOT, _root(0x22)),
             outputs=(
                 PlacedLayer(0, 5, NewLayer(LayerKind.STORED, 4, 8192, 2048, _root(0x33), 66)),
             ),

@@ -243,3 +243,8 @@ async def test_link_local(backend: str, make_store: StoreFactory, tmp_path: Path
         assert not os.access(dest, os.W_OK) or os.geteuid() == 0  # stored files are read-only
         with pytest.raises(NotFound):
             await store.link_local("repos/r/layers/missing", tmp_path / "other")
+    # "If a link cannot be made again but the old one shares the inode of the stored file"
+    assert await store.same_file("repos/r/layers/x.layer", dest) is linked
+    (tmp_path / "copied").write_bytes(b"layer bytes")
+    assert await store.same_file("repos/r/layers/x.layer", tmp_path / "copied") is False
+    assert await store.same_file("repos/r/layers/x.layer", tmp_path / "missing") is False

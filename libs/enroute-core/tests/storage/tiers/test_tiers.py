@@ -19,7 +19,7 @@ from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import GiB, MiB
 from enroute_core.git.pack import encode_entry_header as header
 from enroute_core.storage.layer import CHUNK_BYTES, Kind, LayerEntry, SealedLayer, write_layer
-from enroute_core.storage.layers import LayerService
+from enroute_core.storage.layers import LayerService, open_inline
 from enroute_core.storage.loads import LoadGate, coalesce
 from enroute_core.storage.objectstore import StoreOptions
 from enroute_core.storage.objectstore.file import FileStore
@@ -324,3 +324,83 @@ async def test_published_copy_has_every_chunk_without_links(tmp_path: Path, shm_
     assert [layer.entry_bytes(i) for i in range(6)] == entries
     assert store.counting.ranges == []
     await svc.close()
+
+
+class UnlinkableFileStore(CountingFileStore):
+    """A file store where a link cannot be made again (as after EXDEV or EMLINK)."""
+
+    @property
+    def linking(self) -> bool:
+        return False
+
+    async def link_local(self, key: str, dest_path: str | os.PathLike[str]) -> bool:
+        return False
+
+
+@pytest.mark.asyncio
+async def test_an_old_link_is_trusted_only_when_it_shares_the_stored_inode(
+    tmp_path: Path,
+) -> None:
+    """Seed 004, "Linked local copies": "If a link cannot be made again but the old one
+    shares the inode of the stored file, the node opens it as linked, never for
+    writing." A copy recorded as linked that is another file is never read."""
+    data, sealed, entries = SMALL
+    store = file_store(str(tmp_path / "store"))
+    node = tmp_path / "node"
+    svc = LayerService(store, node)
+    await svc.publish("r1", KEY, data)
+    layer = await svc.open_layer("r1", KEY, sealed.file_size, sealed.meta_size)
+    path = layer.copy.path
+    await svc.close()
+    stored = os.stat(store.path_of(KEY))
+
+    unlinkable = UnlinkableFileStore(str(tmp_path / "store"), StoreOptions(fsync=False))
+    unlinkable.counting = Counting()
+    svc = LayerService(unlinkable, node, disk_budget_bytes=GiB)
+    layer = await svc.open_layer("r1", KEY, sealed.file_size, sealed.meta_size)
+    assert layer.linked and os.stat(layer.copy.path).st_ino == stored.st_ino
+    assert fcntl.fcntl(layer.copy.fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+    assert [layer.entry_bytes(i) for i in range(6)] == entries
+    assert unlinkable.counting.ranges == []
+    await svc.close()
+
+    # the recorded link is now another file (same length, one byte flipped)
+    flipped = bytearray(data)
+    flipped[100] ^= 0x40
+    os.unlink(path)
+    Path(path).write_bytes(bytes(flipped))
+    svc = LayerService(unlinkable, node, disk_budget_bytes=GiB)
+    layer = await svc.open_layer("r1", KEY, sealed.file_size, sealed.meta_size)
+    assert not layer.linked and os.stat(layer.copy.path).st_ino != stored.st_ino
+    with pytest.raises(NotLocal):
+        layer.entry_bytes(0)  # nothing of the old file is readable
+    await svc.load(layer, local_indexes=range(6))
+    assert [layer.entry_bytes(i) for i in range(6)] == entries  # from the store
+    await svc.close()
+
+    # a node that can link again makes the link anew over the other file
+    svc = LayerService(store, tmp_path / "node2")
+    await svc.publish("r1", KEY, data)  # records a link under node2
+    path2 = svc.path_of(svc.name_of("r1", KEY))
+    await svc.close()
+    os.unlink(path2)
+    Path(path2).write_bytes(bytes(flipped))
+    svc = LayerService(store, tmp_path / "node2")
+    layer = await svc.open_layer("r1", KEY, sealed.file_size, sealed.meta_size)
+    assert layer.linked and os.stat(layer.copy.path).st_ino == stored.st_ino
+    assert [layer.entry_bytes(i) for i in range(6)] == entries
+    await svc.close()
+    await store.close()
+
+
+def test_an_inline_layer_opens_only_when_its_bytes_match_the_root() -> None:
+    """Seed 004, "Storage service", Read: an inline layer is opened from its bytes in
+    the log "after it checks them against the root"; a mismatch is CorruptData."""
+    data, sealed, entries = SMALL
+    reader = open_inline(data, sealed.root, sealed.meta_size)
+    assert reader.entry_bytes(3) == entries[3]
+    flipped = bytearray(data)
+    flipped[100] ^= 0x01  # a data byte: the metadata's own checks would not see it
+    with pytest.raises(CorruptData) as err:
+        open_inline(bytes(flipped), sealed.root, sealed.meta_size)
+    assert err.value.section == "inline"

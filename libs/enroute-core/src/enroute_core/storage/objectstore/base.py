@@ -175,6 +175,15 @@ class ObjectStore(Protocol):
         """
         ...
 
+    async def same_file(self, key: str, path: str | os.PathLike[str]) -> bool:
+        """True when ``path`` is the stored file of ``key`` (the same inode, so a link).
+
+        Seed 004, "Linked local copies": a copy recorded as linked is trusted
+        only when it still shares the inode of the stored file; a store that
+        cannot link answers False.
+        """
+        ...
+
     async def close(self) -> None: ...
 
     async def __aenter__(self) -> Self: ...

@@ -240,6 +240,9 @@ class FileStore:
         dest = os.fspath(dest_path)
         return await _io("link", key, self._link_sync, key, self.path_of(key), dest)
 
+    async def same_file(self, key: str, path: str | os.PathLike[str]) -> bool:
+        return await _io("stat", key, _same_inode, self.path_of(key), os.fspath(path))
+
     async def close(self) -> None:
         self._closed = True
 
@@ -576,6 +579,15 @@ def _copy_into(fd: int, source: str) -> str:
     finally:
         os.close(src)
     return '"' + digest.hexdigest() + '"'
+
+
+def _same_inode(a: str, b: str) -> bool:
+    """Both paths name one file (device and inode); a missing one is not the same."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
 def _fsync_dir(directory: str) -> None:

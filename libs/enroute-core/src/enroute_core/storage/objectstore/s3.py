@@ -285,6 +285,9 @@ class S3Store:
     async def link_local(self, key: str, dest_path: str | os.PathLike[str]) -> bool:
         return False
 
+    async def same_file(self, key: str, path: str | os.PathLike[str]) -> bool:
+        return False
+
     async def close(self) -> None:
         self._closed = True
         await self._stack.aclose()
