@@ -404,3 +404,34 @@ def test_an_inline_layer_opens_only_when_its_bytes_match_the_root() -> None:
     with pytest.raises(CorruptData) as err:
         open_inline(bytes(flipped), sealed.root, sealed.meta_size)
     assert err.value.section == "inline"
+
+
+@pytest.mark.asyncio
+async def test_a_linked_chunk_that_fails_its_hash_is_a_typed_error(tmp_path: Path) -> None:
+    """Seed 004, "Linked local copies": "A chunk that fails its hash is not repaired.
+    The bytes of the store are the same bytes": the read fails with CorruptData,
+    nothing is fetched, and the read-only copy is never written."""
+    data, sealed, entries = SMALL
+    store = file_store(str(tmp_path / "store"))
+    svc = LayerService(store, tmp_path / "node")
+    await svc.publish("r1", KEY, data)
+    layer = await svc.open_layer("r1", KEY, sealed.file_size, sealed.meta_size)
+    assert layer.linked
+    await svc.close()
+    os.chmod(store.path_of(KEY), 0o644)
+    with open(store.path_of(KEY), "r+b") as f:  # the stored file: the same inode
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 0x40]))
+    svc = LayerService(store, tmp_path / "node", disk_budget_bytes=GiB)
+    layer = await svc.open_layer("r1", KEY, sealed.file_size, sealed.meta_size)
+    assert layer.linked
+    await svc.load(layer, local_indexes=[0])  # a linked copy has every chunk: no load
+    with pytest.raises(CorruptData) as err:
+        layer.entry_bytes(0)
+    assert err.value.details.get("chunk") == 0
+    assert layer.entry_bytes(5) == entries[5]  # chunk 2 is sound
+    assert store.counting.ranges == [] and svc.stats().chunks_fetched == 0
+    await svc.close()
+    await store.close()
