@@ -97,14 +97,26 @@ class Fetcher:
     async def upload_pack(self, name: str, git_protocol: str, body: bytes) -> AsyncIterator[bytes]:
         check_repo_name(name)
         self.host.fetches += 1
+        started = False
         # Every snapshot read below pins its layers' local copies until the answer ends.
         with contextlib.ExitStack() as pins:
-            if protocol_version(git_protocol) == 2:
-                async for chunk in self._upload_pack_v2(name, body, pins):
+            conversation = (
+                self._upload_pack_v2(name, body, pins)
+                if protocol_version(git_protocol) == 2
+                else self._upload_pack_v0(name, body, pins)
+            )
+            try:
+                async for chunk in conversation:
+                    started = True
                     yield chunk
-            else:
-                async for chunk in self._upload_pack_v0(name, body, pins):
-                    yield chunk
+            except EnrouteError as exc:
+                if started:
+                    raise  # the conversation broke midway: the response is cut
+                # A refusal before the first byte (a filter or a want count refused by
+                # the parser, a repository gone): one ERR packet in a 200 answer, which
+                # git shows as "fatal: remote error: <reason>" (fetch-pack reads with
+                # PACKET_READ_DIE_ON_ERR_PACKET); an HTTP error body it never shows.
+                yield _failed(name, exc, response_started=False, sideband=False)
 
     async def _upload_pack_v2(
         self, name: str, body: bytes, pins: contextlib.ExitStack

@@ -55,7 +55,6 @@ from enroute_core.base.errors import (
     StaleRef,
 )
 from enroute_core.base.ids import ZERO_OID, ObjectId
-from enroute_core.base.limits import check_limit
 from enroute_core.engine.ingest import IngestResult, ingest_pack
 from enroute_core.engine.snapshot import EMPTY_SNAPSHOT
 from enroute_core.git.pktline import NEED_DATA
@@ -172,10 +171,14 @@ class Pusher:
                     received += len(event.data)
                     if over is not None:
                         continue  # read to the end, unkept: the report refuses it
-                    try:
-                        check_limit("ingest_pack_bytes_max", received, pack_max)
-                    except LimitExceeded as exc:
-                        over = exc
+                    if received > pack_max:
+                        over = LimitExceeded(
+                            "ingest_pack_bytes_max",
+                            received,
+                            pack_max,
+                            f"the pack is over the limit of {pack_max} bytes "
+                            "(limits.ingest_pack_bytes_max)",
+                        )
                         continue
                     spool.append(event.data)
                 elif isinstance(event, PushEnd):

@@ -332,8 +332,16 @@ class Authorizer:
         return Principal(token.name, token)
 
     def _refused(self, reason: str, scope: str, repo: str | None, name: str) -> None:
-        """Log a refusal: who, where, what, why; the credential itself never appears."""
-        log.warning(
+        """Log a refusal: who, where, what, why; the credential itself never appears.
+
+        A request without credentials is INFO, not WARNING: git always asks without
+        them first when the URL holds none, and retries with them on the 401 (http.c,
+        ``credential_fill`` after ``HTTP_NOAUTH``), so every authenticated push and
+        clone begins with one. Credentials that fail are a WARNING.
+        """
+        level = logging.INFO if reason == "missing_credentials" else logging.WARNING
+        log.log(
+            level,
             "auth refused: remote=%s repo=%s scope=%s reason=%s token_name=%s",
             REMOTE.get(), repo if repo is not None else "-", scope, reason, name or "-",
         )  # fmt: skip

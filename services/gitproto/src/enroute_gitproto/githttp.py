@@ -11,7 +11,13 @@ gitprotocol-http ("Smart Clients", "Smart Service git-upload-pack"). URLs:
    encoding and the compute always sees the plain protocol bytes.
 2. Nothing is sent to the client until the compute's first body bytes (or
    the end of its answer): an error before then is a gRPC status, mapped
-   through ERROR_TABLE to an HTTP status with a plain-text reason.
+   through ERROR_TABLE to an HTTP status with a plain-text reason on a GET
+   (``info/refs``: git shows ``repository ... not found`` for 404 and asks for
+   credentials on 401). On a POST git shows no HTTP body, only ``RPC failed;
+   HTTP <status>``, so a refusal there is a 200 answer holding one ``ERR``
+   packet, which git shows as ``fatal: remote error: <reason>`` (fetch-pack and
+   send-pack read with ``PACKET_READ_DIE_ON_ERR_PACKET``); a 401 stays a 401,
+   which git answers with credentials (:func:`send_git_refusal`).
 3. Until then an UNAVAILABLE compute is replaced by the next one in
    rendezvous order, and the body read so far is replayed to it, as long as
    it fits ``replay_bytes_max``.
@@ -46,8 +52,11 @@ from enroute_core.base.errors import (
     LimitExceeded,
     NotFound,
     Timeout,
+    Unauthenticated,
 )
 from enroute_core.base.limits import GiB, MiB
+from enroute_core.git.pktline import err_pkt
+from enroute_core.protocol.errors import git_message
 from enroute_core.state.names import repo_name_from_url
 from enroute_gitproto.auth import Authorizer
 from enroute_gitproto.observe import Metrics
@@ -151,6 +160,20 @@ class PktLineCounter:
                 self.active = False
             elif length >= 4:
                 self._skip = length - 4
+
+
+async def send_git_refusal(send: Send, call: GitCall, error: EnrouteError) -> int:
+    """``error`` as the client can show it (item 2 above); answers the HTTP status sent."""
+    if call.endpoint == INFO_REFS or isinstance(error, Unauthenticated):
+        await send_text_error(send, error)
+        return error.mapping.http_status
+    log.info("%s of %r refused: %s: %s (answered with ERR)", call.service, call.repo,
+             error.code, error.message)  # fmt: skip
+    body = err_pkt(git_message(error))
+    headers = [(b"content-type", f"application/x-{call.service}-result".encode()), *NO_CACHE]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+    return 200
 
 
 class ConversationBroken(Exception):
@@ -452,8 +475,7 @@ class GitHandler:
                     f"the request body of {int(length)} bytes is over the limit of "
                     f"{self.limits.body_bytes_max} (transport.git_body_max)",
                 )
-                await send_text_error(send, error)
-                return error.mapping.http_status
+                return await send_git_refusal(send, call, error)
             encoding = (header(scope, b"content-encoding") or "").strip().lower()
             push = call.service == SERVICE_RECEIVE_PACK
             body = BodyBuffer(receive, encoding in ("gzip", "x-gzip"), self.limits, push)
@@ -465,15 +487,12 @@ class GitHandler:
                 failure: EnrouteError = from_rpc_error(rpc_error)
                 if body is not None and body.error is not None:
                     failure = body.error
-                await send_text_error(send, failure)
-                return failure.mapping.http_status
+                return await send_git_refusal(send, call, failure)
             except EnrouteError as enroute_error:
-                await send_text_error(send, enroute_error)
-                return enroute_error.mapping.http_status
+                return await send_git_refusal(send, call, enroute_error)
             if body is not None and body.error is not None:
                 opened.call.cancel()
-                await send_text_error(send, body.error)
-                return body.error.mapping.http_status
+                return await send_git_refusal(send, call, body.error)
             return await self._relay(send, call, opened, body)
         finally:
             if pump is not None:
