@@ -5,7 +5,10 @@ memory": a bounded cache per concurrent ingest). A body that fell out of the
 cache is rebuilt from the pack along its delta chain (gitformat-pack,
 "Deltified representation"), the way the indexer rebuilds its bases, or
 read again from the snapshot. Held: the LRU (``ingest_body_cache_bytes_max``)
-and the bodies along the one chain being rebuilt.
+and the bodies along the one chain being rebuilt. That is the push's own
+allowance beside the buffer pool, not a pool charge: a refused charge would
+make ingest rebuild chains again and again (docs/buffer-pool.md, "What a
+compute's memory is").
 """
 
 from __future__ import annotations
@@ -33,10 +36,6 @@ class BodyCache:
         self._items: OrderedDict[ObjectId, tuple[ObjectType, bytes]] = OrderedDict()
         self._bytes = 0
         self._max = max_bytes
-
-    @property
-    def held_bytes(self) -> int:
-        return self._bytes
 
     def get(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
         found = self._items.get(oid)
