@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from enroute_gitproto.githttp import GitHttpLimits, parse_git_request
+from enroute_gitproto.githttp import GitHttpLimits, parse_git_request, push_uses_sideband
 from enroute_gitproto.routing import rendezvous_order
 
 
@@ -76,13 +76,14 @@ def test_gzip_request_body_is_inflated(gitproto: Any, computes: Any) -> None:
     assert not computes[0].fake.headers[-1].HasField("content_length_bytes")
 
 
-def test_garbage_gzip_is_400(gitproto: Any) -> None:
+def test_garbage_gzip_is_an_err_packet(gitproto: Any) -> None:
+    """A refused POST is a 200 with one ERR packet: git shows that, not an HTTP body."""
     status, _, body = request(
         gitproto.address, "POST", "/r.git/git-upload-pack", b"not gzip at all",
         Content_Encoding="gzip",
     )  # fmt: skip
-    assert status == 400
-    assert b"gzip" in body
+    assert status == 200
+    assert body[4:8] == b"ERR " and b"gzip" in body
 
 
 def test_compute_header_sets_content_type(gitproto: Any) -> None:
@@ -99,10 +100,19 @@ def test_not_found_maps_to_404(gitproto: Any) -> None:
     assert b"does not exist" in body
 
 
-def test_invalid_argument_maps_to_400(gitproto: Any) -> None:
+def test_invalid_argument_is_an_err_packet(gitproto: Any) -> None:
     status, _, body = request(gitproto.address, "POST", "/bad.git/git-receive-pack", b"PACK")
-    assert status == 400, body
-    assert b"garbage" in body
+    assert status == 200, body
+    assert body == b"001fERR pack header is garbage\n"
+
+
+def test_refusal_of_a_sideband_push_is_band_3() -> None:
+    """send-pack demultiplexes a side-band push's answer: an ERR packet would be band 69."""
+    first = b"0" * 40 + b" " + b"1" * 40 + b" refs/heads/main\0report-status side-band-64k"
+    head = b"%04x" % (len(first) + 4) + first
+    assert push_uses_sideband(head)
+    assert not push_uses_sideband(head.replace(b"side-band-64k", b"quiet"))
+    assert not push_uses_sideband(b"PACK")
 
 
 def test_error_after_response_started_cuts_the_response(gitproto: Any) -> None:

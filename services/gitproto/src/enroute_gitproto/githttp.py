@@ -16,8 +16,10 @@ gitprotocol-http ("Smart Clients", "Smart Service git-upload-pack"). URLs:
    credentials on 401). On a POST git shows no HTTP body, only ``RPC failed;
    HTTP <status>``, so a refusal there is a 200 answer holding one ``ERR``
    packet, which git shows as ``fatal: remote error: <reason>`` (fetch-pack and
-   send-pack read with ``PACKET_READ_DIE_ON_ERR_PACKET``); a 401 stays a 401,
-   which git answers with credentials (:func:`send_git_refusal`).
+   send-pack read with ``PACKET_READ_DIE_ON_ERR_PACKET``). A 401 stays a 401,
+   which git answers with credentials, and a failure of ours (5xx: no compute
+   reachable, a timeout) stays an HTTP status that proxies and access logs
+   count (:func:`send_git_refusal`).
 3. Until then an UNAVAILABLE compute is replaced by the next one in
    rendezvous order, and the body read so far is replayed to it, as long as
    it fits ``replay_bytes_max``.
@@ -55,7 +57,8 @@ from enroute_core.base.errors import (
     Unauthenticated,
 )
 from enroute_core.base.limits import GiB, MiB
-from enroute_core.git.pktline import err_pkt
+from enroute_core.git.pktline import FLUSH_PKT, err_pkt
+from enroute_core.git.sideband import BAND_ERROR, sideband_pkt
 from enroute_core.protocol.errors import git_message
 from enroute_core.state.names import repo_name_from_url
 from enroute_gitproto.auth import Authorizer
@@ -162,17 +165,42 @@ class PktLineCounter:
                 self._skip = length - 4
 
 
-async def send_git_refusal(send: Send, call: GitCall, error: EnrouteError) -> int:
-    """``error`` as the client can show it (item 2 above); answers the HTTP status sent."""
-    if call.endpoint == INFO_REFS or isinstance(error, Unauthenticated):
+_HEAD_BYTES = 65520
+"""Body bytes kept to read a push's capabilities from: its first pkt-line at most."""
+
+
+def push_uses_sideband(head: bytes) -> bool:
+    """Whether the push whose body starts with ``head`` asked for side-band-64k (its
+    first command's capabilities, after the NUL: gitprotocol-pack, "Reference Update
+    Request"). Once it has, send-pack reads the response through the side-band
+    demultiplexer, which takes an ``ERR`` packet for band 69 ("bad band #69")."""
+    if len(head) < 4 or any(c not in b"0123456789abcdef" for c in head[:4]):
+        return False
+    line = head[4 : int(head[:4], 16)]
+    _, nul, caps = line.partition(b"\0")
+    return bool(nul) and b"side-band-64k" in caps.split()
+
+
+async def send_git_refusal(
+    send: Send, call: GitCall, error: EnrouteError, body: BodyBuffer | None = None
+) -> int:
+    """``error`` as the client can show it (item 2 above); answers the HTTP status sent.
+    A push that asked for side-band gets it on band 3 and a flush-pkt, which send-pack
+    shows as ``remote: <reason>`` and fails with (sideband.c, band 3)."""
+    status = error.mapping.http_status
+    if call.endpoint == INFO_REFS or isinstance(error, Unauthenticated) or status >= 500:
         await send_text_error(send, error)
-        return error.mapping.http_status
+        return status
     log.info("%s of %r refused: %s: %s (answered with ERR)", call.service, call.repo,
              error.code, error.message)  # fmt: skip
-    body = err_pkt(git_message(error))
+    message = git_message(error)
+    sideband = (
+        call.service == SERVICE_RECEIVE_PACK and body is not None and push_uses_sideband(body.head)
+    )
+    answer = sideband_pkt(BAND_ERROR, message) + FLUSH_PKT if sideband else err_pkt(message)
     headers = [(b"content-type", f"application/x-{call.service}-result".encode()), *NO_CACHE]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    await send({"type": "http.response.body", "body": answer, "more_body": False})
     return 200
 
 
@@ -239,6 +267,8 @@ class BodyBuffer:
         self._attempt = 0
         self._changed = asyncio.Condition()
         self.total_bytes = 0
+        self.head = b""
+        """The body's first bytes (:data:`_HEAD_BYTES`), for :func:`push_uses_sideband`."""
         self.replayable = True
         self.done = False
         self.error: EnrouteError | None = None
@@ -259,6 +289,8 @@ class BodyBuffer:
             await self._changed.wait_for(
                 lambda: self._pending_bytes() < self._limits.window_bytes_max
             )
+            if len(self.head) < _HEAD_BYTES:
+                self.head += data[: _HEAD_BYTES - len(self.head)]
             self.total_bytes += len(data)
             if self.total_bytes > self._limits.body_bytes_max:
                 raise LimitExceeded("body_bytes_max", self.total_bytes, self._limits.body_bytes_max)
@@ -475,7 +507,10 @@ class GitHandler:
                     f"the request body of {int(length)} bytes is over the limit of "
                     f"{self.limits.body_bytes_max} (transport.git_body_max)",
                 )
-                return await send_git_refusal(send, call, error)
+                # refused before a byte of the body is read: 413 lets the client stop
+                # sending (git gives a Content-Length only to bodies under http.postBuffer)
+                await send_text_error(send, error)
+                return error.mapping.http_status
             encoding = (header(scope, b"content-encoding") or "").strip().lower()
             push = call.service == SERVICE_RECEIVE_PACK
             body = BodyBuffer(receive, encoding in ("gzip", "x-gzip"), self.limits, push)
@@ -487,12 +522,12 @@ class GitHandler:
                 failure: EnrouteError = from_rpc_error(rpc_error)
                 if body is not None and body.error is not None:
                     failure = body.error
-                return await send_git_refusal(send, call, failure)
+                return await send_git_refusal(send, call, failure, body)
             except EnrouteError as enroute_error:
-                return await send_git_refusal(send, call, enroute_error)
+                return await send_git_refusal(send, call, enroute_error, body)
             if body is not None and body.error is not None:
                 opened.call.cancel()
-                return await send_git_refusal(send, call, body.error)
+                return await send_git_refusal(send, call, body.error, body)
             return await self._relay(send, call, opened, body)
         finally:
             if pump is not None:
