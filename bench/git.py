@@ -16,14 +16,20 @@ a profile is generated once. The large profiles carry the legacy quirks
 (``RepoSpec.quirks``) only if Enroute accepts a push of them; otherwise they run
 without, and the section says so.
 
-Usage: ``python -m bench.git [--profile NAME] [--quick] [--runs N] [--only NAME,...]`` from
-the checkout root; ``--only`` runs a subset of the measurements (names: ``SECTIONS``).
+With ``--s3`` a third server runs beside them: ``enroute dev`` on SeaweedFS
+(``weed mini``) with ``node.disk_cache`` a quarter of the source's packs (issue 18:
+serving from the object store under a disk budget); its rows are written beside the
+``file://`` ones, as ratios to both.
+
+Usage: ``python -m bench.git [--profile NAME] [--quick] [--runs N] [--only NAME,...] [--s3]``
+from the checkout root; ``--only`` runs a subset of the measurements (names: ``SECTIONS``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import resource
 import shutil
@@ -51,6 +57,8 @@ from enroute_testing.repogen import (
     generate_repo,
     profile,
 )
+from enroute_testing.s3budget import BUCKET, dev_config
+from enroute_testing.s3servers import S3Endpoint, seaweedfs_server
 
 READY_TIMEOUT_S = 120.0
 NEW_COMMITS = 20
@@ -68,6 +76,9 @@ SMALL_PROFILES = {
 }
 CACHE = ROOT / ".bench-cache"
 SAMPLE_S = 0.02
+S3_SERVER = "enroute-s3"
+S3_BUDGET_SHARE = 4
+"""``--s3``: the disk budget is the source's pack bytes divided by this."""
 
 
 @dataclass
@@ -299,6 +310,45 @@ def _server_row(label: str, samples: dict[str, list[Sample]]) -> str:
     )
 
 
+def _s3_server(work: Path, s3: S3Endpoint, source: Path, servers: list[Server]) -> int:
+    """Start ``enroute dev`` on ``s3`` under a disk budget of a quarter of ``source``'s
+    packs and add it to ``servers``; answers the budget in bytes."""
+    packs = sum(p.stat().st_size for p in source.rglob("objects/pack/*.pack"))
+    budget = max(packs // S3_BUDGET_SHARE, 1024 * 1024)
+    config = work / "enroute-s3.yaml"
+    config.write_text(json.dumps(dev_config(s3, "bench", budget)))  # YAML reads JSON
+    enroute = str(Path(sys.executable).parent / "enroute")
+    data = str(work / "enroute-s3-data")
+    argv = [enroute, "dev", "--listen", "127.0.0.1:0", "--data", data, "--config", str(config)]
+    servers.append(_start(S3_SERVER, argv, "enroute ready: ", work / "enroute-s3.stderr"))
+    return budget
+
+
+def _s3_row(label: str, walls: dict[str, Series], samples: list[Sample]) -> str:
+    ours = walls[S3_SERVER]
+    rss = Series(tuple(x.server_rss_kib / 1024 for x in samples))
+    return (
+        f"| {label} | {fmt3(ours)} | {ours.median / walls['enroute'].median:.2f} | "
+        f"{ours.median / walls['git'].median:.2f} | {fmt3(rss, digits=0)} |"
+    )
+
+
+def _s3_table(rows: list[str]) -> list[str]:
+    if not rows:
+        return []
+    return [
+        f"`{S3_SERVER}` (S3 store, disk budget a quarter of the data), the same runs: wall "
+        "seconds of the git client, the ratios of medians to `enroute` on `file://` and to "
+        "`git http-backend`, and its peak RSS in MiB:",
+        "",
+        "| measurement | enroute-s3 s min / median / max | ratio to enroute file:// "
+        "| ratio to git | enroute-s3 peak RSS MiB |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 def _describe(source: GeneratedRepo, env: dict[str, str]) -> tuple[str, Counter[str]]:
     """The shape of the generated repository as git sees it, for the report."""
 
@@ -375,6 +425,7 @@ def run(
     *,
     cache: Path = CACHE,
     seed: int = 0,
+    s3: S3Endpoint | None = None,
 ) -> list[str]:
     bench = Bench(work, runs)
     depth1_runs = runs * SHORT_RUNS_FACTOR if name in SMALL_PROFILES else runs
@@ -396,6 +447,7 @@ def run(
     ]
     rows: list[str] = []
     server_rows: list[str] = []
+    s3_rows: list[str] = []
     notes: list[str] = []  # before the tables
     after: list[str] = []
     try:
@@ -417,6 +469,13 @@ def run(
             )
         repo, gen_s = cached_repo(spec, cache, name)
         source = repo.path
+        if s3 is not None:
+            budget = _s3_server(work, s3, source, servers)
+            notes.append(
+                f"`{S3_SERVER}`: `enroute dev` on SeaweedFS (`weed mini`, loopback) with "
+                f"`node.disk_cache: {budget // 1024}KiB`, a quarter of the source's packs; "
+                "its rows follow the tables below."
+            )
         shape, _ = _describe(repo, bench.env)
         push_refs = ["refs/heads/*:refs/heads/*", "refs/tags/*:refs/tags/*"]
         stats: dict[tuple[str, str], list[Sample]] = {}
@@ -436,10 +495,11 @@ def run(
 
         def report(section: str, label: str) -> None:
             by_server = {s.name: stats[section, s.name] for s in servers}
-            rows.append(
-                _row(label, {k: Series(tuple(x.wall_s for x in v)) for k, v in by_server.items()})
-            )
+            walls = {k: Series(tuple(x.wall_s for x in v)) for k, v in by_server.items()}
+            rows.append(_row(label, walls))
             server_rows.append(_server_row(label, by_server))
+            if S3_SERVER in walls:
+                s3_rows.append(_s3_row(label, walls, by_server[S3_SERVER]))
 
         served: dict[str, str] = {}
 
@@ -589,6 +649,7 @@ def run(
         "|---|---|---|---|---|---|",
         *server_rows,
         "",
+        *_s3_table(s3_rows),
         *(line for note in after for line in (note, "")),
         "Targets (ratio enroute/git): clones at most 1.0x, initial push at most 1.5x, "
         "ls-remote at most 1.0x.",
@@ -606,6 +667,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the generator's seed")
     parser.add_argument("--cache", type=Path, default=CACHE, help="generated repositories")
     parser.add_argument("--note", default="", help="a sentence for the report (why fewer runs)")
+    parser.add_argument(
+        "--s3", action="store_true", help="also enroute dev on SeaweedFS under a 1/4 disk budget"
+    )
     args = parser.parse_args()
     name = "quick" if args.quick else args.profile
     large = name not in SMALL_PROFILES
@@ -615,8 +679,10 @@ def main() -> None:
     if unknown := only - set(SECTIONS):
         parser.error(f"unknown --only names {sorted(unknown)}; choose from {SECTIONS}")
     runs = args.runs or (3 if name in ("quick", "large") else 5)
-    with tempfile.TemporaryDirectory(prefix="enroute-bench-git-") as tmp:
-        lines = run(Path(tmp), name, runs, only, cache=args.cache, seed=args.seed)
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="enroute-bench-git-"))
+        s3 = stack.enter_context(seaweedfs_server(buckets=(BUCKET,))) if args.s3 else None
+        lines = run(Path(tmp), name, runs, only, cache=args.cache, seed=args.seed, s3=s3)
     if args.note:
         lines[1:1] = ["", args.note]
     write_section("git" if not large else f"git-{name}", lines)
