@@ -20,14 +20,16 @@ Report (``gitprotocol-pack.txt``, "Report Status"; report-status-v2):
 
 With side-band-64k the whole report, its flush-pkt included, travels in
 band-1 packets and a last flush-pkt ends the response; progress goes on band 2
-and a fatal error on band 3. Warnings about objects the push let in (fsck's
-harmless classes) go on band 2 before the report, as receive-pack's
-``rp_warning`` lines do; git shows them as ``remote: warning: ...``.
+and a fatal error on band 3. Before the report, while the push works, empty
+band-1 packets (``0005\x01``, :data:`~enroute_core.git.sideband.RECEIVE_KEEPALIVE`)
+keep the connection alive, as receive-pack's ``copy_to_sideband`` sends them.
+Warnings about objects the push let in (fsck's harmless classes) go on band 2
+before the report, as receive-pack's ``rp_warning`` lines do; git shows them as
+``remote: warning: ...``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -354,7 +356,3 @@ def encode_report(report: PushReport, request: PushRequest) -> bytes:
         return body
     framed = sideband_mux(BAND_PACK, body, max_payload=SIDEBAND_64K_DATA_BYTES_MAX)
     return shown + b"".join(framed) + FLUSH_PKT
-
-
-def ref_statuses_ok(commands: Sequence[PushCommand]) -> tuple[RefStatus, ...]:
-    return tuple(RefStatus(c.ref) for c in commands)
