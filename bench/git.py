@@ -19,7 +19,8 @@ without, and the section says so.
 With ``--s3`` a third server runs beside them: ``enroute dev`` on SeaweedFS
 (``weed mini``) with ``node.disk_cache`` a quarter of the source's packs (issue 18:
 serving from the object store under a disk budget); its rows are written beside the
-``file://`` ones, as ratios to both.
+``file://`` ones of the same run, as ratios to both, in a section of its own
+(``git-s3``, ``git-<profile>-s3``).
 
 Usage: ``python -m bench.git [--profile NAME] [--quick] [--runs N] [--only NAME,...] [--s3]``
 from the checkout root; ``--only`` runs a subset of the measurements (names: ``SECTIONS``).
@@ -685,7 +686,9 @@ def main() -> None:
         lines = run(Path(tmp), name, runs, only, cache=args.cache, seed=args.seed, s3=s3)
     if args.note:
         lines[1:1] = ["", args.note]
-    write_section("git" if not large else f"git-{name}", lines)
+    # --s3: a section of its own, so a file:// run's section stays as it was measured
+    section = ("git" if not large else f"git-{name}") + ("-s3" if args.s3 else "")
+    write_section(section, lines)
     print("\n".join(lines))
 
 
