@@ -300,21 +300,21 @@ class LayerService:
             return None
 
     async def _relinked(self, name: str, key: str, path: str, size: int) -> LocalCopy | None:
-        """A copy recorded as linked, linked again or trusted after an inode comparison.
+        """A copy recorded as linked, trusted only after an inode comparison.
 
-        "Linked local copies": the link is made on every open; "if a link cannot
-        be made again but the old one shares the inode of the stored file, the
-        node opens it as linked, never for writing". A file that is not the
-        stored one (the store was replaced, the copy was written over) is never
-        read: it goes, and the layer opens as any other (a sparse copy).
+        "Linked local copies": "if a link cannot be made again but the old one
+        shares the inode of the stored file, the node opens it as linked, never
+        for writing". One that shares it is the link already; one that does not
+        (the copy was written over, the store was replaced) is never read: it is
+        linked again, or else it goes and the layer opens as any other copy.
         """
+        if await self._store.same_file(key, path):
+            self._links += 1  # the link is there already
+            return self._linked(name, path, size)
         if self._linking:
             copy = await self._link(name, key, path, size)
             if copy is not None:
                 return copy
-        if await self._store.same_file(key, path):
-            self._links += 1
-            return self._linked(name, path, size)
         log.warning("%s: the linked copy is not the stored file any more; it goes", name)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -328,6 +328,8 @@ class LayerService:
                 self._linking = False  # EXDEV, or a store that cannot link at all
             return None
         os.replace(scratch, path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(scratch)  # rename between two links of one file leaves both names
         self.catalog.put(name, size, b"", True)
         self._links += 1
         return self._linked(name, path, size)
