@@ -187,9 +187,10 @@ def push_body(src: Path, home: Path, caps: str) -> bytes:
     return pkt_line(command) + FLUSH_PKT + pack
 
 
-def busy_source(path: Path, home: Path, blobs: int, seed: int) -> None:
+def busy_source(path: Path, home: Path, blobs: int, seed: int, big_bytes: int = 0) -> None:
     """A commit of ``blobs`` small distinct files in directories of 1000, written by
-    ``git fast-import``: a pack whose ingest takes seconds for its object count."""
+    ``git fast-import``: a pack whose ingest takes seconds for its object count; and
+    incompressible 4 MiB files of ``big_bytes`` in all."""
     git(["init", "-q", "-b", "main", str(path)], path.parent, home)
     rng = random.Random(seed)
     stream = bytearray(b"commit refs/heads/main\ncommitter t <t@t> 0 +0000\ndata 4\nbig\n")
@@ -201,6 +202,9 @@ def busy_source(path: Path, home: Path, blobs: int, seed: int) -> None:
             len(data),
             data,
         )
+    for i in range(big_bytes // (4 << 20)):
+        data = rng.randbytes(4 << 20)
+        stream += b"M 100644 inline big%04d.bin\ndata %d\n%s\n" % (i, len(data), data)
     done = subprocess.run(["git", "fast-import", "--quiet"], cwd=path, env=git_env(home),
                           input=bytes(stream), capture_output=True, timeout=GIT_TIMEOUT_S,
                           check=False)  # fmt: skip
@@ -238,6 +242,28 @@ def test_a_slow_push_gets_keepalives_at_most_5s_apart(tmp_path: Path, home: Path
     assert max(gaps) <= KEEPALIVE_GAP_S_MAX, gaps
     assert sum(gaps) > KEEPALIVE_S, f"the push took {sum(gaps):.1f} s: too quick to need one"
     assert keepalives, "no keepalive in a push that kept the server busy"
+
+
+@pytest.mark.nightly
+@pytest.mark.timeout(1200)
+def test_drill_a_pack_of_at_least_200_mb(tmp_path: Path, home: Path) -> None:
+    """The issue's acceptance drill: a push of a pack of at least 200 MB, its gaps on the
+    wire after the body at most 5 s (with progress on, as git asks from a terminal)."""
+    seed = int(os.environ.get("ENROUTE_SEED", "23"))
+    print(f"ENROUTE_SEED={seed}")
+    src = tmp_path / "src"
+    busy_source(src, home, 200_000, seed, big_bytes=200 << 20)
+    root = tmp_path / "dev"
+    root.mkdir()
+    with running_dev(root) as dev:
+        body = push_body(src, home, "report-status side-band-64k")
+        assert len(body) >= 200_000_000
+        timed = timed_push(f"{dev.url}/keepalive/drill.git", body)
+    times = [0.0] + [t for t, _ in timed]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    print(f"pack {len(body)} bytes; after the body: {times[-1]:.1f} s, "
+          f"{len(timed)} packets, largest gap {max(gaps):.2f} s")  # fmt: skip
+    assert max(gaps) <= KEEPALIVE_GAP_S_MAX, gaps
 
 
 def test_keepalive_packets_are_receive_packs(enroute_url: str, tmp_path: Path, home: Path) -> None:
