@@ -6,7 +6,10 @@ layer (put in the object store and keep a local copy). "Files and tiers": one
 opener per layer, opened layers kept for reuse; a copy is found in the node
 catalog first. "Linked local copies": on a ``file://`` store the copy is a
 hard link (made under scratch, renamed into place), read-only, with every
-chunk, outside the disk budget; EXDEV turns linking off for the process.
+chunk, outside the disk budget; EXDEV turns linking off for the process. A
+copy recorded as linked is trusted only while it shares the stored file's
+inode. An inline layer opens only after its bytes match its root
+(:func:`open_inline`).
 "Metadata is always local": a remote open is one ranged read of
 ``[meta_base, file_size)``, ``meta_base`` being ``file_size - meta_size``
 rounded down to the 1 MiB chunk, as :meth:`LayerReader.open` expects.
