@@ -14,8 +14,8 @@ The run fails (exit status 1, after the report) when any Enroute operation
 fails other than by an expected compare-and-swap conflict, when a process of
 the cluster exited or was restarted during the run, or when the peak resident
 memory (VmHWM) of a process exceeds its budget: the buffer pool the config
-gives it (``node.page_cache``, set explicitly here; the object and entry caches
-are charged to it) plus ``RUNTIME_MIB`` for the interpreter, gRPC and the
+gives it (``node.page_cache`` plus ``node.cache``, set explicitly here; the object
+and entry caches are charged to it) plus ``RUNTIME_MIB`` for the interpreter, gRPC and the
 working memory of requests in flight, which no config key bounds.
 
 Usage: ``python -m bench.cluster_load [--repos 100 --duration 30 --clients 8]``.
@@ -186,9 +186,9 @@ def _mem_kib(pid: int) -> tuple[int, int]:
 
 
 def budget_mib(role: str, config: dict[str, Any]) -> float:
-    """A process's memory budget: its buffer pool (``node.page_cache``, which the object
-    and entry caches are charged to; only computes have one) plus ``RUNTIME_MIB``."""
-    pool = load_config(json.dumps(config), {}).node.page_cache if role == "compute" else 0
+    """A process's memory budget: its buffer pool (``node.page_cache + node.cache``, the
+    object and entry caches charged to it; only computes have one) plus ``RUNTIME_MIB``."""
+    pool = load_config(json.dumps(config), {}).node.pool_bytes if role == "compute" else 0
     return RUNTIME_MIB + pool / MiB
 
 
@@ -278,8 +278,9 @@ def main() -> None:
         "",
         "Failed operations: " + "; ".join(outcomes) + ".",
         "",
-        f"Memory after the load (MiB). Budget: `node.page_cache` (computes: "
-        f"{BUDGETS['compute']['node']['page_cache']}, object and entry caches charged to it) "
+        f"Memory after the load (MiB). Budget: the buffer pool, `node.page_cache + node.cache` "
+        f"(computes: {BUDGETS['compute']['node']['page_cache']} + "
+        f"{BUDGETS['compute']['node']['cache']}, the object and entry caches charged to it) "
         f"plus {RUNTIME_MIB} MiB per process for the runtime; VmHWM is the peak of the run.",
         "",
         "| process | VmRSS | VmHWM | budget | within |",
