@@ -201,7 +201,7 @@ def _pool_families(pool: Any) -> Iterator[Metric]:
     misses = CounterMetricFamily("enroute_pool_misses", "page reads that loaded the page")
     evictions = CounterMetricFamily("enroute_pool_evictions", "pages evicted by CLOCK")
     used = GaugeMetricFamily("enroute_pool_used_bytes", "bytes charged to the page budget")
-    budget = GaugeMetricFamily("enroute_pool_budget_bytes", "node.page_cache")
+    budget = GaugeMetricFamily("enroute_pool_budget_bytes", "node.page_cache + node.cache")
     if st is not None:
         hits.add_metric([], st.hits)
         misses.add_metric([], st.misses)
