@@ -252,7 +252,7 @@ def test_authorizer_scopes_globs_and_logs(tmp_path: Path, caplog: pytest.LogCapt
     assert authorizer.authorize("Bearer tok-admin", "admin", "x").name == "root"
     assert authorizer.authorize("Bearer tok-w", "write", "other/x").name == "writer"
     token = auth.REMOTE.set("192.0.2.7:5555")
-    caplog.set_level(logging.WARNING, logger="enroute_gitproto.auth")
+    caplog.set_level(logging.INFO, logger="enroute_gitproto.auth")
     try:
         cases: list[tuple[str | None, str, str, type[Exception], str]] = [
             (None, "read", "team/app", Unauthenticated, "missing_credentials"),
@@ -267,6 +267,9 @@ def test_authorizer_scopes_globs_and_logs(tmp_path: Path, caplog: pytest.LogCapt
             assert reasons[-1] == reason
             line = caplog.records[-1].getMessage()
             assert f"remote=192.0.2.7:5555 repo={repo} scope={scope} reason={reason}" in line
+            # git asks without credentials first, always: that 401 is no warning (issue 23)
+            expected = logging.INFO if reason == "missing_credentials" else logging.WARNING
+            assert caplog.records[-1].levelno == expected, (reason, caplog.records[-1].levelname)
     finally:
         auth.REMOTE.reset(token)
     logged = caplog.text
