@@ -1,8 +1,9 @@
 """engine/ingest.py fast paths read what the general parsers read (docs/ingest.md, "Speed").
 
 ``_commit_head`` reads a commit headed as git writes it with one regular
-expression; every commit, usual or not, must give the tree, parents and
-committer time ``Commit.parse`` gives, and fail with the same typed error.
+expression; every commit, usual or not, must give the tree and parents
+``Commit.parse`` gives and the time git's ``parse_commit_date`` gives
+(``commit_date``), and fail with the same typed error.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
 from enroute_core.engine import ingest
 from enroute_core.engine.bodies import BodyCache
-from enroute_core.git.commit import Commit
+from enroute_core.git.commit import Commit, commit_date
 from enroute_core.git.fsck import fsck_commit
 from enroute_core.git.object_type import ObjectType
 
@@ -28,13 +29,14 @@ PARENT = b"ce013625030ba8dba906f756967f9e9ca394464a"
 
 
 def _slow(body: bytes, limits: Limits) -> object:
+    """Tree and parents as ``Commit.parse`` reads them, the time as git's
+    ``parse_commit_date`` does (an identity quirk is harmless: docs/security.md)."""
     try:
         commit = Commit.parse(body, limits=limits)
-        committer = commit.committer
     except EnrouteError as exc:
         return type(exc)
-    stamp = committer.timestamp if committer is not None else None
-    return (commit.tree, commit.parents, min(stamp or 0, (1 << 63) - 1))
+    stamp = commit_date(body, len(commit.parents))
+    return (commit.tree, commit.parents, min(stamp, (1 << 63) - 1))
 
 
 def _fast(body: bytes, limits: Limits) -> object:
