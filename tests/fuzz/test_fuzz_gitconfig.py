@@ -8,7 +8,7 @@ byte by byte and spliced, texts drawn from the grammar's own tokens, and raw
 bytes. Properties:
 
 1. reading never raises: ``parse_config`` (both readings), ``blob_readings``
-   and ``fsck_gitmodules`` answer for any bytes, and ``check_gitmodules``
+   and ``fsck_gitmodules`` answer for any bytes, and ``check_special_blob``
    lets only ``InvalidObject`` escape;
 2. the runs the parser skips with a regular expression (plain value bytes,
    quoted spans, comments) read exactly as the byte-by-byte port reads them;
@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from enroute_core.base.errors import InvalidObject
 from enroute_core.base.ids import ObjectId
 from enroute_core.git import gitconfig
-from enroute_core.git.fsck import check_gitmodules, fsck_gitmodules
+from enroute_core.git.fsck import SpecialBlob, check_special_blob, fsck_gitmodules
 from enroute_core.git.gitconfig import ConfigParse, blob_readings, parse_config
 
 pytestmark = pytest.mark.fuzz
@@ -80,7 +80,7 @@ def test_reading_never_raises_and_shortcuts_agree(text: bytes) -> None:
     problems = fsck_gitmodules(text)
     tally(f"readings={len(readings)} ok={readings[0].ok} problems={len(problems)}")
     with typed_errors(InvalidObject) as caught:
-        check_gitmodules(OID, 3, lambda: text, len(text))
+        check_special_blob(SpecialBlob.GITMODULES, OID, 3, lambda: text, len(text))
     for exc in caught:  # a refusal names one of the problems found
         assert exc.details["msg_id"] in {p.msg.value for p in problems}
 
@@ -91,4 +91,4 @@ def test_raw_bytes(body: bytes) -> None:
     for signed in (False, True):
         assert parse_config(body, signed_char=signed) == _slow(body, signed)
     with typed_errors(InvalidObject):
-        check_gitmodules(OID, 3, lambda: body, len(body))
+        check_special_blob(SpecialBlob.GITMODULES, OID, 3, lambda: body, len(body))

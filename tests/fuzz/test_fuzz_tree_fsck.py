@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from enroute_core.base.errors import EnrouteError
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import Limits
-from enroute_core.git.fsck import _tree_by_entry, check_tree, gitmodules_blobs, tree_clean
+from enroute_core.git.fsck import _tree_by_entry, check_tree, special_blobs, tree_clean
 
 pytestmark = pytest.mark.fuzz
 
@@ -68,9 +68,10 @@ def trees(draw: st.DrawFn) -> bytes:
 
 
 def _reference_clean(body: bytes) -> bool:
-    """What the clean test claims, by the reference: no problem, no .gitmodules, no limit."""
+    """What the clean test claims, by the reference: no problem, no .gitmodules or
+    .gitattributes, no limit."""
     try:
-        return not _tree_by_entry(body, LIMITS) and not gitmodules_blobs(body, limits=LIMITS)
+        return not _tree_by_entry(body, LIMITS) and not special_blobs(body, limits=LIMITS)
     except EnrouteError:
         return False
 

@@ -17,7 +17,7 @@ refuse) and ``zeroPaddedFilemode`` lowered to ``warn`` (issue 20 lets old
 zero-padded trees in). Two properties, object by object:
 
 1. Verdict: an object git reports an ``error`` for is refused by Enroute with
-   ``RECEIVE_POLICY`` (``check_tree``; ``check_gitmodules`` for what a tree
+   ``RECEIVE_POLICY`` (``check_tree``; ``check_special_blob`` for what a tree
    names ``.gitmodules``). Enroute may refuse more, never less.
 2. Detection: every ``gitmodules*`` id git prints for an object is among the
    ids Enroute finds in it (``fsck_tree``, ``fsck_gitmodules``,
@@ -50,11 +50,13 @@ from enroute_core.base.ids import ObjectId
 from enroute_core.git.fsck import (
     RECEIVE_POLICY,
     FsckMsg,
-    check_gitmodules,
+    SpecialBlob,
+    check_special_blob,
     check_tree,
+    fsck_gitattributes,
     fsck_gitmodules,
     fsck_tree,
-    gitmodules_blobs,
+    special_blobs,
 )
 from enroute_core.git.gitconfig import parse_config
 from enroute_core.git.object_type import ObjectType
@@ -301,17 +303,21 @@ def _enroute(
             check_tree(ObjectId(oid), body, policy=RECEIVE_POLICY)
         except InvalidObject:
             refused.add(oid)
-        for named in gitmodules_blobs(body):
+        for kind, named in special_blobs(body):
+            modules = kind is SpecialBlob.GITMODULES
             if named not in objects:
                 continue  # a gitlink's commit: not in this repository (git: gitmodulesMissing)
             type_num, data = objects[named]
             if type_num == ObjectType.BLOB:
                 checked.add(named)
-                found.setdefault(named, set()).update(p.msg.value for p in fsck_gitmodules(data))
+                problems = fsck_gitmodules(data) if modules else fsck_gitattributes(data)
+                found.setdefault(named, set()).update(p.msg.value for p in problems)
             else:
-                found.setdefault(named, set()).add(FsckMsg.GITMODULES_BLOB.value)
+                not_blob = FsckMsg.GITMODULES_BLOB if modules else FsckMsg.GITATTRIBUTES_BLOB
+                found.setdefault(named, set()).add(not_blob.value)
             try:
-                check_gitmodules(
+                check_special_blob(
+                    kind,
                     ObjectId(named),
                     type_num,
                     partial(bytes, data),

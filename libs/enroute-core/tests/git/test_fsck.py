@@ -22,21 +22,23 @@ from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
 from enroute_core.git import fsck as fsck_module
 from enroute_core.git.fsck import (
-    check_gitmodules,
+    SpecialBlob,
     check_object,
+    check_special_blob,
     fsck_commit,
     fsck_gitmodules,
     fsck_ident,
     fsck_object,
     fsck_tag,
     fsck_tree,
-    gitmodules_blobs,
+    special_blobs,
 )
 
 IDENT = b"A U Thor <author@example.com> 1700000000 +0100"
 BLOB = bytes.fromhex("ce013625030ba8dba906f756967f9e9ca394464a")
 TREE_HEX = b"4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 OID = ObjectId(bytes(19) + b"\x01")
+GITMODULES, GITATTRIBUTES = SpecialBlob.GITMODULES, SpecialBlob.GITATTRIBUTES
 
 
 def tree(*entries: tuple[bytes, bytes]) -> bytes:
@@ -411,19 +413,19 @@ def test_gitmodules_check(body: bytes, msg: str) -> None:
     assert msg in ids(fsck_gitmodules(body))
 
 
-def test_gitmodules_blobs_found_in_trees() -> None:
+def test_special_blobs_found_in_trees() -> None:
     body = tree((b"100644", b".gitmodules"), (b"100644", b"models"))
-    assert gitmodules_blobs(body) == [ObjectId(BLOB)]
+    assert special_blobs(body) == [(GITMODULES, ObjectId(BLOB))]
     hfs = ".gitmod\u200cules".encode()
-    assert gitmodules_blobs(tree((b"100644", hfs))) == [ObjectId(BLOB)]
-    assert gitmodules_blobs(tree((b"100644", b"GITMOD~1"))) == [ObjectId(BLOB)]
-    assert gitmodules_blobs(tree((b"120000", b".gitmodules"))) == []  # gitmodulesSymlink's job
-    assert gitmodules_blobs(tree((b"100644", b"a"))) == []
+    assert special_blobs(tree((b"100644", hfs))) == [(GITMODULES, ObjectId(BLOB))]
+    assert special_blobs(tree((b"100644", b"GITMOD~1"))) == [(GITMODULES, ObjectId(BLOB))]
+    assert special_blobs(tree((b"120000", b".gitmodules"))) == []  # gitmodulesSymlink's job
+    assert special_blobs(tree((b"100644", b"a"))) == []
 
 
 def test_check_gitmodules() -> None:
     def check(type_num: int, body: bytes, limits: Limits = DEFAULT_LIMITS) -> None:
-        check_gitmodules(OID, type_num, lambda: body, len(body), limits=limits)
+        check_special_blob(GITMODULES, OID, type_num, lambda: body, len(body), limits=limits)
 
     check(3, GOOD_GITMODULES)
     check(3, b"[broken")  # gitmodulesParse is INFO
@@ -436,19 +438,120 @@ def test_check_gitmodules() -> None:
         check(3, GOOD_GITMODULES, Limits(gitmodules_bytes_max=10))
 
 
+# -- .gitattributes (fsck.c fsck_tree's gitattributes_found, fsck_blob; t1450, t0003) -----------
+
+# Spellings git's utf8.c/path.c read as .gitattributes: HFS+ ignorable code points, NTFS
+# trailing dots and spaces, an alternate data stream, the 8.3 short names GITATT~1..4 and
+# the hashed fallback GI7D29~n (t0060's is_ntfs_dotgitattributes cases).
+_ATTRIBUTES_SPELLINGS = [
+    b".gitattributes",
+    b".GITATTRIBUTES",
+    b".gitattributes ",
+    b".gitattributes. .",
+    b".gitattributes::$DATA",
+    b"gitatt~1",
+    b"GITATT~4",
+    b"gi7d29~1",
+    b"GI7D29~12",
+    ".gitattri\u200cbutes".encode(),
+    "\ufeff.gitattributes".encode(),
+]
+_NOT_ATTRIBUTES = [
+    b"gitattributes",
+    b"a.gitattributes",
+    b".gitattributesx",
+    b"gitatt~5",
+    b"gi7d29~",
+]
+
+
+@pytest.mark.parametrize("name", _ATTRIBUTES_SPELLINGS)
+def test_gitattributes_spellings_are_collected(name: bytes) -> None:
+    assert fsck_module.is_dotgitattributes_name(name)
+    assert special_blobs(tree((b"100644", name))) == [(GITATTRIBUTES, ObjectId(BLOB))]
+    assert fsck_module.check_tree(OID, tree((b"100644", name))) == [(GITATTRIBUTES, ObjectId(BLOB))]
+
+
+@pytest.mark.parametrize("name", _NOT_ATTRIBUTES)
+def test_other_names_are_not_gitattributes(name: bytes) -> None:
+    assert not fsck_module.is_dotgitattributes_name(name)
+    assert special_blobs(tree((b"100644", name))) == []
+
+
+def test_gitattributes_symlink_is_not_read() -> None:
+    """git collects no symlink's id (it reports gitattributesSymlink, INFO): the link's
+    target is a path, not attributes."""
+    assert special_blobs(tree((b"120000", b".gitattributes"))) == []
+
+
+def test_a_tree_may_name_both_special_files() -> None:
+    body = tree((b"100644", b".gitattributes"), (b"100644", b".gitmodules"))
+    assert fsck_module.check_tree(OID, body) == [
+        (GITATTRIBUTES, ObjectId(BLOB)),
+        (GITMODULES, ObjectId(BLOB)),
+    ]
+
+
+def _check_attributes(type_num: int, body: bytes, limits: Limits = DEFAULT_LIMITS) -> None:
+    check_special_blob(GITATTRIBUTES, OID, type_num, lambda: body, len(body), limits=limits)
+
+
+def test_gitattributes_blob_is_refused_when_not_a_blob() -> None:
+    for type_num in (1, 2, 4):  # commit, tree, tag: t1450 'fsck error on gitattributes ...'
+        with pytest.raises(
+            InvalidObject, match=r"gitattributesBlob: non-blob found at \.gitattributes"
+        ):
+            _check_attributes(type_num, b"")
+
+
+def test_gitattributes_line_length() -> None:
+    """t1450 'fsck error on gitattributes with excessive line lengths': ``pattern %02048d``
+    is a 2056-byte line; git refuses a line of ATTR_MAX_LINE_LENGTH (2048) bytes or more."""
+    _check_attributes(3, b"*.c diff=cpp\n" + b"x" * 2047 + b"\n")
+    _check_attributes(3, b"x" * 2047)
+    with pytest.raises(InvalidObject, match="gitattributesLineLength"):
+        _check_attributes(3, b"pattern " + b"%02048d" % 1)
+    with pytest.raises(InvalidObject, match="gitattributesLineLength"):
+        _check_attributes(3, b"*.c diff\n" + b"x" * 2048)
+    with pytest.raises(InvalidObject, match="gitattributesLineLength"):
+        _check_attributes(3, b"a\r\n" + b"x" * 2047 + b"\r\n")  # the CR counts, as in git
+    # git reads the blob as a C string: nothing after a NUL is checked
+    _check_attributes(3, b"a\0" + b"x" * 4096)
+
+
+def test_gitattributes_large() -> None:
+    """t1450 'fsck error on gitattributes with excessive size': over 100 MiB
+    (ATTR_MAX_FILE_SIZE); the body is never read."""
+    assert DEFAULT_LIMITS.gitattributes_bytes_max == 100 * 1024 * 1024
+
+    def unread() -> bytes:
+        raise AssertionError("read")
+
+    size = 100 * 1024 * 1024 + 1
+    with pytest.raises(InvalidObject, match="gitattributesLarge"):
+        check_special_blob(GITATTRIBUTES, OID, 3, unread, size)
+    with pytest.raises(InvalidObject, match="gitattributesLarge"):
+        _check_attributes(3, b"*.c diff\n", Limits(gitattributes_bytes_max=8))
+    _check_attributes(3, b"*.c diff\n", Limits(gitattributes_bytes_max=9))
+
+
 # -- check_tree: fsck and .gitmodules ids from one parse -----------------------------------------
 
 
-def _both(body: bytes, limits: Limits) -> tuple[str | None, list[ObjectId] | None]:
-    """(refused msg id or None, gitmodules ids) as check_object + gitmodules_blobs give them."""
+def _both(
+    body: bytes, limits: Limits
+) -> tuple[str | None, list[tuple[SpecialBlob, ObjectId]] | None]:
+    """(refused msg id or None, special blobs) as check_object + special_blobs give them."""
     try:
         check_object(OID, 2, body, limits=limits)
     except InvalidObject as exc:
         return str(exc), None
-    return None, gitmodules_blobs(body, limits=limits)
+    return None, special_blobs(body, limits=limits)
 
 
-def _check_tree(body: bytes, limits: Limits) -> tuple[str | None, list[ObjectId] | None]:
+def _check_tree(
+    body: bytes, limits: Limits
+) -> tuple[str | None, list[tuple[SpecialBlob, ObjectId]] | None]:
     try:
         return None, fsck_module.check_tree(OID, body, limits=limits)
     except InvalidObject as exc:
@@ -464,6 +567,13 @@ _GITMODULES_NAMES = [
     ".gitmod\u200cules".encode(),
     b"a.gitmodules",
     b"gitmodules",
+    b".gitattributes",
+    b".GitAttributes",
+    b"gitatt~1",
+    b"GI7D29~9",
+    b".gitattributes. .",
+    ".gitattri\u200cbutes".encode(),
+    b"a.gitattributes",
 ]
 
 
@@ -479,7 +589,7 @@ _GITMODULES_NAMES = [
     ),
     st.booleans(),
 )
-def test_check_tree_matches_check_object_and_gitmodules_blobs(
+def test_check_tree_matches_check_object_and_special_blobs(
     entries: list[tuple[bytes, bytes, bool]], sort: bool
 ) -> None:
     if sort:
@@ -491,7 +601,7 @@ def test_check_tree_matches_check_object_and_gitmodules_blobs(
 
 def test_check_tree_finds_gitmodules_and_refuses_like_check_object() -> None:
     body = tree((b"100644", b".gitmodules"), (b"100644", b"models"))
-    assert fsck_module.check_tree(OID, body) == [ObjectId(BLOB)]
+    assert fsck_module.check_tree(OID, body) == [(GITMODULES, ObjectId(BLOB))]
     assert fsck_module.check_tree(OID, tree((b"100644", "\u00e9".encode()))) == []
     assert fsck_module.check_tree(OID, b"") == []
     for bad in (tree((b"100644", b".git")), tree((b"100644", b"b"), (b"100644", b"a"))):
@@ -522,7 +632,7 @@ def test_check_tree_corruptions_agree() -> None:
 
 def _with_memo(
     body: bytes, memo: fsck_module.TreeCheckMemo, limits: Limits
-) -> tuple[str | None, list[ObjectId] | None]:
+) -> tuple[str | None, list[tuple[SpecialBlob, ObjectId]] | None]:
     try:
         return None, fsck_module.check_tree(OID, body, limits=limits, memo=memo)
     except InvalidObject as exc:

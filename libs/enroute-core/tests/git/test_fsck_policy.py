@@ -150,7 +150,7 @@ def test_configuration_overrides_and_refuses_what_cannot_work() -> None:
     assert policy.refuses(FsckMsg.BAD_TIMEZONE) and not policy.refuses(FsckMsg.HAS_DOTGIT)
     refused = {
         "noSuchId: warn": "is not a git fsck message id",
-        "gitattributesLarge: error": "gitattributesLarge is a git fsck message id Enroute "
+        "gitattributesMissing: error": "gitattributesMissing is a git fsck message id Enroute "
         "does not check",
         "nulInHeader: warn": "nulInHeader is fatal in git and cannot be lowered",
         "missingTree: ignore": "missingTree is an object Enroute cannot read",

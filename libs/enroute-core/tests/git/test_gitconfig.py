@@ -19,7 +19,13 @@ import pytest
 
 from enroute_core.base.errors import InvalidObject
 from enroute_core.base.ids import ObjectId
-from enroute_core.git.fsck import FsckPolicy, Severity, check_gitmodules, fsck_gitmodules
+from enroute_core.git.fsck import (
+    FsckPolicy,
+    Severity,
+    SpecialBlob,
+    check_special_blob,
+    fsck_gitmodules,
+)
 from enroute_core.git.gitconfig import (
     ConfigEntry,
     blob_readings,
@@ -163,7 +169,7 @@ def test_issue_20_hostile_gitmodules_with_a_bare_key_is_refused() -> None:
     """A bare key no longer switches every check off (issue 20); git fsck reports the same."""
     assert _ids(HOSTILE) == ["gitmodulesUrl", "gitmodulesUpdate"]
     with pytest.raises(InvalidObject, match="gitmodulesUrl"):
-        check_gitmodules(OID, 3, lambda: HOSTILE, len(HOSTILE))
+        check_special_blob(SpecialBlob.GITMODULES, OID, 3, lambda: HOSTILE, len(HOSTILE))
 
 
 def test_variables_before_a_syntax_error_are_checked() -> None:
@@ -172,7 +178,7 @@ def test_variables_before_a_syntax_error_are_checked() -> None:
     assert _ids(text) == ["gitmodulesUrl", "gitmodulesParse"]
     lenient = FsckPolicy(overrides={"gitmodulesParse": Severity.INFO})
     with pytest.raises(InvalidObject, match="gitmodulesUrl"):
-        check_gitmodules(OID, 3, lambda: text, len(text), policy=lenient)
+        check_special_blob(SpecialBlob.GITMODULES, OID, 3, lambda: text, len(text), policy=lenient)
 
 
 @pytest.mark.parametrize(

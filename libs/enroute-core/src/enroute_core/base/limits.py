@@ -109,6 +109,10 @@ class Limits:
     pack_delta_expansion_free_bytes: int = 128 * MiB
     # A .gitmodules blob is read whole to be checked; a larger one is refused (gitmodulesLarge).
     gitmodules_bytes_max: int = 1 * MiB
+    # A .gitattributes blob is read whole to be checked; a larger one is refused
+    # (gitattributesLarge). Git's clients refuse to read one over 100 MiB (ATTR_MAX_FILE_SIZE):
+    # a larger setting lets through what every client refuses.
+    gitattributes_bytes_max: int = 100 * MiB
 
 
 DEFAULT_LIMITS = Limits()

@@ -11,8 +11,8 @@ to the snapshot it was ingested against); DESIGN "Layers" (segments).
    compiled pass with the Python indexer as its reference); thin bases come
    from the snapshot. Each commit, tree and tag is checked as git
    fsck checks it (:mod:`enroute_core.git.fsck`, docs/security.md) as it is
-   resolved, and the .gitmodules blobs trees name once all are. Commit and tag
-   headers are kept as they go by; tree bodies go into the bounded body cache.
+   resolved, and the .gitmodules and .gitattributes blobs trees name once all
+   are. Commit and tag headers are kept as they go by; tree bodies go into the bounded body cache.
 2. Connectivity, from the new ref tips: commits (through parents) and tags
    (through targets, of the type the tag says) that the snapshot lacks are new;
    trees nest at most ``Limits.tree_depth_max`` deep. Every object a new commit
@@ -88,9 +88,10 @@ from enroute_core.git.fsck import (
     FsckPolicy,
     FsckWarning,
     FsckWarnings,
+    SpecialBlob,
     TreeCheckMemo,
-    check_gitmodules,
     check_object,
+    check_special_blob,
     check_tree,
 )
 from enroute_core.git.object_type import ObjectType
@@ -219,11 +220,11 @@ class _Headers:
         "cache",
         "commits",
         "fsck",
-        "gitmodules",
         "limits",
         "memo",
         "progress",
         "resolved",
+        "special",
         "tag_types",
         "tags",
         "total",
@@ -249,7 +250,8 @@ class _Headers:
         self.commits: dict[ObjectId, _CommitHead] = {}
         self.tags: dict[ObjectId, ObjectId] = {}
         self.tag_types: dict[ObjectId, ObjectType] = {}  # the type each tag says it names
-        self.gitmodules: dict[ObjectId, None] = {}  # what trees name .gitmodules, in order
+        # what trees name .gitmodules or .gitattributes, in order
+        self.special: dict[tuple[SpecialBlob, ObjectId], None] = {}
 
     def on_object(self, index: int, oid: ObjectId, type_num: int, body: bytes) -> None:
         """Called by the indexer once per object (24,268 times on the benchmark push):
@@ -267,8 +269,8 @@ class _Headers:
                     memo=self.memo,
                     warnings=self.warnings,
                 )
-                for blob in found:
-                    self.gitmodules[blob] = None
+                for named in found:
+                    self.special[named] = None
             self.cache.put(oid, ObjectType.TREE, body)
         elif type_num == _COMMIT:
             self._commit(oid, body)
@@ -403,8 +405,8 @@ def ingest_pack(
         _refuse_duplicate(indexed.objects)
     bodies = ObjectBodies(source, indexed.objects, by_oid, snapshot, limits=limits, cache=cache)
     if fsck is not None:
-        _check_gitmodules(
-            headers.gitmodules,
+        _check_special_blobs(
+            headers.special,
             indexed.objects,
             by_oid,
             bodies,
@@ -516,8 +518,8 @@ def _held(source: ByteSource, share: int) -> ByteSource:
     return BytesSource(source.read_at(0, source.size))
 
 
-def _check_gitmodules(
-    oids: Iterable[ObjectId],
+def _check_special_blobs(
+    named: Iterable[tuple[SpecialBlob, ObjectId]],
     objects: Sequence[PackObjectInfo],
     by_oid: dict[ObjectId, int],
     bodies: ObjectBodies,
@@ -527,7 +529,8 @@ def _check_gitmodules(
     limits: Limits,
     warnings: FsckWarnings | None = None,
 ) -> None:
-    """Every blob a tree of the pack names .gitmodules, wherever it is stored (fsck.c
+    """Every blob a tree of the pack names .gitmodules or .gitattributes, wherever it is
+    stored (fsck.c
     ``fsck_finish`` reads each from the object database, the pack's or the repository's).
 
     A blob the repository already holds may have arrived under another name, unchecked
@@ -536,7 +539,7 @@ def _check_gitmodules(
     is read. One that neither holds is missing, as index-pack's ``check_objects`` dies on
     a tree entry naming an object it did not receive.
     """
-    for oid in oids:
+    for kind, oid in named:
         index = by_oid.get(oid)
         if index is not None:
             info = objects[index]
@@ -554,7 +557,9 @@ def _check_gitmodules(
             assert found is not None, oid_to_hex(oid)  # the pack or the snapshot holds it
             return found[1]
 
-        check_gitmodules(oid, type_num, read, size, policy=policy, limits=limits, warnings=warnings)
+        check_special_blob(
+            kind, oid, type_num, read, size, policy=policy, limits=limits, warnings=warnings
+        )
 
 
 def _refuse_duplicate(objects: Sequence[PackObjectInfo]) -> None:

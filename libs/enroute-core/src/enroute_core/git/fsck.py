@@ -51,19 +51,21 @@ __all__ = [
     "FsckWarning",
     "FsckWarnings",
     "Severity",
+    "SpecialBlob",
     "TreeCheckMemo",
-    "check_gitmodules",
     "check_object",
+    "check_special_blob",
     "check_tree",
     "fsck_commit",
+    "fsck_gitattributes",
     "fsck_gitmodules",
     "fsck_ident",
     "fsck_object",
     "fsck_tag",
     "fsck_tree",
-    "gitmodules_blobs",
     "refusal",
     "render_policy_table",
+    "special_blobs",
 ]
 
 
@@ -134,6 +136,10 @@ class FsckMsg(enum.Enum):
     GITMODULES_URL = "gitmodulesUrl"
     GITMODULES_PATH = "gitmodulesPath"
     GITMODULES_UPDATE = "gitmodulesUpdate"
+    # .gitattributes contents (fsck_blob)
+    GITATTRIBUTES_BLOB = "gitattributesBlob"
+    GITATTRIBUTES_LARGE = "gitattributesLarge"
+    GITATTRIBUTES_LINE_LENGTH = "gitattributesLineLength"
 
     @property
     def rule(self) -> FsckRule:
@@ -348,30 +354,25 @@ def _rules() -> Mapping[str, FsckRule]:
         "gitattributesBlob": FsckRule(
             E,
             bad,
-            "not checked yet: a tree or commit named .gitattributes; "
-            + attrs
-            + "it can attack clients",
+            "a tree or commit named .gitattributes: git's attribute reader reads it as a file",
         ),
         "gitattributesLarge": FsckRule(
             E,
             bad,
-            "not checked yet: a .gitattributes over git's 100 MiB; "
-            + attrs
-            + "it can attack clients",
+            "a .gitattributes over gitattributes_bytes_max (git's ATTR_MAX_FILE_SIZE, 100 MiB): "
+            "git refuses to read it; " + attrs.rstrip("; "),
         ),
         "gitattributesLineLength": FsckRule(
             E,
             bad,
-            "not checked yet: a .gitattributes line over git's 2 KiB; "
-            + attrs
-            + "it can attack clients",
+            "a .gitattributes line of 2 KiB or more (git's ATTR_MAX_LINE_LENGTH): "
+            "git refuses to read it; " + attrs.rstrip("; "),
         ),
         "gitattributesMissing": FsckRule(
             E,
             bad,
-            "not checked yet: a .gitattributes blob that cannot be read; "
-            + attrs
-            + "it can attack clients",
+            "not checked as such: a tree naming an object neither the push nor the repository"
+            " holds is refused as missing objects",
         ),
         "gitattributesSymlink": FsckRule(
             I,
@@ -989,6 +990,12 @@ def is_dotgitmodules_name(name: bytes) -> bool:
     return _hfs_is(name, b"gitmodules") or _ntfs_is(name, b"gitmodules", b"gi7eba")
 
 
+def is_dotgitattributes_name(name: bytes) -> bool:
+    """A name some filesystem reads as ``.gitattributes`` (utf8.c ``is_hfs_dotgitattributes``,
+    path.c ``is_ntfs_dotgitattributes``: short name ``GITATT~<1-4>`` or ``GI7D29~<n>``)."""
+    return _hfs_is(name, b"gitattributes") or _ntfs_is(name, b"gitattributes", b"gi7d29")
+
+
 def _maybe_dotgit(name: bytes) -> bool:
     """:func:`is_dotgit_name`, its decoding skipped for ASCII names that cannot match."""
     if name.isascii() and b"\\" not in name:
@@ -1100,13 +1107,14 @@ def _may_be_suspect(joined: bytes) -> bool:
     )
 
 
-def _may_name_gitmodules(joined: bytes) -> bool:
-    """Whether some name of ``joined`` (names joined by '/') can read as ``.gitmodules``:
-    every such spelling holds ``gitmod`` or ``gi7eba`` in some case, or is not ASCII."""
+def _may_name_special(joined: bytes) -> bool:
+    """Whether some name of ``joined`` (names joined by '/') can read as a
+    :class:`SpecialBlob` name: every such ASCII spelling holds one of its
+    :data:`_SPECIAL_STEMS` in some case."""
     if not joined.isascii():
         return True
     low = joined.lower()
-    return b"gitmod" in low or b"gi7eba" in low
+    return any(stem in low for stem in _SPECIAL_STEMS)
 
 
 def _dot_problems(joined: bytes) -> list[FsckProblem]:
@@ -1257,7 +1265,7 @@ class TreeCheckMemo:
 
     Most trees of a history differ from another version of the same directory
     only in object ids: their names and modes, which decide every check but
-    ``nullSha1`` and which ``.gitmodules`` ids are collected, are the same. The
+    ``nullSha1`` and which :func:`special_blobs` are collected, are the same. The
     key is the tree with the 20 bytes after each NUL cut out (its skeleton);
     a tree maps to a skeleton of a usual tree only when every NUL left in the
     skeleton had 20 bytes cut after it, and then it is that usual tree with
@@ -1282,7 +1290,7 @@ class TreeCheckMemo:
         self,
         skeleton: bytes,
         found: list[FsckProblem],
-        may_name_gitmodules: bool,
+        may_name_special: bool,
     ) -> None:
         cost = len(skeleton) + _MEMO_ENTRY_BYTES
         if cost > self._max:
@@ -1293,7 +1301,7 @@ class TreeCheckMemo:
         # nullSha1 depends on the ids: kept out, and put back before largePathname on a hit
         before = tuple(p for p in found if p.msg not in _NOT_BEFORE_NULL)
         after = tuple(p for p in found if p.msg is FsckMsg.LARGE_PATHNAME)
-        self._items[skeleton] = (before, after, may_name_gitmodules)
+        self._items[skeleton] = (before, after, may_name_special)
         self._bytes += cost
 
 
@@ -1311,17 +1319,18 @@ def check_tree(
     limits: Limits = DEFAULT_LIMITS,
     memo: TreeCheckMemo | None = None,
     warnings: FsckWarnings | None = None,
-) -> list[ObjectId]:
-    """:func:`check_object` for a tree, then its :func:`gitmodules_blobs`, from one parse.
+) -> list[tuple[SpecialBlob, ObjectId]]:
+    """:func:`check_object` for a tree, then its :func:`special_blobs`, from one parse.
 
     The indexer checks every tree of a push (fsck.c ``fsck_tree`` collects the
-    ``.gitmodules`` ids as it walks the entries); a usual tree's names are read
-    once for both, or not at all when ``memo`` knows a tree with the same names
-    and modes. Same results as the two calls.
+    ``.gitmodules`` and ``.gitattributes`` ids as it walks the entries); a usual
+    tree's names are read once for both, or not at all when ``memo`` knows a
+    tree with the same names and modes. Same results as the two calls.
 
     First, compiled code (``enroute_native.tree_fsck``, docs/native.md) tells a
     clean tree, one with plain names in git's order that holds no problem and
-    names no ``.gitmodules``, without a Python object per entry; every other
+    names no :class:`SpecialBlob` (every spelling starts with '.' or holds '~'
+    or a non-ASCII byte, which it never calls clean), without a Python object per entry; every other
     tree is judged here.
     """
     if tree_clean(body, limits.tree_entries_max, limits.tree_entry_name_bytes_max):
@@ -1332,23 +1341,23 @@ def check_tree(
         if len(body) - len(skeleton) == OID_BYTES * skeleton.count(b"\0"):
             known = memo.get(skeleton)
             if known is not None:
-                before, after, may_name_gitmodules = known
+                before, after, may_name_special = known
                 if before or after or b"\0" + ZERO_OID in body:
                     null = (_NULL_SHA1_PROBLEM,) if b"\0" + ZERO_OID in body else ()
                     _refuse_first(oid, [*before, *null, *after], policy, warnings)
-                return gitmodules_blobs(body, limits=limits) if may_name_gitmodules else []
+                return special_blobs(body, limits=limits) if may_name_special else []
         else:
             skeleton = b""  # a NUL without 20 bytes after it: not a usual tree
     usual = _usual_tree_names(body, limits)
     if usual is None:
         check_object(oid, ObjectType.TREE, body, policy=policy, limits=limits, warnings=warnings)
-        return gitmodules_blobs(body, limits=limits)
+        return special_blobs(body, limits=limits)
     problems, joined = usual
-    may_name_gitmodules = _may_name_gitmodules(joined)
+    may_name_special = _may_name_special(joined)
     if memo is not None and skeleton:
-        memo.put(skeleton, problems, may_name_gitmodules)
+        memo.put(skeleton, problems, may_name_special)
     _refuse_first(oid, problems, policy, warnings)
-    return gitmodules_blobs(body, limits=limits) if may_name_gitmodules else []
+    return special_blobs(body, limits=limits) if may_name_special else []
 
 
 # -- .gitmodules ------------------------------------------------------------------------------
@@ -1360,25 +1369,53 @@ def check_tree(
 # (CVE-2018-17456), ``update = !command``.
 
 
-def gitmodules_blobs(body: bytes, *, limits: Limits = DEFAULT_LIMITS) -> list[ObjectId]:
-    """Ids a tree names ``.gitmodules`` other than as a symlink (fsck.c ``gitmodules_found``).
+class SpecialBlob(enum.Enum):
+    """A file name whose blob fsck reads (fsck.c ``gitmodules_found``, ``gitattributes_found``).
 
-    Every ASCII spelling holds ``gitmod`` or ``gi7eba`` in some case; an HFS+
-    spelling holds the UTF-8 of an ignorable code point (U+200C-200F,
+    Git's clients read these files from a checkout: what they hold is checked
+    wherever the blob is stored, once a tree names it so in any spelling.
+    """
+
+    GITMODULES = ".gitmodules"
+    GITATTRIBUTES = ".gitattributes"
+
+    def names(self, name: bytes) -> bool:
+        """Whether some filesystem reads ``name`` as this file (ASCII names that cannot
+        match skip the decoding)."""
+        if self is SpecialBlob.GITMODULES:
+            return _maybe_dotgitmodules(name)
+        if name.isascii() and not name[:7].lower().startswith(_ATTRIBUTES_PREFIXES):
+            return False
+        return is_dotgitattributes_name(name)
+
+
+_ATTRIBUTES_PREFIXES = (b".gitatt", b"gitatt~", b"gi7d29~")
+# Every ASCII spelling of a SpecialBlob name holds one of these in some case (NTFS short
+# names included); an HFS+ spelling holds a non-ASCII ignorable code point.
+_SPECIAL_STEMS = (b"gitmod", b"gi7eba", b"gitatt", b"gi7d29")
+
+
+def special_blobs(
+    body: bytes, *, limits: Limits = DEFAULT_LIMITS
+) -> list[tuple[SpecialBlob, ObjectId]]:
+    """What a tree names ``.gitmodules`` or ``.gitattributes`` other than as a symlink, and
+    as which (fsck.c ``fsck_tree`` fills ``gitmodules_found`` and ``gitattributes_found``).
+
+    Every ASCII spelling holds one of :data:`_SPECIAL_STEMS` in some case; an
+    HFS+ spelling holds the UTF-8 of an ignorable code point (U+200C-200F,
     U+202A-202E, U+206A-206F: E2 80/E2 81; U+FEFF: EF BB BF).
     """
     low = body.lower()  # substring tests: far cheaper than a regular expression here
-    if (
-        b"gitmod" not in low
-        and b"gi7eba" not in low
-        and not (b"\xe2\x80" in body or b"\xe2\x81" in body or b"\xef\xbb\xbf" in body)
+    if not any(stem in low for stem in _SPECIAL_STEMS) and not (
+        b"\xe2\x80" in body or b"\xe2\x81" in body or b"\xef\xbb\xbf" in body
     ):
         return []
-    found: list[ObjectId] = []
+    found: list[tuple[SpecialBlob, ObjectId]] = []
     try:
         for mode_bytes, name, oid in _tree_entries(body, limits):
-            if int(mode_bytes, 8) != MODE_SYMLINK and _maybe_dotgitmodules(name):
-                found.append(ObjectId(oid))
+            if int(mode_bytes, 8) == MODE_SYMLINK:
+                continue  # gitmodulesSymlink's job; gitattributesSymlink is INFO in git
+            found.extend((kind, ObjectId(oid)) for kind in SpecialBlob if kind.names(name))
     except InvalidObject:
         return []  # fsck_tree reports badTree
     return found
@@ -1518,7 +1555,25 @@ def fsck_gitmodules(body: bytes) -> list[FsckProblem]:
     return list(found.values())
 
 
-def check_gitmodules(
+def fsck_gitattributes(body: bytes) -> list[FsckProblem]:
+    """``fsck_blob`` for a .gitattributes blob: a line of ``ATTR_MAX_LINE_LENGTH`` (2048)
+    bytes or more, which git's attribute reader refuses (attr.c, after CVE-2022-23521).
+
+    As in git, the lines end at the first NUL (it reads the blob as a C string).
+    """
+    nul = body.find(b"\0")
+    text = body if nul < 0 else body[:nul]
+    if any(len(line) >= _ATTR_LINE_BYTES_MAX for line in text.split(b"\n")):
+        message = ".gitattributes has too long lines to parse"
+        return [FsckProblem(FsckMsg.GITATTRIBUTES_LINE_LENGTH, message)]
+    return []
+
+
+_ATTR_LINE_BYTES_MAX = 2048  # attr.h ATTR_MAX_LINE_LENGTH: what git's clients read, not a limit
+
+
+def check_special_blob(
+    kind: SpecialBlob,
     oid: ObjectId,
     type_num: int,
     read: Callable[[], bytes],
@@ -1528,18 +1583,26 @@ def check_gitmodules(
     limits: Limits = DEFAULT_LIMITS,
     warnings: FsckWarnings | None = None,
 ) -> None:
-    """Raise :class:`InvalidObject` for a refused problem of an object a tree names .gitmodules.
+    """Raise :class:`InvalidObject` for a refused problem of an object a tree names ``kind``
+    (fsck.c ``fsck_blobs`` and ``fsck_blob``).
 
     ``read`` gives the body; it is not called for a non-blob or a blob over
-    ``gitmodules_bytes_max`` (git: ``core.bigFileThreshold``).
+    ``gitmodules_bytes_max`` (git: ``core.bigFileThreshold``) or
+    ``gitattributes_bytes_max`` (git: ``ATTR_MAX_FILE_SIZE``).
     """
-    if type_num != ObjectType.BLOB:
-        problems = [FsckProblem(FsckMsg.GITMODULES_BLOB, "non-blob found at .gitmodules")]
-    elif size > limits.gitmodules_bytes_max:
-        text = (
-            f".gitmodules is {size} bytes, over gitmodules_bytes_max {limits.gitmodules_bytes_max}"
-        )
-        problems = [FsckProblem(FsckMsg.GITMODULES_LARGE, text)]
+    if kind is SpecialBlob.GITMODULES:
+        not_blob, large, limit = FsckMsg.GITMODULES_BLOB, FsckMsg.GITMODULES_LARGE, "gitmodules"
+        bytes_max = limits.gitmodules_bytes_max
     else:
+        not_blob, large = FsckMsg.GITATTRIBUTES_BLOB, FsckMsg.GITATTRIBUTES_LARGE
+        limit, bytes_max = "gitattributes", limits.gitattributes_bytes_max
+    if type_num != ObjectType.BLOB:
+        problems = [FsckProblem(not_blob, f"non-blob found at {kind.value}")]
+    elif size > bytes_max:
+        text = f"{kind.value} is {size} bytes, over {limit}_bytes_max {bytes_max}"
+        problems = [FsckProblem(large, text)]
+    elif kind is SpecialBlob.GITMODULES:
         problems = fsck_gitmodules(read())
+    else:
+        problems = fsck_gitattributes(read())
     _refuse_first(oid, problems, policy, warnings)
