@@ -4,7 +4,8 @@
 pack: ``check_object`` (builtin/index-pack.c) asks the object database the type
 of every object a pushed tree, commit or tag names ("object %s: expected type
 %s, found %s"), and ``fsck_finish`` (fsck.c) reads every blob a pushed tree
-names ``.gitmodules`` from the object database, wherever it is stored. Each
+names ``.gitmodules`` or ``.gitattributes`` from the object database, wherever
+it is stored. Each
 case pushes a first layer, then a second pack against a real
 :class:`~enroute_core.engine.view.View` of it, so the snapshot's answers are
 the layers' own (kinds from id runs, sizes from the object table).
@@ -88,8 +89,8 @@ class Repo:
     """The first push: a commit over ``notes.txt`` (the hostile text as a harmless file),
     ``README`` and ``dir/README``; a view of its layer is the snapshot of every case."""
 
-    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
-        self.blob = oid(3, HOSTILE)
+    def __init__(self, limits: Limits = DEFAULT_LIMITS, held: bytes = HOSTILE) -> None:
+        self.blob = oid(3, held)
         self.readme = oid(3, README)
         sub = tree((b"100644", b"README", self.readme))
         self.subtree = oid(2, sub)
@@ -101,7 +102,7 @@ class Repo:
         self.tree = oid(2, root)
         first = commit(self.tree)
         self.commit = oid(1, first)
-        objects = [(1, first), (2, root), (2, sub), (3, HOSTILE), (3, README)]
+        objects = [(1, first), (2, root), (2, sub), (3, held), (3, README)]
         result = ingest_pack(BytesSource(write_pack(objects)), [self.commit], EMPTY_SNAPSHOT)
         assert result.data is not None and result.sealed is not None
         reader = LayerReader.open(BytesSource(result.data), meta_size=result.sealed.meta_size)
@@ -169,6 +170,46 @@ def test_a_harmless_held_gitmodules_is_accepted() -> None:
     repo = Repo()
     result = repo.push_tree([(b"100644", b".gitmodules", repo.readme)])
     assert result.object_count == 2  # the new tree and commit; the blob stays where it is
+
+
+# -- .gitattributes that arrives under another name (fsck.c fsck_blob, t1450) ------------------
+
+# t1450 'fsck error on gitattributes with excessive line lengths': "pattern %02048d"
+LONG_LINE_ATTRIBUTES = b"*.c diff=cpp\npattern " + b"%02048d" % 1 + b"\n"
+
+
+@pytest.mark.parametrize(
+    "name", [b".gitattributes", b".GitAttributes", b"GITATT~1", b"gi7d29~1", b".gitattributes."]
+)
+def test_a_held_blob_renamed_gitattributes_is_checked(name: bytes) -> None:
+    repo = Repo(held=LONG_LINE_ATTRIBUTES)
+    with pytest.raises(InvalidObject, match="gitattributesLineLength") as info:
+        repo.push_tree([(b"100644", name, repo.blob)])
+    assert info.value.details["oid"] == repo.blob.hex()
+    assert repo.snapshot.reads.count(repo.blob) == 1  # read from the view, once
+    repo.push_tree([(b"100644", name, repo.blob)], fsck=None)  # the check is what refused it
+
+
+def test_a_held_gitattributes_over_the_bound_is_refused_unread() -> None:
+    limits = Limits(gitattributes_bytes_max=len(LONG_LINE_ATTRIBUTES) - 1)
+    repo = Repo(limits, held=LONG_LINE_ATTRIBUTES)
+    with pytest.raises(InvalidObject, match="gitattributesLarge"):
+        repo.push_tree([(b"100644", b".gitattributes", repo.blob)])
+    assert repo.blob not in repo.snapshot.reads  # its size came from the layer's table
+
+
+def test_a_held_tree_named_gitattributes_is_not_a_blob() -> None:
+    repo = Repo()
+    with pytest.raises(InvalidObject, match="gitattributesBlob"):
+        repo.push_tree([(b"40000", b".gitattributes", repo.subtree)])
+    assert repo.subtree not in repo.snapshot.reads
+
+
+def test_a_held_gitmodules_text_is_harmless_as_gitattributes() -> None:
+    """Each name gets its own check: the hostile .gitmodules text has no long line."""
+    repo = Repo()
+    result = repo.push_tree([(b"100644", b".gitattributes", repo.blob)])
+    assert result.object_count == 2
 
 
 # -- wrong-type references to held objects (index-pack.c check_object) -------------------------
