@@ -1,14 +1,16 @@
 /*
  * Whether a tree is clean: one that git's fsck (fsck.c fsck_tree) finds nothing
- * in and that names no .gitmodules, decided without a Python object per entry.
+ * in and that names no .gitmodules or .gitattributes, decided without a Python
+ * object per entry.
  *
  * enroute_core.git.fsck.check_tree is the reference. This answers True only
  * for a tree the reference reads as the usual tree and finds no problem in:
  * every entry `MODE SP NAME NUL OID` with a mode git writes (40000, 100644,
  * 100755, 120000, 160000), a name of ASCII bytes without '/', that does not
  * start with '.' and holds no '~' or '\', and is at most name_max bytes (every
- * ASCII spelling of '.', '..', '.git' and '.gitmodules' fsck knows starts with
- * '.' or holds '~' or '\': the NTFS short names GIT~1, GITMOD~1, GI7EBA~1;
+ * ASCII spelling of '.', '..', '.git', '.gitmodules' and '.gitattributes' fsck
+ * knows starts with '.' or holds '~' or '\': the NTFS short names GIT~1,
+ * GITMOD~1, GI7EBA~1, GITATT~1, GI7D29~1;
  * HFS+ spellings hold non-ASCII code points); entries in
  * git's order (a tree's name compared as if it ended in '/') with no name
  * twice; no object id of zeros; at most entries_max entries. Anything else
