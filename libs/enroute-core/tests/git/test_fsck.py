@@ -519,6 +519,21 @@ def test_gitattributes_line_length() -> None:
     _check_attributes(3, b"a\0" + b"x" * 4096)
 
 
+def test_gitattributes_line_length_against_splitting_lines() -> None:
+    """The block scan of ``_has_line_of`` against the plain reading (split at the first NUL,
+    then at newlines), on random line lengths around the bound."""
+    seed = int(os.environ.get("ENROUTE_SEED", random.randrange(2**32)))
+    print(f"ENROUTE_SEED={seed}")
+    rng = random.Random(seed)
+    for _ in range(300):
+        lines = [b"x" * rng.choice([0, 1, 1023, 1024, 2046, 2047, 2048, 2049, 3000])]
+        lines += [b"y" * rng.randrange(2100) for _ in range(rng.randrange(4))]
+        body = b"\n".join(lines) + rng.choice([b"", b"\n", b"\0" + b"z" * 2048])
+        plain = any(len(line) >= 2048 for line in body.split(b"\0")[0].split(b"\n"))
+        found = fsck_module.fsck_gitattributes(body)
+        assert bool(found) == plain, (seed, [len(line) for line in lines])
+
+
 def test_gitattributes_large() -> None:
     """t1450 'fsck error on gitattributes with excessive size': over 100 MiB
     (ATTR_MAX_FILE_SIZE); the body is never read."""
