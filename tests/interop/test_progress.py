@@ -220,7 +220,10 @@ def keepalive_gaps(url: str, src: Path, home: Path, caps: str) -> tuple[list[flo
     return gaps, report, sum(p == RECEIVE_KEEPALIVE for _, p in timed)
 
 
-@pytest.mark.slow
+# Nightly: whether 200,000 objects keep an idle two-core machine busy past KEEPALIVE_S
+# depends on its speed (1.4 s idle, 6 s loaded), so CI cannot rely on a keepalive
+# being due; the unit tests of the progress stream run in CI.
+@pytest.mark.nightly
 @pytest.mark.timeout(600)
 def test_a_slow_push_gets_keepalives_at_most_5s_apart(tmp_path: Path, home: Path) -> None:
     """The ingest of 200,000 objects takes about 6 s here; with ``quiet`` there is no
