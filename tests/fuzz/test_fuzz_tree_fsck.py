@@ -33,7 +33,8 @@ OID = ObjectId(b"\x01" * 20)
 _PLAIN = [b"a", b"b", b"a-b", b"a.b", b"a0", b"src", b"README", b"x" * 16, b"a b", b"A", b"\x01"]
 _ODD = [b"x" * 17, b"", b".", b"..", b".git", b".GIT", b"git~1", b"GIT~1", b".gitmodules",
         b".GitModules", b"gitmod", b"GITMO~1", b"gi7eba~1", b"a\\b", b"a/b", b"\xe2\x80\x8c.git",
-        b"caf\xc3\xa9", b"~", b"a~", b".keep"]  # fmt: skip
+        b"caf\xc3\xa9", b"~", b"a~", b".keep", b".gitattributes", b"GITATT~1",
+        b"gi7d29~1"]  # fmt: skip
 NAMES = st.sampled_from(_PLAIN) | st.sampled_from(_PLAIN) | st.sampled_from(_ODD)
 _GIT_MODES = [b"40000", b"100644", b"100755", b"120000", b"160000"]
 MODES = st.sampled_from(_GIT_MODES) | st.sampled_from([b"040000", b"100664", b"644", b"1"])
