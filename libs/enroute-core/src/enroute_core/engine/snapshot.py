@@ -5,10 +5,10 @@ and to the snapshot it was ingested against. Ingest needs these questions
 answered about that snapshot: does it hold an object, of what type and size
 (git's ``oid_object_info``: every object a pushed tree, commit or tag names
 must have the type it is named with, as ``index-pack --strict`` checks, and a
-``.gitmodules`` blob is bounded before it is read), and what is its body
-(thin-pack bases, trees of parent commits for segment diffs, ``.gitmodules``
-blobs a pushed tree names). The view answers them from its layers; tests
-answer them from a real git repository.
+``.gitmodules`` or ``.gitattributes`` blob is bounded before it is read), and
+what is its body (thin-pack bases, trees of parent commits for segment diffs,
+``.gitmodules`` and ``.gitattributes`` blobs a pushed tree names). The view
+answers them from its layers; tests answer them from a real git repository.
 
 Contract an implementation keeps (ingest relies on it for connectivity):
 every object the snapshot contains has its whole closure in the snapshot,
