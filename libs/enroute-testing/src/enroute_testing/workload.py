@@ -343,8 +343,13 @@ class Workload:
         elif line.startswith("!") and ("stale info" in line or "stale ref" in line):
             self.history.complete(rec, "ok", False, line)
             c.known.pop(repo, None)  # re-read before the next write
-        elif line.startswith("!") and "incarnation" in line:
-            self.history.complete(rec, "fail", None, line)  # refused before any effect
+        elif line.startswith("!") and (
+            "incarnation" in line or "(object store put failed)" in line
+        ):
+            # refused before any effect: a push's layer is put before its Commit is
+            # proposed, and a refused put is reported in the push's report. Counting it
+            # as failed can only make the check stricter (an effect would be illegal).
+            self.history.complete(rec, "fail", None, line)
             c.known.pop(repo, None)
         else:
             self.history.complete(rec, "info", None, (line + " " + err).strip())
