@@ -19,15 +19,9 @@ import pytest
 
 from enroute_core.storage.layer import LayerReader
 from enroute_core.storage.localcopy import LocalCopy
-from enroute_testing.devserver import running_dev
+from enroute_testing.devserver import largest_stored_layer, running_dev
 from enroute_testing.gitcli import run_git
 from enroute_testing.s3budget import refs_of
-
-
-def _largest_layer(store: Path) -> Path:
-    files = [p for p in store.rglob("*") if p.is_file() and "layers" in p.parts]
-    assert files, f"no stored layer under {store}"
-    return max(files, key=lambda p: p.stat().st_size)
 
 
 @pytest.mark.interop
@@ -46,7 +40,7 @@ def test_a_copy_recorded_as_linked_that_is_another_file_is_never_read(tmp_path: 
         run_git(["push", "-q", f"{dev.url}/linked.git", "main"], cwd=src, timeout_s=120)
         first = tmp_path / "first"
         run_git(["clone", "-q", "--mirror", f"{dev.url}/linked.git", str(first)], cwd=tmp_path)
-    stored = _largest_layer(root / "data" / "store")
+    stored = largest_stored_layer(root)
     inode = stored.stat().st_ino
     copies = [
         p

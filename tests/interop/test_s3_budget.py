@@ -30,13 +30,12 @@ from pathlib import Path
 
 import pytest
 
-from enroute_testing.devserver import running_dev
+from enroute_testing.devserver import compute_status, running_dev
 from enroute_testing.gitcli import run_git
 from enroute_testing.s3budget import (
     BUCKET,
     blob_history,
     cold_clones,
-    compute_status,
     dev_config,
     mirror,
     non_blob_chunk_bytes,

@@ -18,16 +18,10 @@ import pytest
 
 from enroute_core.storage.layer import LayerReader
 from enroute_core.storage.localcopy import LocalCopy
-from enroute_testing.devserver import running_dev
+from enroute_testing.devserver import largest_stored_layer, running_dev
 from enroute_testing.gitcli import GitFailed, run_git
 
 FAILED_LINE = re.compile(r"request ([0-9a-f]*) failed: corrupt_data")
-
-
-def _largest_layer(store: Path) -> Path:
-    files = [p for p in store.rglob("*") if p.is_file() and "layers" in p.parts]
-    assert files, f"no stored layer under {store}"
-    return max(files, key=lambda p: p.stat().st_size)
 
 
 @pytest.mark.interop
@@ -44,7 +38,7 @@ def test_a_corrupt_chunk_fails_the_clone_and_is_logged_once(tmp_path: Path) -> N
     root.mkdir()
     with running_dev(root) as dev:
         run_git(["push", "-q", f"{dev.url}/broken.git", "main"], cwd=src, timeout_s=120)
-    layer = _largest_layer(root / "data" / "store")
+    layer = largest_stored_layer(root)
     size = layer.stat().st_size
     with LocalCopy.open_linked(str(layer), size) as copy:
         reader = LayerReader.open(copy)

@@ -51,12 +51,24 @@ class DevServer:
 
     def compute_status(self) -> dict[str, Any]:
         """The compute's ``/status``, at the address its (latest) ready line names."""
-        log = (self.log_path.parent / "data" / "logs" / "compute.log").read_text(errors="replace")
-        found = COMPUTE_READY.findall(log)
-        assert found, "no compute ready line"
-        with urllib.request.urlopen(f"http://{found[-1]}/status", timeout=20) as r:
-            status: dict[str, Any] = json.loads(r.read())
-        return status
+        return compute_status(self.log_path.parent)
+
+
+def compute_status(root: Path) -> dict[str, Any]:
+    """``/status`` of the compute of the `enroute dev` under ``root`` (its latest start)."""
+    log = (root / "data" / "logs" / "compute.log").read_text(errors="replace")
+    found = COMPUTE_READY.findall(log)
+    assert found, "no compute ready line"
+    with urllib.request.urlopen(f"http://{found[-1]}/status", timeout=20) as r:
+        status: dict[str, Any] = json.loads(r.read())
+    return status
+
+
+def largest_stored_layer(root: Path) -> Path:
+    """The largest layer file in the ``file://`` store of the `enroute dev` under ``root``."""
+    files = [p for p in (root / "data" / "store").rglob("*") if p.is_file() and "layers" in p.parts]
+    assert files, f"no stored layer under {root}"
+    return max(files, key=lambda p: p.stat().st_size)
 
 
 def _pump(

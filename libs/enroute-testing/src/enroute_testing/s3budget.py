@@ -5,7 +5,6 @@ cold-compute benchmark share (issue 18, "Acceptance").
   ``node.disk_cache``;
 - :func:`blob_history`: a repository of incompressible blobs and a little text,
   written with ``git fast-import`` (seconds for 150 MiB);
-- :func:`compute_status`: the compute's ``/status`` (its address from the log);
 - :func:`stored_layers`, :func:`non_blob_chunk_bytes`: the layer files in the
   bucket, and the bytes of the whole 1 MiB chunks their non-blob kind runs span
   (loads are whole chunks, so that is what a blobless clone may load at most);
@@ -16,12 +15,9 @@ cold-compute benchmark share (issue 18, "Acceptance").
 
 from __future__ import annotations
 
-import json
 import random
-import re
 import shutil
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,12 +26,11 @@ from enroute_core.base.errors import CorruptData
 from enroute_core.git.source import BytesSource
 from enroute_core.storage.diskbudget import CHUNK_BYTES
 from enroute_core.storage.layer import Kind, LayerReader
-from enroute_testing.devserver import running_dev
+from enroute_testing.devserver import compute_status, running_dev
 from enroute_testing.gitcli import run_git
 from enroute_testing.s3servers import S3Endpoint, s3_client
 
 BUCKET = "enroute"
-COMPUTE_READY = re.compile(r"enroute compute ready: .*http=(\S+)")
 
 
 def dev_config(s3: S3Endpoint, prefix: str, budget_bytes: int) -> dict[str, Any]:
@@ -92,16 +87,6 @@ def blob_history(
 def pack_bytes(repo: Path) -> int:
     """Bytes of the packs of a non-bare repository."""
     return sum(p.stat().st_size for p in (repo / ".git" / "objects" / "pack").glob("*.pack"))
-
-
-def compute_status(root: Path) -> dict[str, Any]:
-    """``/status`` of the compute of the `enroute dev` under ``root`` (its latest start)."""
-    log = (root / "data" / "logs" / "compute.log").read_text(errors="replace")
-    found = COMPUTE_READY.findall(log)
-    assert found, "no compute ready line"
-    with urllib.request.urlopen(f"http://{found[-1]}/status", timeout=20) as r:
-        status: dict[str, Any] = json.loads(r.read())
-    return status
 
 
 def stored_layers(s3: S3Endpoint, prefix: str) -> list[tuple[int, LayerReader]]:
