@@ -34,7 +34,14 @@ from pydantic import (
 
 from enroute_core.base.errors import InvalidArgument
 from enroute_core.base.limits import DEFAULT_LIMITS, GiB, KiB, Limits, MiB
-from enroute_core.git.fsck import FSCK_RULES, RECEIVE_POLICY, FsckMsg, FsckPolicy, Severity
+from enroute_core.git.fsck import (
+    FSCK_RULES,
+    GIT_ATTR_FILE_BYTES_MAX,
+    RECEIVE_POLICY,
+    FsckMsg,
+    FsckPolicy,
+    Severity,
+)
 from enroute_core.storage.objectstore.base import StoreOptions
 
 ENV_PREFIX = "ENROUTE_"
@@ -460,6 +467,12 @@ def _limits_section(value: object) -> object:
         parsed = parse_bytes(raw)
         if not isinstance(parsed, int) or isinstance(parsed, bool) or parsed < 0:
             raise ValueError(f"limit {key} must be a non-negative integer or size")
+        if key == "gitattributes_bytes_max" and parsed > GIT_ATTR_FILE_BYTES_MAX:
+            raise ValueError(
+                f"limit gitattributes_bytes_max {parsed} is over git's {GIT_ATTR_FILE_BYTES_MAX}"
+                " (100MiB, ATTR_MAX_FILE_SIZE): git's clients refuse to read a larger"
+                " .gitattributes, so a push must not bring one"
+            )
         out[str(key)] = parsed
     return out
 

@@ -162,6 +162,14 @@ def test_configuration_overrides_and_refuses_what_cannot_work() -> None:
     load_config("receive:\n  fsck:\n    missingTree: error\n", {})  # raising is fine
 
 
+def test_gitattributes_bytes_max_stays_within_what_git_reads() -> None:
+    """attr.h ATTR_MAX_FILE_SIZE: a larger bound would let in what every client refuses."""
+    limits = load_config("limits:\n  gitattributes_bytes_max: 100MiB\n", {}).resource_limits()
+    assert limits.gitattributes_bytes_max == 100 * 1024 * 1024
+    with pytest.raises(InvalidArgument, match="over git's 104857600 .100MiB, ATTR_MAX_FILE_SIZE"):
+        load_config("limits:\n  gitattributes_bytes_max: 104857601\n", {})
+
+
 def test_refusal_names_the_id_and_the_setting() -> None:
     with pytest.raises(InvalidObject) as info:
         check_object(OID, 2, b"100644 .git\0" + bytes(19) + b"\x01")

@@ -43,6 +43,7 @@ from enroute_core.git.tree import (
 
 __all__ = [
     "FSCK_RULES",
+    "GIT_ATTR_FILE_BYTES_MAX",
     "FsckClass",
     "FsckMsg",
     "FsckPolicy",
@@ -1569,6 +1570,9 @@ def fsck_gitattributes(body: bytes) -> list[FsckProblem]:
 
 
 _ATTR_LINE_BYTES_MAX = 2048  # attr.h ATTR_MAX_LINE_LENGTH: what git's clients read, not a limit
+GIT_ATTR_FILE_BYTES_MAX = 100 * 1024 * 1024
+"""attr.h ``ATTR_MAX_FILE_SIZE``: git's clients refuse to read a larger ``.gitattributes``,
+so ``gitattributes_bytes_max`` may not be set above it (config.py)."""
 
 
 def _has_line_of(body: bytes, end: int, length: int) -> bool:
