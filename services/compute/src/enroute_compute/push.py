@@ -42,7 +42,7 @@ from functools import partial
 from typing import TypeVar
 
 from enroute_compute.commits import BuiltCommit, CommitRequest, build_commit
-from enroute_compute.host import LoadingSnapshot, RepositoryHost
+from enroute_compute.host import LoadingSnapshot, RepositoryHost, Snapshot
 from enroute_compute.ledger_port import CreateMode
 from enroute_compute.work import CancellableSource, cancellable_sink, to_thread_to_end
 from enroute_core.base.clock import Clock
@@ -137,6 +137,48 @@ class Pusher:
 
     def __init__(self, host: RepositoryHost) -> None:
         self.host = host
+        self._acknowledged: dict[str, tuple[int, int]] = {}
+        """Per repository, (incarnation, ledger version) of the latest push this compute
+        acknowledged whose state its view may not hold yet (read-your-writes, below)."""
+        host.state_listeners.append(self._view_moved)
+
+    # -- read-your-writes -----------------------------------------------------------------
+
+    async def _snapshot_after_own_pushes(self, name: str) -> Snapshot:
+        """The view a push ingests against, holding every push this compute acknowledged.
+
+        A push answers once its commit is durable, before this compute's view applies it
+        (the view follows the ledger on its own). A client that pushes again without
+        asking for the advertisement (which is read behind a barrier) sends a thin pack
+        against the commit it just pushed; ingested against a view without it, its
+        bases are "neither in the pack nor in the repository". So a push first waits
+        for the view to reach the version the previous push here was acknowledged at
+        (bounded by ``wait_s``, as every view wait; a view dropped meanwhile is opened
+        again at the ledger's current state, which holds it).
+        """
+        repo = await self.host.open(name, CreateMode.IMPLICIT)
+        acked = self._acknowledged.get(name)
+        state = repo.state
+        if acked is not None and acked[0] == state.incarnation and state.version < acked[1]:
+            await self.host.wait_applied(name, acked[1])
+            repo = await self.host.open(name, CreateMode.IMPLICIT)
+        return repo.snapshot()
+
+    def _acknowledge(self, name: str, incarnation: int, version: int) -> None:
+        held = self._acknowledged.get(name)
+        if held is None or held[0] != incarnation or held[1] < version:
+            self._acknowledged[name] = (incarnation, version)
+        self._view_moved(name)
+
+    def _view_moved(self, name: str) -> None:
+        """Forget an acknowledged version once the view holds it (the map keeps only
+        the pushes whose state is on its way, so it stays as small as that)."""
+        acked = self._acknowledged.get(name)
+        if acked is None:
+            return
+        snap = self.host.peek(name)
+        if snap is None or snap.state.incarnation != acked[0] or snap.state.version >= acked[1]:
+            del self._acknowledged[name]
 
     # -- push -----------------------------------------------------------------------------
 
@@ -255,7 +297,7 @@ class Pusher:
                 ),
                 request,
             )
-        snap = (await self.host.open(name, CreateMode.IMPLICIT)).snapshot()
+        snap = await self._snapshot_after_own_pushes(name)
         tips = [c.new for c in commands if not c.is_delete]
         branch_targets = [(c.ref, c.new) for c in commands if not c.is_delete]
         result: IngestResult | None = None
@@ -346,7 +388,9 @@ class Pusher:
         # The commit is durable and its outcome known: report now, as receive-pack does
         # once its refs are written. This view catches up on its own; every ref read
         # (and the next push's advertisement) waits for it behind a barrier (DESIGN
-        # "Read path"), so the pusher's next fetch still sees its push.
+        # "Read path"), and the next push here waits for it too, advertisement or not
+        # (_snapshot_after_own_pushes), so the pusher's next fetch or push sees its push.
+        self._acknowledge(name, snap.state.incarnation, proposed.version)
         report = dataclasses.replace(_report(proposed.change, request), warnings=warned)
         return encode_report(report, request)
 
