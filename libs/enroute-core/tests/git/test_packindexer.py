@@ -130,8 +130,8 @@ def test_bodies_reach_the_sink_with_their_ids() -> None:
     pack = (DATA / "small-ofs.pack").read_bytes()
     seen: dict[int, tuple[ObjectId, int, bytes]] = {}
 
-    def sink(index: int, oid: ObjectId, type_num: int, body: bytes) -> None:
-        assert index not in seen
+    def sink(index: int, oid: ObjectId, type_num: int, body: bytes | None) -> None:
+        assert index not in seen and body is not None  # nothing is over the stream threshold
         seen[index] = (oid, type_num, body)
 
     result = index_pack(BytesSource(pack), on_object=sink)
@@ -386,8 +386,8 @@ _GIT_SPEC = RepoSpec(seed=11, commits=60, branches=2, merge_every=7, files=30, f
                      binary_files=2, large_file_bytes=200_000)  # fmt: skip
 
 
-class _Calls(list[tuple[int, ObjectId, int, bytes]]):
-    def append_call(self, index: int, oid: ObjectId, type_num: int, body: bytes) -> None:
+class _Calls(list[tuple[int, ObjectId, int, bytes | None]]):
+    def append_call(self, index: int, oid: ObjectId, type_num: int, body: bytes | None) -> None:
         self.append((index, oid, type_num, body))
 
 
@@ -430,6 +430,94 @@ def test_the_compiled_pass_indexes_git_packs_as_the_reference(tmp_path: Path, ca
     thin = pack_objects(repo.path, revs=["main"], exclude=["main~20"], thin=True)
     result = _both(thin, limits, store.get)
     assert result.external_bases, "the thin pack left no base out"
+
+
+# -- large blobs, streamed (git's index-pack above core.bigFileThreshold) ---------------------
+
+
+def _streamed_calls(pack: bytes, limits: Limits, threshold: int) -> tuple[PackIndexResult, _Calls]:
+    """Index with blobs over ``threshold`` streamed, by both passes (:func:`_both`)."""
+    seen = _Calls()
+    streaming = replace(limits, pack_stream_threshold_bytes=threshold)
+    result = _both(pack, streaming)
+    index_pack(BytesSource(pack), limits=streaming, on_object=seen.append_call)
+    return result, seen
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("cache", [96 << 20, 0])
+def test_streamed_blobs_index_as_held_ones(tmp_path: Path, cache: int) -> None:
+    """A blob over ``pack_stream_threshold_bytes`` is hashed as it inflates: the compiled
+    pass and the reference agree, the objects are those of a pass that held every body,
+    and ``on_object`` gets None for exactly the blobs over the threshold, the rest as
+    before. In a git pack most large blobs are delta bases: each is rebuilt whole from
+    the pack for its deltas, with a cache or none."""
+    repo = generate_repo(tmp_path / "r.git", _GIT_SPEC)
+    pack = pack_objects(repo.path)
+    limits = Limits(pack_base_cache_bytes_max=cache)
+    held = _Calls()
+    whole = index_pack(BytesSource(pack), limits=limits, on_object=held.append_call)
+    threshold = 1024
+    result, seen = _streamed_calls(pack, limits, threshold)
+    assert result.objects == whole.objects
+    streamed = {
+        i for i, info in enumerate(result.objects)
+        if info.base_oid is None and info.type_num == OBJ_BLOB and info.size > threshold
+    }  # fmt: skip
+    assert len(streamed) >= 5, "the pack has few blobs to stream"
+    bases = {info.base_oid for info in result.objects}
+    assert any(result.objects[i].oid in bases for i in streamed), "no streamed blob is a base"
+    assert [(i, o, t) for i, o, t, _ in seen] == [(i, o, t) for i, o, t, _ in held]
+    for (index, _, _, body), (_, _, _, held_body) in zip(seen, held, strict=True):
+        assert body == (None if index in streamed else held_body)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_a_ref_delta_waiting_on_a_streamed_blob_gets_it_whole(compiled: bool) -> None:
+    """A REF_DELTA may come before its base (git allows it): when the base arrives
+    streamed, the waiting delta gets the base rebuilt from the pack."""
+    big = _text(2000)
+    grown = big + b"one more line\n"
+    pack = _pack([Ref(_oid(big), create_delta(big, grown)), Full(OBJ_BLOB, big)])
+    seen = _Calls()
+    limits = Limits(pack_stream_threshold_bytes=len(big) - 1)
+    result = index_pack(
+        BytesSource(pack), limits=limits, on_object=seen.append_call, compiled=compiled
+    )
+    assert result.compiled == compiled
+    assert [o.oid for o in result.objects] == [_oid(grown), _oid(big)]
+    assert [(i, o, body) for i, o, _, body in seen] == [
+        (1, _oid(big), None),
+        (0, _oid(grown), grown),
+    ]
+    if compiled:
+        assert _both(pack, limits) == result
+
+
+def test_a_streamed_zlib_bomb_is_refused_as_a_held_one() -> None:
+    """The zlib-bomb rule holds while a blob is streamed: the compiled pass gives up
+    and the reference refuses it with ``pack_inflate_ratio_max``, as when it is held."""
+    pack = _pack([Full(OBJ_BLOB, bytes(4 << 20))])
+    for threshold in (1 << 30, 1000):
+        limits = Limits(pack_inflate_free_bytes=1 << 20, pack_stream_threshold_bytes=threshold)
+        assert PackIndexer(BytesSource(pack), limits=limits)._run_compiled() is None
+        with pytest.raises(LimitExceeded) as info:
+            index_pack(BytesSource(pack), limits=limits)
+        assert info.value.limit == "pack_inflate_ratio_max"
+
+
+@pytest.mark.parametrize("cut", ["short", "long"])
+def test_a_streamed_blob_of_the_wrong_size_is_invalid(cut: str) -> None:
+    """A streamed blob must inflate to the size its header declares, as a held one."""
+    body = _text(3000)
+    declared = len(body) + 1 if cut == "short" else len(body) - 1
+    entry = encode_entry_header(OBJ_BLOB, declared) + zlib.compress(body)
+    raw = encode_pack_header(1) + entry
+    pack = raw + hashlib.sha1(raw).digest()
+    limits = Limits(pack_stream_threshold_bytes=1000)
+    assert PackIndexer(BytesSource(pack), limits=limits)._run_compiled() is None
+    with pytest.raises(InvalidPack):
+        index_pack(BytesSource(pack), limits=limits)
 
 
 def test_the_compiled_pass_leaves_a_bad_delta_to_the_reference() -> None:

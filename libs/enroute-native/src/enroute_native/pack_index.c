@@ -24,6 +24,11 @@
  * from offset 0 to the entry region's end, a window at a time (the caller
  * hashes what it gives for the trailer); ``read_at`` re-reads an entry's
  * zlib bytes. Object ids are hashed with the caller's ``sha1`` (hashlib's).
+ *
+ * A full blob entry over ``stream_min`` is inflated through a fixed buffer and hashed
+ * piece by piece, never held (git's index-pack does so above core.bigFileThreshold):
+ * ``on_object`` gets None for its body, and it enters no cache. A delta on it rebuilds
+ * it whole from the pack, as a base that fell out of the cache is.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,6 +39,7 @@
 #include "packfmt.h"
 
 #define ENTRY_HEADER_BYTES_MAX 30
+#define OBJ_BLOB 3
 #define NO_BASE (-1)
 #define EXTERNAL_BASE (-2)
 #define NONE (-1)
@@ -41,6 +47,8 @@
 #define HASH_JOIN_BYTES_MAX (64 * 1024)
 /* An inflate starts with room for this much output (or the size, if less), then doubles. */
 #define OUTPUT_BYTES_FIRST (1024 * 1024)
+/* A streamed blob is inflated this much at a time (the reference's STREAM_PIECE_BYTES). */
+#define STREAM_PIECE_BYTES (1024 * 1024)
 
 enum { GAVE_UP = 0, DONE = 1, FAILED = -1 };
 
@@ -62,7 +70,7 @@ typedef struct {
     PyObject *read_seq, *read_at, *on_object, *sha1, *find, *info_type;
     long long end;
     int count;
-    unsigned long long size_max, object_bytes_max, free_bytes, ratio_max;
+    unsigned long long size_max, object_bytes_max, free_bytes, ratio_max, stream_min;
     long depth_max;
     long long cache_max;
     Py_ssize_t window;
@@ -595,8 +603,129 @@ hash_object(Run *r, int type_num, PyObject *body, unsigned char *oid)
 }
 
 /*
+ * Inflate the blob at ``pos`` through the window and hash it a piece at a time into
+ * ``oid``, never holding it (the reference's PackScanner._inflate with a sink); ``*used``
+ * is the stream's length. The zlib-bomb rule is inflate_stream's; where the reference
+ * would judge, this gives up.
+ */
+static int
+hash_streamed(Run *r, long long pos, unsigned long long size, unsigned char *oid, long long *used)
+{
+    if (size >= (unsigned long long)PY_SSIZE_T_MAX)
+        return GAVE_UP;
+    char head[40];
+    int hlen = snprintf(head, sizeof(head), "blob %llu", size) + 1;
+    PyObject *prefix = PyBytes_FromStringAndSize(head, hlen);
+    if (prefix == NULL)
+        return FAILED;
+    PyObject *sha = PyObject_CallOneArg(r->sha1, prefix);
+    Py_DECREF(prefix);
+    if (sha == NULL)
+        return FAILED;
+    unsigned char *piece = PyMem_Malloc(STREAM_PIECE_BYTES);
+    if (piece == NULL) {
+        Py_DECREF(sha);
+        PyErr_NoMemory();
+        return FAILED;
+    }
+    z_stream zs;
+    memset(&zs, 0, sizeof(zs));
+    if (inflateInit(&zs) != Z_OK) {
+        PyMem_Free(piece);
+        Py_DECREF(sha);
+        PyErr_SetString(PyExc_MemoryError, "zlib could not start an inflate");
+        return FAILED;
+    }
+    int status = GAVE_UP, ended = 0;
+    long long at = pos;
+    while (!ended && status == GAVE_UP) {
+        if (at >= r->end)
+            break; /* the stream does not end in the region */
+        if (at >= r->win_start + PyBytes_GET_SIZE(r->win)) {
+            int filled = fill(r, at, r->window);
+            if (filled != DONE) {
+                status = filled;
+                break;
+            }
+        }
+        long long avail = r->win_start + PyBytes_GET_SIZE(r->win) - at;
+        if (avail <= 0 || avail > (long long)UINT_MAX)
+            break;
+        unsigned long long cap = size;
+        if (size > r->free_bytes && r->ratio_max) {
+            unsigned long long fed = (unsigned long long)(at + avail - pos);
+            if (fed < (size - r->free_bytes) / r->ratio_max + 1) {
+                unsigned long long ratio_cap = r->free_bytes + r->ratio_max * fed;
+                if (ratio_cap < cap)
+                    cap = ratio_cap;
+            }
+        }
+        zs.next_in = (unsigned char *)PyBytes_AS_STRING(r->win) + (at - r->win_start);
+        zs.avail_in = (uInt)avail;
+        int ret;
+        /* A full piece may leave input unread or output pending in zlib: go on. */
+        do {
+            unsigned long long room = cap + 1 - zs.total_out; /* total_out <= cap here */
+            if (room > STREAM_PIECE_BYTES)
+                room = STREAM_PIECE_BYTES;
+            zs.next_out = piece;
+            zs.avail_out = (uInt)room;
+            Py_BEGIN_ALLOW_THREADS
+            ret = inflate(&zs, Z_NO_FLUSH);
+            Py_END_ALLOW_THREADS
+            if ((unsigned long long)zs.total_out > cap) {
+                ret = Z_DATA_ERROR; /* past the size, or a zlib bomb: the reference judges */
+                break;
+            }
+            size_t produced = (size_t)room - zs.avail_out;
+            if (produced) {
+                PyObject *view = PyMemoryView_FromMemory((char *)piece, (Py_ssize_t)produced,
+                                                         PyBUF_READ);
+                PyObject *none = view == NULL ? NULL
+                                              : PyObject_CallMethodOneArg(sha, str_update, view);
+                Py_XDECREF(view);
+                if (none == NULL) {
+                    status = FAILED;
+                    break;
+                }
+                Py_DECREF(none);
+            }
+        } while (ret == Z_OK && zs.avail_out == 0);
+        at = (long long)((const unsigned char *)zs.next_in -
+                         (const unsigned char *)PyBytes_AS_STRING(r->win)) + r->win_start;
+        if (status == FAILED)
+            break;
+        if (ret == Z_STREAM_END) {
+            ended = 1;
+            if (zs.total_out == size)
+                status = DONE;
+        }
+        else if (ret != Z_OK && ret != Z_BUF_ERROR)
+            break;
+    }
+    inflateEnd(&zs);
+    PyMem_Free(piece);
+    if (status == DONE) {
+        PyObject *digest = PyObject_CallMethodNoArgs(sha, str_digest);
+        if (digest == NULL)
+            status = FAILED;
+        else if (!PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != OID_BYTES) {
+            PyErr_SetString(PyExc_ValueError, "sha1 gave other than 20 bytes");
+            status = FAILED;
+        }
+        else
+            memcpy(oid, PyBytes_AS_STRING(digest), OID_BYTES);
+        Py_XDECREF(digest);
+    }
+    Py_DECREF(sha);
+    *used = at - pos;
+    return status;
+}
+
+/*
  * Store what entry ``index`` resolved to (the reference's _record); ``*waiting`` gets the
  * head of the deltas that waited on it, linked through next[]: by entry, then by oid.
+ * ``body`` NULL: a streamed blob, its oid and size already recorded (hash_streamed).
  */
 static int
 record(Run *r, int index, int type_num, PyObject *body, int depth, int *waiting)
@@ -613,18 +742,20 @@ record(Run *r, int index, int type_num, PyObject *body, int depth, int *waiting)
         }
     }
     unsigned char *oid = r->oids + (size_t)index * OID_BYTES;
-    if (hash_object(r, type_num, body, oid) != DONE)
-        return FAILED;
+    if (body != NULL) {
+        if (hash_object(r, type_num, body, oid) != DONE)
+            return FAILED;
+        r->object_sizes[index] = (unsigned long long)PyBytes_GET_SIZE(body);
+        cache_put(r, index, body);
+    }
     r->types[index] = (unsigned char)type_num;
-    r->object_sizes[index] = (unsigned long long)PyBytes_GET_SIZE(body);
     r->depths[index] = depth;
-    cache_put(r, index, body);
     if (r->on_object != Py_None) {
         PyObject *args[4];
         args[0] = PyLong_FromLong(index);
         args[1] = PyBytes_FromStringAndSize((const char *)oid, OID_BYTES);
         args[2] = PyLong_FromLong(type_num);
-        args[3] = body;
+        args[3] = body != NULL ? body : Py_None;
         PyObject *got = NULL;
         if (args[0] != NULL && args[1] != NULL)
             got = PyObject_Vectorcall(r->on_object, args, 4, NULL);
@@ -681,8 +812,16 @@ settle(Run *r, int index, int type_num, PyObject *body, int depth)
     int status = record(r, index, type_num, body, depth, &waiting);
     if (status != DONE || waiting == NONE)
         return status;
+    PyObject *loaded = NULL;
+    if (body == NULL) { /* a streamed blob that deltas waited on: they need it whole */
+        status = reload(r, index, &loaded);
+        if (status != DONE)
+            return status;
+        body = loaded;
+    }
     int floor = r->stack_n;
     status = push_children(r, waiting, type_num, body, depth);
+    Py_XDECREF(loaded);
     while (status == DONE && r->stack_n > floor) {
         Pending p = r->stack[--r->stack_n];
         PyObject *delta, *target = NULL;
@@ -842,6 +981,18 @@ scan(Run *r, long long *pos_out)
         }
         PyObject *data;
         long long used;
+        if (h.type_num == OBJ_BLOB && h.size > r->stream_min) {
+            status = hash_streamed(r, pos + h.header_length, h.size,
+                                   r->oids + (size_t)index * OID_BYTES, &used);
+            if (status != DONE)
+                return status;
+            pos += h.header_length + used;
+            r->ends[index] = pos;
+            r->n = index + 1;
+            r->object_sizes[index] = h.size;
+            status = settle(r, index, h.type_num, NULL, 0);
+            continue;
+        }
         status = inflate_stream(r, pos + h.header_length, r->end, h.size, 1, &data, &used);
         if (status != DONE)
             return status;
@@ -1042,14 +1193,16 @@ release(Run *r)
 PyDoc_STRVAR(index_pack_doc,
 "index_pack(read_seq, read_at, check_end, find, on_object, sha1, info_type, count, end,\n"
 "           size_max, object_bytes_max, free_bytes, ratio_max, depth_max, cache_max, window,\n"
-"           expansion_max)\n"
+"           expansion_max, stream_min)\n"
 "--\n\n"
 "Every entry of the pack as a tuple of ``info_type`` in pack order, or None\n"
 "when the pack is not the usual one (the caller then runs the reference).\n"
 "``check_end(pos)`` is called once the entries are read, with the offset\n"
 "after the last one, before any base outside the pack is asked of ``find``.\n"
 "``expansion_max`` bounds the result bytes the pack's deltas declare in all,\n"
-"charged as each delta is read, before any is applied.");
+"charged as each delta is read, before any is applied. A full blob entry over\n"
+"``stream_min`` bytes is hashed as it inflates, never held: ``on_object`` gets None\n"
+"for its body.");
 
 static PyObject *
 index_pack(PyObject *self, PyObject *args)
@@ -1060,11 +1213,11 @@ index_pack(PyObject *self, PyObject *args)
     Run *r = &run;
     PyObject *check_end;
     long long count;
-    if (!PyArg_ParseTuple(args, "OOOOOOOLLKKKKlLnK:index_pack", &r->read_seq, &r->read_at,
+    if (!PyArg_ParseTuple(args, "OOOOOOOLLKKKKlLnKK:index_pack", &r->read_seq, &r->read_at,
                           &check_end, &r->find, &r->on_object, &r->sha1, &r->info_type, &count,
                           &r->end, &r->size_max, &r->object_bytes_max, &r->free_bytes,
                           &r->ratio_max, &r->depth_max, &r->cache_max, &r->window,
-                          &r->expansion_max))
+                          &r->expansion_max, &r->stream_min))
         return NULL;
     if (!PyType_Check(r->info_type) ||
         !PyType_IsSubtype((PyTypeObject *)r->info_type, &PyTuple_Type)) {

@@ -8,7 +8,7 @@ def index_pack(
     read_at: Callable[[int, int], bytes],
     check_end: Callable[[int], object],
     find: Callable[[Any], tuple[int, bytes] | None],
-    on_object: Callable[[int, Any, int, bytes], object] | None,
+    on_object: Callable[[int, Any, int, bytes | None], object] | None,
     sha1: Callable[[bytes], Any],
     info_type: type[_Info],
     count: int,
@@ -21,5 +21,6 @@ def index_pack(
     cache_max: int,
     window: int,
     expansion_max: int,
+    stream_min: int,
     /,
 ) -> tuple[_Info, ...] | None: ...

@@ -107,6 +107,11 @@ class Limits:
     # ratios of real packs.
     pack_delta_expansion_ratio_max: int = 1024
     pack_delta_expansion_free_bytes: int = 128 * MiB
+    # A full blob entry of a pushed pack that inflates to more than this is hashed as it
+    # inflates and copied into the layer as it is, never held whole (git's
+    # core.bigFileThreshold; docs/ingest.md, "Delta bombs and large objects"). A delta or a
+    # delta base over it is still resolved whole.
+    pack_stream_threshold_bytes: int = 16 * MiB
     # A .gitmodules blob is read whole to be checked; a larger one is refused (gitmodulesLarge).
     gitmodules_bytes_max: int = 1 * MiB
     # A .gitattributes blob is read whole to be checked; a larger one is refused

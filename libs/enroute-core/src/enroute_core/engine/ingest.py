@@ -99,6 +99,7 @@ from enroute_core.git.pack import (
     OBJ_OFS_DELTA,
     OBJ_REF_DELTA,
     encode_entry_header,
+    read_exactly,
     read_pack_header,
 )
 from enroute_core.git.packindexer import PackIndexResult, PackObjectInfo, index_pack
@@ -253,12 +254,17 @@ class _Headers:
         # what trees name .gitmodules or .gitattributes, in order
         self.special: dict[tuple[SpecialBlob, ObjectId], None] = {}
 
-    def on_object(self, index: int, oid: ObjectId, type_num: int, body: bytes) -> None:
+    def on_object(self, index: int, oid: ObjectId, type_num: int, body: bytes | None) -> None:
         """Called by the indexer once per object (24,268 times on the benchmark push):
-        plain ints, the usual tree first. Progress costs a count and a mask test here."""
+        plain ints, the usual tree first. Progress costs a count and a mask test here.
+        ``body`` is None only for a blob streamed past ``pack_stream_threshold_bytes``;
+        no blob body is read here."""
         self.resolved += 1
         if not self.resolved & _PROGRESS_MASK and self.progress is not None:
             self.progress(INDEXING, min(self.resolved, self.total), self.total, False)
+        if type_num == _BLOB:
+            return
+        assert body is not None  # only blobs are streamed
         if type_num == _TREE:
             if self.fsck is not None:
                 found = check_tree(
@@ -274,7 +280,7 @@ class _Headers:
             self.cache.put(oid, ObjectType.TREE, body)
         elif type_num == _COMMIT:
             self._commit(oid, body)
-        elif type_num != _BLOB:
+        else:
             if self.fsck is not None:
                 check_object(
                     oid,
@@ -1022,6 +1028,9 @@ def _write_entries(
         else:
             stop, planned = plan.run(order, start, source, bodies)
             writer.append_many(planned)
+            if plan.large is not None:
+                _copy_entry(writer, source, plan.large)
+                plan.large = None
         start = stop
     return plan.externals
 
@@ -1031,6 +1040,10 @@ def _held_pack(source: ByteSource) -> bytes | None:
     return source.data if isinstance(source, BytesSource) else None
 
 
+_LargeEntry = tuple[ObjectId, Kind, PackObjectInfo, ObjectId | None]
+"""A full pack entry to copy in pieces: (oid, kind, where it is, base context)."""
+
+
 class _Plan:
     """Each entry's stored base, depth and bytes, in storage order.
 
@@ -1038,6 +1051,8 @@ class _Plan:
     same kind and the chain stays within ``delta_chain_depth_max``, or when the
     base is outside the push (thin, or in the snapshot); otherwise it is stored
     whole (:func:`_full_entry`). An OFS_DELTA kept is rewritten as a REF_DELTA.
+    A full pack entry over ``pack_stream_threshold_bytes`` ends its run and waits in
+    :attr:`large`, to be copied in pieces (:func:`_copy_entry`), never held whole.
     """
 
     def __init__(
@@ -1047,6 +1062,8 @@ class _Plan:
         self.objects = indexed.objects
         self.by_oid = by_oid
         self.depth_max = limits.delta_chain_depth_max
+        self.stream_bytes = limits.pack_stream_threshold_bytes
+        self.large: _LargeEntry | None = None
         self.thin = set(indexed.external_bases)
         self.depths: dict[ObjectId, int] = {}
         self.kinds: dict[ObjectId, Kind] = {}
@@ -1090,6 +1107,11 @@ class _Plan:
                     base = None
             if base is None:
                 depth = 0
+                if info.base_oid is None and info.size_in_pack > self.stream_bytes:
+                    depths[oid] = depth
+                    kinds[oid] = kind
+                    self.large = (oid, kind, info, walk.context.get(oid))
+                    break  # after the run's entries, copied in pieces
                 entry = _full_entry(info, source, oid, bodies)
             else:
                 entry = _ref_delta_entry(info, source)
@@ -1104,6 +1126,23 @@ class _Plan:
             kinds[oid] = kind
             run_bytes += info.size_in_pack
         return stop, EntryRun(oids, run_kinds, entries, sizes, bases, run_depths, contexts)
+
+
+def _copy_entry(writer: LayerWriter, source: ByteSource, large: _LargeEntry) -> None:
+    """A full pack entry into the layer verbatim, read and written ``_RUN_BYTES`` at a time:
+    a large object's entry is never held whole (its body never was: the indexer streamed
+    it, git/packindexer.py)."""
+    oid, kind, info, context = large
+    end = info.offset + info.size_in_pack
+    pieces = (
+        read_exactly(source, pos, min(_RUN_BYTES, end - pos))
+        for pos in range(info.offset, end, _RUN_BYTES)
+    )
+    head = next(pieces)
+    writer.append_pieces(
+        oid, kind, head, pieces, length=info.size_in_pack, size=info.object_size,
+        base_context=context,
+    )  # fmt: skip
 
 
 def _full_entry(

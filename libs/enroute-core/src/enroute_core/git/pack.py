@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from enroute_native.pack_entry import inflate_entry
@@ -279,6 +279,13 @@ def read_entry_at(
 RawEntry = tuple[int, int, int, int, int, ObjectId | None, int, bytes]
 """(offset, type, size, header length, base offset or 0, base oid or None, end, data)."""
 
+StreamFn = Callable[[int, int], Callable[[bytes], object] | None]
+"""``(type, size)`` of an entry over the stream threshold: a sink that takes its inflated
+data piece by piece (the entry then comes with empty data), or None to have it whole."""
+STREAM_PIECE_BYTES = 1 << 20
+"""Most inflated bytes one step hands to a stream's sink (git's index-pack hashes a big
+blob through a 64 KiB buffer)."""
+
 
 class PackScanner:
     """The streaming pass over a pack's entries, in pack order (the hot path of indexing).
@@ -345,10 +352,18 @@ class PackScanner:
         self._view = memoryview(self._buf)
         self._buf_start = pos
 
-    def _inflate(self, pos: int, size: int, offset: int) -> tuple[bytes, int]:
-        """Inflate the stream at ``pos`` to exactly ``size`` bytes; return (data, its end)."""
+    def _inflate(
+        self, pos: int, size: int, offset: int, sink: Callable[[bytes], object] | None = None
+    ) -> tuple[bytes, int]:
+        """Inflate the stream at ``pos`` to exactly ``size`` bytes; return (data, its end).
+
+        With a ``sink``, the data goes to it in pieces of at most
+        :data:`STREAM_PIECE_BYTES` and comes back empty: memory is the window and a piece.
+        """
         d = zlib.decompressobj()
+        piece = STREAM_PIECE_BYTES if sink is not None else 0
         parts: list[bytes] = []
+        emit = sink if sink is not None else parts.append
         got = 0
         limit = deflate_bound(size)
         # A zlib bomb: past the free bytes, output is capped at ratio x input fed so far.
@@ -366,7 +381,15 @@ class PackScanner:
             n = avail if avail < limit else limit
             cap = min(size, free + ratio * (pos + n - start)) if ratio else size
             try:
-                out = d.decompress(self._view[rel : rel + n], cap - got + 1)
+                if piece:
+                    out = d.decompress(self._view[rel : rel + n], min(cap - got + 1, piece))
+                    # A full piece may leave input unread or output pending in zlib: go on.
+                    while len(out) == piece and not d.eof and got + piece <= cap:
+                        got += piece
+                        emit(out)
+                        out = d.decompress(d.unconsumed_tail, min(cap - got + 1, piece))
+                else:
+                    out = d.decompress(self._view[rel : rel + n], cap - got + 1)
             except zlib.error as exc:
                 raise InvalidPack(
                     f"entry data is not a valid zlib stream: {exc}", offset=offset
@@ -388,16 +411,25 @@ class PackScanner:
                         f"entry inflates to {got} bytes, its header says {size}", offset=offset
                     )
                 end = pos + n - len(d.unused_data)
+                if piece:
+                    emit(out)
+                    return b"", end
                 if not parts:
                     return out, end
                 parts.append(out)
                 return b"".join(parts), end
-            parts.append(out)
+            emit(out)
             pos += n
             limit = self._window
 
-    def entries(self) -> Iterator[RawEntry]:
-        """Every entry, then the trailer check (so exhaust it before trusting the entries)."""
+    def entries(
+        self, stream: StreamFn | None = None, stream_bytes_min: int = 0
+    ) -> Iterator[RawEntry]:
+        """Every entry, then the trailer check (so exhaust it before trusting the entries).
+
+        ``stream`` is asked about each entry that inflates to more than
+        ``stream_bytes_min`` (:data:`StreamFn`).
+        """
         limits = self._limits
         end = self._end
         pos = PACK_HEADER_BYTES
@@ -406,6 +438,8 @@ class PackScanner:
         usual_max = min(
             limits.delta_bytes_max, limits.object_bytes_max, limits.pack_inflate_free_bytes
         )
+        if stream is not None:
+            usual_max = min(usual_max, stream_bytes_min)
         for _ in range(self.header.count):
             if pos >= end:
                 raise InvalidPack("pack has fewer entries than its header says")
@@ -421,7 +455,10 @@ class PackScanner:
                 )
                 if size > limits.delta_bytes_max or size > limits.object_bytes_max:
                     check_entry_size(type_num, size, limits)
-                data, entry_end = self._inflate(pos + header_length, size, pos)
+                sink = None
+                if stream is not None and size > stream_bytes_min:
+                    sink = stream(type_num, size)
+                data, entry_end = self._inflate(pos + header_length, size, pos, sink)
             yield pos, type_num, size, header_length, base_offset, base_oid, entry_end, data
             pos = entry_end
         self._check_trailer(pos)

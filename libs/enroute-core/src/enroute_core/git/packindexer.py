@@ -27,6 +27,13 @@ declared so far may pass ``pack_delta_expansion_free_bytes`` by at most
 (:func:`expansion_bytes_max`); over either, ``LimitExceeded`` before any
 result is allocated.
 
+A full blob entry that inflates to more than ``pack_stream_threshold_bytes``
+is hashed as it inflates, a piece at a time, and never held (git's index-pack
+streams a blob over ``core.bigFileThreshold`` so): ``on_object`` gets None for
+its body, and it enters no cache. A delta on such a blob rebuilds it whole from
+the pack, as a base that fell out of the cache is; so a delta's base and result
+are still held whole (docs/ingest.md, "Delta bombs and large objects").
+
 ``on_object`` sees each object in resolution order, before the trailer is
 checked: what it saw is provisional until :func:`index_pack` returns.
 docs/formats/pack.md has the whole contract and the measurements.
@@ -54,6 +61,7 @@ from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
 from enroute_core.git.delta import apply_delta, delta_sizes
 from enroute_core.git.pack import (
+    OBJ_BLOB,
     OBJ_OFS_DELTA,
     PACK_TRAILER_BYTES,
     SCAN_WINDOW_BYTES,
@@ -74,8 +82,9 @@ _HASH_JOIN_BYTES_MAX = 64 * 1024  # bodies hashed with their header joined, not 
 _EXTERNAL_BASE = -2
 _EXPANSION_UNBOUNDED = (1 << 63) - 1  # what the compiled pass's unsigned 64-bit sum can hold
 
-ObjectSink = Callable[[int, ObjectId, int, bytes], None]
-"""Called once per resolved object, in resolution order: (entry index, oid, type, body)."""
+ObjectSink = Callable[[int, ObjectId, int, bytes | None], None]
+"""Called once per resolved object, in resolution order: (entry index, oid, type, body);
+the body is None for a blob streamed past ``pack_stream_threshold_bytes``."""
 
 
 class PackObjectInfo(NamedTuple):
@@ -262,6 +271,7 @@ class PackIndexer:
             limits.pack_base_cache_bytes_max,
             SCAN_WINDOW_BYTES,
             self._expansion_max,
+            limits.pack_stream_threshold_bytes,
         )
         if objects is None:
             return None
@@ -278,12 +288,26 @@ class PackIndexer:
         cache = self._cache
         settle = self._settle
         declared, allowed, limits = 0, self._expansion_max, self._limits
-        for index, entry in enumerate(PackScanner(self._source, self._limits).entries()):
+        streamed: list[hashlib._Hash] = []  # the hash of the entry being streamed
+
+        def stream(type_num: int, size: int) -> Callable[[bytes], object] | None:
+            if type_num != OBJ_BLOB:
+                return None  # a commit, tree or tag is checked whole
+            sha = hashlib.sha1(_HASH_PREFIX[type_num] + b"%d\x00" % size)
+            streamed.append(sha)
+            return sha.update
+
+        scanner = PackScanner(self._source, self._limits)
+        entries_in_order = scanner.entries(stream, limits.pack_stream_threshold_bytes)
+        for index, entry in enumerate(entries_in_order):
             offset, type_num, size, hlen, base_offset, base_oid, end, data = entry
             offsets[index] = offset
             by_offset[offset] = index
             entries.append((type_num, size, hlen, end))
-            if type_num < OBJ_OFS_DELTA:
+            if streamed:
+                oid = ObjectId(streamed.pop().digest())
+                self._settle(index, type_num, None, 0, (oid, size))
+            elif type_num < OBJ_OFS_DELTA:
                 settle(index, type_num, data, 0)
             else:
                 declared = charge_delta(data, declared, allowed, limits)
@@ -320,15 +344,26 @@ class PackIndexer:
         scanner_end = self._source.size - PACK_TRAILER_BYTES
         return read_entry_at(self._source, self._offsets[index], self._limits, scanner_end).data
 
-    def _settle(self, index: int, type_num: int, body: bytes, depth: int) -> None:
+    def _settle(
+        self,
+        index: int,
+        type_num: int,
+        body: bytes | None,
+        depth: int,
+        hashed: tuple[ObjectId, int] | None = None,
+    ) -> None:
         """Record a resolved entry, then every delta waiting on it, depth first.
 
         A pending item holds its base's body, shared by siblings, so memory is
-        one body per level of the chain being walked.
+        one body per level of the chain being walked. A streamed blob comes with
+        no body and its (oid, size) ``hashed``; deltas that waited on it get it
+        rebuilt whole.
         """
-        waiting = self._record(index, type_num, body, depth)
+        waiting = self._record(index, type_num, body, depth, hashed)
         if waiting is None:
             return
+        if body is None:
+            body = self._reload_data(index)
         pending = [(child, type_num, body, depth) for child in reversed(waiting)]
         while pending:
             child, base_type, base_body, base_depth = pending.pop()
@@ -337,8 +372,17 @@ class PackIndexer:
             if waiting:
                 pending.extend((c, base_type, body, base_depth + 1) for c in reversed(waiting))
 
-    def _record(self, index: int, type_num: int, body: bytes, depth: int) -> list[int] | None:
-        """Store what entry ``index`` resolved to; return the deltas that waited on it."""
+    def _record(
+        self,
+        index: int,
+        type_num: int,
+        body: bytes | None,
+        depth: int,
+        hashed: tuple[ObjectId, int] | None = None,
+    ) -> list[int] | None:
+        """Store what entry ``index`` resolved to; return the deltas that waited on it.
+
+        ``body`` is None for a streamed blob, whose (oid, size) is ``hashed``."""
         if depth:
             if depth > self._limits.delta_chain_depth_max:
                 limit = self._limits.delta_chain_depth_max
@@ -346,19 +390,23 @@ class PackIndexer:
             base = self._bases[index]
             if base >= 0:
                 self._base_oids[index] = self._oids[base]
-        size = len(body)
-        header = _HASH_PREFIX[type_num] + b"%d\x00" % size
-        if size <= _HASH_JOIN_BYTES_MAX:  # one call: cheaper than update for small bodies
-            oid = ObjectId(hashlib.sha1(header + body).digest())
+        if body is None:
+            assert hashed is not None
+            oid, size = hashed
         else:
-            sha = hashlib.sha1(header)
-            sha.update(body)
-            oid = ObjectId(sha.digest())
+            size = len(body)
+            header = _HASH_PREFIX[type_num] + b"%d\x00" % size
+            if size <= _HASH_JOIN_BYTES_MAX:  # one call: cheaper than update for small bodies
+                oid = ObjectId(hashlib.sha1(header + body).digest())
+            else:
+                sha = hashlib.sha1(header)
+                sha.update(body)
+                oid = ObjectId(sha.digest())
+            self._cache.put(self._offsets[index], body)
         self._types[index] = type_num
         self._object_sizes[index] = size
         self._oids[index] = oid
         self._depths[index] = depth
-        self._cache.put(self._offsets[index], body)
         if self._on_object is not None:
             self._on_object(index, oid, type_num, body)
         waiting = self._waiting_on_index.pop(index, None) if self._waiting_on_index else None

@@ -311,6 +311,38 @@ class LayerWriter:
             self._contexts[i] = base_context
         out.write(entry)
 
+    def append_pieces(
+        self,
+        oid: ObjectId,
+        kind: Kind,
+        head: bytes,
+        rest: Iterable[bytes],
+        *,
+        length: int,
+        size: int,
+        base_context: ObjectId | None = None,
+    ) -> None:
+        """:meth:`append` of a full entry of ``length`` bytes too large to hold: ``head``
+        (its first bytes, the header among them) is checked as :meth:`append` checks an
+        entry, then ``rest`` goes out as it comes (ingest copies a large object's pack
+        entry so, docs/ingest.md). Pieces that do not add up to ``length`` raise
+        ``InvalidArgument`` and leave the layer unusable."""
+        if not 0 < length <= U32_MAX or len(head) > length:
+            raise InvalidArgument(f"object {oid.hex()}: entry length {length} is out of range")
+        self.append(oid, kind, head, size, base_context=base_context)
+        written = len(head)
+        for piece in rest:
+            written += len(piece)
+            if written > length:
+                break
+            self._out.write(piece)
+        if written != length:
+            self._finished = True  # what was written no longer matches the table
+            raise InvalidArgument(
+                f"object {oid.hex()}: entry pieces of {written} bytes, not {length}"
+            )
+        self._lengths[-1] = length
+
     def append_many(self, run: EntryRun) -> None:
         """:meth:`append` of each entry in order, the run's checks and columns in one call.
 
