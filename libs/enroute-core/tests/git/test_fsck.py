@@ -226,6 +226,36 @@ def test_tag_check(body: bytes, msg: str) -> None:
     assert msg in ids(fsck_tag(body))
 
 
+SIGNED_HEAD = tag().split(b"\n\n")[0] + b"\n"
+SIGNATURE = b"gpgsig -----BEGIN PGP SIGNATURE-----\n \n iQEz\n -----END PGP SIGNATURE-----\n"
+
+
+@pytest.mark.parametrize("prefix", [b"gpgsig ", b"gpgsig-sha256 "])
+def test_signed_tag_headers_are_clean(prefix: bytes) -> None:
+    """fsck.c fsck_tag_standalone reads a gpgsig header and its continuation lines."""
+    body = SIGNED_HEAD + SIGNATURE.replace(b"gpgsig ", prefix) + b"\nmessage\n"
+    assert fsck_tag(body) == []
+
+
+@pytest.mark.parametrize(
+    ("tail", "msg"),
+    [
+        (b"gpgsig -----BEGIN", "badGpgsig"),
+        (b"gpgsig-sha256 x", "badGpgsig"),
+        (b"gpgsig x\n iQEz", "badHeaderContinuation"),
+        (b"gpgsig x\n a\n b", "badHeaderContinuation"),
+    ],
+)
+def test_truncated_signature_header(tail: bytes, msg: str) -> None:
+    """git's checks after the tagger (fsck_tag_standalone, t1450 'tag with bad gpgsig'); a
+    whole tag cut there is unterminatedHeader first (verify_headers), in git and here."""
+    found = fsck_module._signature_header(SIGNED_HEAD + tail, len(SIGNED_HEAD))
+    assert found is not None and found.msg.value == msg
+    assert ids(fsck_tag(SIGNED_HEAD + tail)) == ["unterminatedHeader"]
+    # a later blank line ends the header: the signature lines are whole again
+    assert fsck_module._signature_header(SIGNED_HEAD + tail + b"\n\nm\n", len(SIGNED_HEAD)) is None
+
+
 # -- policy and check_object --------------------------------------------------------------------
 
 

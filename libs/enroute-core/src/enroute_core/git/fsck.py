@@ -115,6 +115,8 @@ class FsckMsg(enum.Enum):
     MISSING_TAG = "missingTag"
     BAD_TAG_NAME = "badTagName"
     MISSING_TAGGER_ENTRY = "missingTaggerEntry"
+    BAD_GPGSIG = "badGpgsig"
+    BAD_HEADER_CONTINUATION = "badHeaderContinuation"
     # trees (fsck_tree)
     BAD_TREE = "badTree"
     NULL_SHA1 = "nullSha1"
@@ -228,14 +230,15 @@ def _rules() -> Mapping[str, FsckRule]:
         "badGpgsig": FsckRule(
             E,
             ok,
-            "not checked here: a truncated tag signature header; only signature verification "
-            "reads it, and fails there",
+            "a tag's gpgsig header without its LF: only signature verification reads it, and"
+            " fails there; checked as git does, after the header check that refuses any"
+            " header without its LF first (unterminatedHeader)",
         ),
         "badHeaderContinuation": FsckRule(
             E,
             ok,
-            "not checked here: a truncated continuation of a signature header; only signature"
-            " verification reads it",
+            "a gpgsig continuation line without its LF: only signature verification reads it;"
+            " checked as git does, after unterminatedHeader, which finds it first",
         ),
         "badName": FsckRule(
             E,
@@ -936,11 +939,47 @@ def fsck_tag(body: bytes, *, limits: Limits = DEFAULT_LIMITS) -> list[FsckProble
             FsckProblem(FsckMsg.MISSING_TAGGER_ENTRY, "invalid format - expected 'tagger' line")
         )
         return found
-    line, _ = _line(body, pos + 7)
+    line, pos = _line(body, pos + 7)
     problem = fsck_ident(line)
     if problem is not None:
         found.append(problem)
+    problem = _signature_header(body, pos)
+    if problem is not None:
+        found.append(problem)
     return found
+
+
+_SIGNATURE_HEADERS = (b"gpgsig ", b"gpgsig-sha256 ")
+
+
+def _signature_header(body: bytes, pos: int) -> FsckProblem | None:
+    """``fsck_tag_standalone`` after the tagger: a ``gpgsig`` (or ``gpgsig-sha256``) header and
+    its continuation lines (a leading space) each end with LF (badGpgsig,
+    badHeaderContinuation).
+
+    :func:`_verify_headers` runs first and refuses a header without its LF
+    (unterminatedHeader), as git's does: what is left to find here is kept as git keeps it,
+    so that a check before it that lets more through still has this one behind it.
+    """
+    for prefix in _SIGNATURE_HEADERS:
+        if body.startswith(prefix, pos):
+            break
+    else:
+        return None
+    nl = body.find(b"\n", pos + len(prefix))
+    if nl < 0:
+        text = "invalid format - unexpected end after 'gpgsig' or 'gpgsig-sha256' line"
+        return FsckProblem(FsckMsg.BAD_GPGSIG, text)
+    pos = nl + 1
+    while body.startswith(b" ", pos):
+        nl = body.find(b"\n", pos)
+        if nl < 0:
+            text = (
+                "invalid format - unexpected end in 'gpgsig' or 'gpgsig-sha256' continuation line"
+            )
+            return FsckProblem(FsckMsg.BAD_HEADER_CONTINUATION, text)
+        pos = nl + 1
+    return None
 
 
 # -- trees ------------------------------------------------------------------------------------
