@@ -147,19 +147,21 @@ def test_pieces_are_bounded_and_make_the_same_pack(
     monkeypatch: pytest.MonkeyPatch,
     flush_bytes: int,
 ) -> None:
-    """Each piece the sink gets is at most the flush size (plus the trailer on the last),
-    large entries split; split anywhere, the pieces are the one pack."""
+    """Each piece the sink gets is at most the piece bound (twice the flush size: the
+    flush size plus an entry or a run), larger ones split at the flush size, the trailer
+    on the last; split anywhere, the pieces are the one pack."""
     plan = plan_fetch(view, _tips(repo))
     whole, _, _ = _write(view, plan)
     monkeypatch.setattr(serve, "_FLUSH_BYTES", flush_bytes)
+    monkeypatch.setattr(serve, "_PIECE_BYTES_MAX", 2 * flush_bytes)
     parts: list[bytes] = []
     stats = write_pack(view, plan, parts.append)
     assert b"".join(parts) == whole and stats.pack_bytes == len(whole)
     largest = max(len(view.locate(i)[0].entry_bytes(view.locate(i)[1])) for i in plan.ids)
     assert largest > flush_bytes or flush_bytes > 64, "no entry is split"
     assert len(parts) > 2
-    assert all(len(p) <= flush_bytes for p in parts[:-1])
-    assert len(parts[-1]) <= flush_bytes + 20
+    assert all(len(p) <= 2 * flush_bytes for p in parts[:-1])
+    assert len(parts[-1]) <= 2 * flush_bytes + 20
     _strict_check(b"".join(parts), tmp_path, repo.refs)
 
 

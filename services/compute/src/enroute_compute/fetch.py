@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -22,7 +23,7 @@ from enroute_core.base.errors import EnrouteError, MissingObject, ProtocolError
 from enroute_core.base.ids import ObjectId
 from enroute_core.engine import serve
 from enroute_core.git.pktline import FLUSH_PKT, NEED_DATA
-from enroute_core.git.sideband import SIDEBAND_64K_DATA_BYTES_MAX
+from enroute_core.git.sideband import BAND_PACK, SIDEBAND_64K_DATA_BYTES_MAX, sideband_mux
 from enroute_core.protocol import fetch as pfetch
 from enroute_core.protocol._common import RefSnapshot
 from enroute_core.protocol.advertise import Service, encode_v0_advertisement, encode_v2_capabilities
@@ -40,8 +41,9 @@ REF_SNAPSHOTS_KEPT = 1024
 """Repositories whose last ref snapshot is kept (all are dropped when it is reached)."""
 PLANS_KEPT = 256
 """Repositories whose last pack plan is kept (all are dropped when it is reached)."""
-QUEUE_PIECES = 16
-"""Pieces of the pack (about 256 KiB each) written ahead of the client."""
+QUEUE_PIECES = 4
+"""Pieces of the pack (1 to 2 MiB each, ``serve._FLUSH_BYTES``) written ahead of the
+client: the writer thread stops there until the answer takes one."""
 
 
 class Fetcher:
@@ -284,14 +286,28 @@ class Fetcher:
         progress: bool,
         sideband_max: int | None = SIDEBAND_64K_DATA_BYTES_MAX,
     ) -> AsyncIterator[bytes]:
-        """The pack in side-band (or raw when ``sideband_max`` is None), streamed from a thread."""
+        """The pack in side-band (or raw when ``sideband_max`` is None), streamed from a thread.
+
+        The writer hands each piece over without waiting for the event loop (a deque and
+        one wake-up of the loop per piece), at most :data:`QUEUE_PIECES` ahead of the
+        answer; a piece's progress lines and side-band frames are joined in one copy."""
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=QUEUE_PIECES)
+        ready: deque[bytes | BaseException | None] = deque()
+        arrived = asyncio.Event()
+        slots = threading.Semaphore(QUEUE_PIECES)  # taken per piece, given back when sent
         gone = threading.Event()  # set when the answer is dropped: the writer stops (work.py)
 
+        def hand(item: bytes | BaseException | None) -> None:
+            """On the loop: ``item`` is next (the end, an error)."""
+            ready.append(item)
+            arrived.set()
+
         def put(item: bytes | BaseException | None) -> None:
-            check(gone)
-            asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+            """From the writer thread: wait for a slot, then hand ``item`` over."""
+            slots.acquire()
+            check(gone)  # the answer was dropped while this waited (its slots were freed)
+            ready.append(item)
+            loop.call_soon_threadsafe(arrived.set)
 
         pending: list[bytes] = []  # progress packets: they go out with the next piece
         # git-upload-pack's phases (pack-objects' progress): the plan enumerated and
@@ -308,14 +324,16 @@ class Fetcher:
         )
 
         def sink(data: bytes) -> None:
-            # write_pack hands over pieces of about 256 KiB: each becomes one message,
-            # with the progress since the last one before it (one hop to the loop).
+            # write_pack hands over pieces of 1-2 MiB, which it does not touch again:
+            # each becomes one message, with the progress since the last one before it.
             if sideband_max is not None:
-                data = pfetch.encode_pack_data(data, sideband_max=sideband_max)
-            if pending:
-                data = b"".join(pending) + data
+                frames = sideband_mux(BAND_PACK, data, max_payload=sideband_max)
+                data = b"".join([*pending, *frames])
                 pending.clear()
-            put(data)
+            elif pending:
+                data = b"".join([*pending, data])
+                pending.clear()
+            put(data if type(data) is bytes else bytes(data))
 
         def on_progress(event: serve.ProgressEvent) -> None:
             if event.done >= event.total:
@@ -363,13 +381,13 @@ class Fetcher:
                 self.host.load_rounds["fetch"] += stats.tickets
                 totals(machine.stats)
                 if pending:
-                    await queue.put(b"".join(pending))
-                await queue.put(None)
+                    hand(b"".join(pending))
+                hand(None)
             except Abandoned:
                 pass  # nobody reads the rest
             except Exception as exc:
                 if not gone.is_set():
-                    await queue.put(exc)
+                    hand(exc)
             finally:
                 LOAD_KIND.reset(token)
                 machine.release()
@@ -384,7 +402,12 @@ class Fetcher:
         try:
             first = True
             while True:
-                item = await queue.get()
+                while not ready:
+                    arrived.clear()
+                    if not ready:
+                        await arrived.wait()
+                item = ready.popleft()
+                slots.release()
                 if item is None:
                     break
                 if isinstance(item, BaseException):
@@ -398,11 +421,11 @@ class Fetcher:
                 yield item
         finally:
             gone.set()  # a no-op once the pack is all out
+            for _ in range(QUEUE_PIECES):
+                slots.release()  # a writer waiting for a slot wakes and stops (Abandoned)
             if machine is not None and not worker.done():
                 worker.cancel()  # its loads stop; the writer thread stops at its next piece
             while not worker.done():
-                with contextlib.suppress(asyncio.QueueEmpty):
-                    queue.get_nowait()
                 await asyncio.sleep(0)
             if not worker.cancelled():
                 await worker  # done: its own outcome (the writer's were queued above)
