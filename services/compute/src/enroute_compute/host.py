@@ -7,6 +7,12 @@ fed by a Subscribe to the ledger. Seed 001, "Compute nodes": a change marking
 the repository deleted drops the view; a state of another incarnation
 replaces it. Reads go through a barrier (DESIGN "Read path"); the Git
 protocol and API commits live beside it in ``fetch`` and ``push``.
+
+Views are a cache (issue 19, docs/fleet.md): a view unused for
+``limits.view_idle_ms_max`` is evicted and its subscription ended, and so are the
+least recently used while more than ``limits.views_open_max`` are open or their
+bytes pass ``limits.views_bytes_max``. The next request opens the view again: an
+Activate, then a Subscribe from version 0, whose snapshot is the current state.
 """
 
 from __future__ import annotations
@@ -82,6 +88,18 @@ FOLLOW_BACKOFF_S = 0.05
 FOLLOW_BACKOFF_MAX_S = 2.0
 FIRST_BYTE_SAMPLES = 256
 """Fetches whose time to the first pack byte ``/status`` summarizes."""
+VIEW_FIXED_BYTES = 24 * KiB
+"""What a view costs beyond its layers' metadata and inline bytes, charged against
+``views_bytes_max``: its state, follower task and subscription stream (docs/fleet.md:
+about 23 KiB per followed repository measured on a compute before eviction)."""
+EVICTION_PERIOD_S_MAX = 10.0
+"""Longest wait between two looks for idle views (a tenth of the idle time when shorter)."""
+READ_REOPENS_MAX = 3
+"""Times a read opens a view again that was evicted while it waited (then Unavailable)."""
+
+
+class _Evicted(Unavailable):
+    """The view a caller waited on was evicted meanwhile: open it again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +122,13 @@ class _Repo:
         self.inline: dict[bytes, bytes] = {}
         self.changed = asyncio.Condition()
         self.dead = False
+        self.evicted = False
         self.error: EnrouteError | None = None
         self.task: asyncio.Task[None] | None = None
+        self.waiters = 0
+        """Callers waiting for a state of this view: it is not evicted under them."""
+        self.bytes = VIEW_FIXED_BYTES
+        """What the view is charged against ``views_bytes_max``."""
 
     def snapshot(self) -> Snapshot:
         return Snapshot(self.name, self.state, self.view)
@@ -140,7 +163,21 @@ class RepositoryHost:
         self.inline_max_bytes = inline_max_bytes
         self.wait_s = wait_s
         self._repos: dict[str, _Repo] = {}
-        self._opening: dict[str, asyncio.Lock] = {}
+        """Hosted views, least recently used first (a use moves one to the end)."""
+        self._used_us: dict[str, int] = {}
+        """When each hosted view was last used (clock us)."""
+        self._in_use: Counter[str] = Counter()
+        """Reads and pushes in flight per repository (:meth:`pin_reads`): never evicted."""
+        self.view_bytes = 0
+        """Bytes of the hosted views, as charged against ``views_bytes_max``."""
+        self.evictions = 0
+        """Views evicted (idle, or over the count or byte budget) since start."""
+        self.reopens = 0
+        """Views opened again after an eviction (each paid a subscribe and a state fetch)."""
+        self._evicted_names: dict[str, None] = {}
+        """Names evicted lately (bounded by ``views_open_max``): a later open is a re-open."""
+        self._evictor: asyncio.Task[None] | None = None
+        self._opening: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self.pushes = 0
         self.fetches = 0
         self.view_builds = 0
@@ -181,25 +218,42 @@ class RepositoryHost:
         check_repo_name(name)
         repo = self._repos.get(name)
         if repo is not None and not repo.dead:
+            self._touch(repo)
             if repo.state is MISSING:  # another caller is still loading it: its first state
                 loading = repo
                 await self._wait_until(
                     loading, lambda: loading.state is not MISSING, "its first state"
                 )
             return repo
-        lock = self._opening.setdefault(name, asyncio.Lock())
-        async with lock:
-            repo = self._repos.get(name)
-            if repo is not None and not repo.dead:
-                return repo
-            activated = await self.ledger.activate(name, create, DEFAULT_HEAD)
-            return await self._follow(name, activated)
+        # one lock per name being opened (not per name ever opened): counted by its users
+        entry = self._opening.setdefault(name, (asyncio.Lock(), [0]))
+        entry[1][0] += 1
+        try:
+            async with entry[0]:
+                repo = self._repos.get(name)
+                if repo is not None and not repo.dead:
+                    self._touch(repo)
+                    return repo
+                activated = await self.ledger.activate(name, create, DEFAULT_HEAD)
+                repo = await self._follow(name, activated)
+        finally:
+            entry[1][0] -= 1
+            if entry[1][0] == 0:
+                del self._opening[name]
+        if name in self._evicted_names:
+            del self._evicted_names[name]
+            self.reopens += 1
+        self._start_evictor()
+        self.evict(self.clock.now_us(), keep=repo)
+        return repo
 
     async def _follow(self, name: str, activated: Activated) -> _Repo:
         if activated.state.deleted:
             raise NotFound(f"repository {name} not found", name=name)
         repo = _Repo(name, self.caches)
         self._repos[name] = repo
+        self._used_us[name] = self.clock.now_us()
+        self.view_bytes += repo.bytes
         repo.task = asyncio.create_task(self._run_follower(repo, activated.state.incarnation))
         await self._wait_version(repo, activated.state.version)
         return repo
@@ -210,8 +264,9 @@ class RepositoryHost:
         Seed 001, "Compute nodes": the compute that asked for a deletion drops its view
         at once. Waiters on the view are woken so they answer not found now.
         """
-        repo = self._repos.pop(name, None)
+        repo = self._repos.get(name)
         if repo is not None:
+            self._unhost(repo)
             repo.dead = True
             self._retire(repo.name, repo.state, MISSING)
             if repo.task is not None:
@@ -219,7 +274,94 @@ class RepositoryHost:
             with contextlib.suppress(RuntimeError):  # no running loop: nobody can wait
                 asyncio.get_running_loop().create_task(self._notify(repo))
 
+    def _unhost(self, repo: _Repo) -> None:
+        """Take ``repo`` out of the hosted views (and their byte count)."""
+        if self._repos.get(repo.name) is repo:
+            del self._repos[repo.name]
+            del self._used_us[repo.name]
+            self.view_bytes -= repo.bytes
+
+    def _touch(self, repo: _Repo) -> None:
+        """A use of ``repo``'s view: it becomes the most recently used."""
+        if self._repos.get(repo.name) is repo:
+            del self._repos[repo.name], self._used_us[repo.name]
+            self._repos[repo.name] = repo
+            self._used_us[repo.name] = self.clock.now_us()
+
+    # -- the view cache (issue 19) ----------------------------------------------------------
+
+    def evict(self, now_us: int, *, keep: _Repo | None = None) -> int:
+        """Evict idle views and, over a budget, the least recently used; answers how many.
+
+        A view is kept while a caller waits on it, a read or push uses it (its pins), its
+        first state is still loading, or it is ``keep`` (just opened for a caller); such a
+        view counts as used now. Eviction ends
+        the follower, and with it the Subscribe call: the ledger member's stream ends and
+        its group hibernates with nobody parked on it (docs/raft.md, "Parked
+        subscriptions"). Nothing of the view's layers is retired: their local copies stay
+        in the disk cache, which has its own budget, for the next open.
+        """
+        limits = self.limits
+        idle_us = limits.view_idle_ms_max * 1000
+        evicted = 0
+        for _ in range(len(self._repos)):  # each view looked at once at most
+            name = next(iter(self._repos), None)
+            if name is None:
+                break
+            repo = self._repos[name]
+            over = len(self._repos) > limits.views_open_max or (
+                self.view_bytes > limits.views_bytes_max
+            )
+            if not over and now_us - self._used_us[name] < idle_us:
+                break  # the rest were used later still
+            if repo is keep or repo.waiters or self._in_use[name] or repo.state is MISSING:
+                self._touch(repo)  # busy: counts as used now
+                continue
+            self._evict(repo)
+            evicted += 1
+        if evicted:
+            log.info(
+                "evicted %d views (%d open, %d bytes; views_open_max %d, views_bytes_max %d, "
+                "view_idle_ms_max %d)",
+                evicted,
+                len(self._repos),
+                self.view_bytes,
+                limits.views_open_max,
+                limits.views_bytes_max,
+                limits.view_idle_ms_max,
+            )
+        return evicted
+
+    def _evict(self, repo: _Repo) -> None:
+        self._unhost(repo)
+        repo.dead = repo.evicted = True
+        self.evictions += 1
+        self._evicted_names[repo.name] = None
+        if len(self._evicted_names) > self.limits.views_open_max:
+            del self._evicted_names[next(iter(self._evicted_names))]
+        if repo.task is not None:
+            repo.task.cancel()  # ends the Subscribe call (GrpcLedger.subscribe's finally)
+        asyncio.get_running_loop().create_task(self._notify(repo))
+
+    def _start_evictor(self) -> None:
+        if self._evictor is None or self._evictor.done():
+            self._evictor = asyncio.get_running_loop().create_task(self._evict_idle())
+
+    async def _evict_idle(self) -> None:
+        """Look for idle views every tenth of the idle time (at most
+        ``EVICTION_PERIOD_S_MAX``) while any view is open: an idle fleet sends no
+        request that would look for them."""
+        period_s = min(self.limits.view_idle_ms_max / 10_000, EVICTION_PERIOD_S_MAX)
+        while self._repos:
+            await asyncio.sleep(max(period_s, 0.01))
+            try:
+                self.evict(self.clock.now_us())
+            except Exception:  # the loop must outlive any one failure
+                log.exception("view eviction failed")
+
     async def close(self) -> None:
+        if self._evictor is not None:
+            self._evictor.cancel()
         tasks = [r.task for r in self._repos.values() if r.task is not None]
         for name in list(self._repos):
             self.drop(name)
@@ -235,10 +377,15 @@ class RepositoryHost:
             async with repo.changed:
                 await repo.changed.wait_for(lambda: repo.dead or done())
 
+        repo.waiters += 1
         try:
             await asyncio.wait_for(reached(), self.wait_s)
         except TimeoutError:
             raise Unavailable(f"view of {repo.name} did not reach {what}", name=repo.name) from None
+        finally:
+            repo.waiters -= 1
+        if repo.evicted:
+            raise _Evicted(f"view of {repo.name} was evicted", name=repo.name)
         if repo.dead:
             raise repo.error or NotFound(f"repository {repo.name} not found", name=repo.name)
 
@@ -294,8 +441,7 @@ class RepositoryHost:
         repo.dead = True
         repo.error = error
         self._retire(repo.name, repo.state, MISSING)
-        if self._repos.get(repo.name) is repo:
-            del self._repos[repo.name]
+        self._unhost(repo)
         asyncio.get_running_loop().create_task(self._notify(repo))
 
     @staticmethod
@@ -361,10 +507,21 @@ class RepositoryHost:
             repo.view = view
         self._retire(repo.name, repo.state, state)
         repo.state = state
+        self._charge(repo)
         for listener in self.state_listeners:
             listener(repo.name)
         async with repo.changed:
             repo.changed.notify_all()
+
+    def _charge(self, repo: _Repo) -> None:
+        """Recount what ``repo``'s view is charged: its layers' metadata (held in memory
+        while a layer is open), the inline layers' bytes and ``VIEW_FIXED_BYTES``."""
+        size = VIEW_FIXED_BYTES + sum(len(b) for b in repo.inline.values())
+        if repo.state.live:
+            size += sum(e.meta_size for e in repo.state.manifest if e.kind is LayerKind.STORED)
+        if self._repos.get(repo.name) is repo:
+            self.view_bytes += size - repo.bytes
+        repo.bytes = size
 
     async def _reader(self, repo: _Repo, entry: LayerEntry) -> LayerReader:
         reader = repo.readers.get(entry.root)
@@ -456,12 +613,28 @@ class RepositoryHost:
         return await self.run_read(snap.view, partial(self.ref_snapshot, snap), kind="refs")
 
     async def read(self, name: str) -> Snapshot:
-        """A snapshot after a read barrier (DESIGN "Read path")."""
+        """A snapshot after a read barrier (DESIGN "Read path").
+
+        A view evicted while the read waited is opened again (its new subscription
+        starts with the current state): a read never answers from a view that stopped
+        following.
+        """
+        for attempt in range(READ_REOPENS_MAX + 1):
+            try:
+                return await self._read_once(name)
+            except _Evicted:
+                if attempt == READ_REOPENS_MAX:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _read_once(self, name: str) -> Snapshot:
         repo = await self.open(name)
         point = await self.ledger.barrier(name)
         if point.deleted:
             self.drop(name)
             raise NotFound(f"repository {name} not found", name=name)
+        if repo.evicted:
+            raise _Evicted(f"view of {name} was evicted", name=name)
         if point.incarnation != repo.state.incarnation:
             self.drop(name)
             repo = await self.open(name)
@@ -551,9 +724,13 @@ class RepositoryHost:
         """Keep the local copies of ``snap``'s stored layers while a read uses its view."""
         keys = _stored_keys(snap.name, snap.state)
         self._read_pins.update(keys)
+        self._in_use[snap.name] += 1  # and the view is not evicted meanwhile
         try:
             yield
         finally:
+            self._in_use[snap.name] -= 1
+            if self._in_use[snap.name] <= 0:
+                del self._in_use[snap.name]
             self._read_pins.subtract(keys)
             for k in set(keys):  # a manifest may name one file twice (identical pushes)
                 if self._read_pins[k] <= 0:

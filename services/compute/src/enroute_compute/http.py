@@ -79,16 +79,25 @@ class _NodeCollector:
     def collect(self) -> Iterator[Metric]:
         host = self.ops.host
         g = GaugeMetricFamily(
-            "enroute_compute_hosted_repositories", "repositories this compute follows"
+            "enroute_compute_hosted_repositories",
+            "repositories this compute follows: its open views (docs/fleet.md)",
         )
         g.add_metric([], len(host.hosted))
         yield g
+        yield _gauge("enroute_compute_view_bytes",
+                     "bytes of the open views as charged against limits.views_bytes_max",
+                     host.view_bytes)  # fmt: skip
         for name, value, doc in (
             ("enroute_compute_pushes", host.pushes, "pushes served"),
             ("enroute_compute_fetches", host.fetches, "fetches served"),
             ("enroute_compute_view_builds", host.view_builds, "views built whole (snapshots)"),
             ("enroute_compute_view_updates", host.view_updates,
              "views updated in place by a change"),
+            ("enroute_compute_view_evictions", host.evictions,
+             "views evicted (idle, or over views_open_max or views_bytes_max) with their "
+             "subscriptions"),
+            ("enroute_compute_view_reopens", host.reopens,
+             "views opened again after an eviction (a subscribe and a state fetch each)"),
             ("enroute_engine_reference_indexes", host.reference_indexes,
              "pushes whose pack the Python indexer read: the compiled pass gave up"),
         ):  # fmt: skip
@@ -268,6 +277,12 @@ class OpsServer:
             "fetches": self.host.fetches,
             "view_builds": self.host.view_builds,
             "view_updates": self.host.view_updates,
+            "views": {
+                "open": len(self.host.hosted),
+                "bytes": self.host.view_bytes,
+                "evictions": self.host.evictions,
+                "reopens": self.host.reopens,
+            },
             "git_calls_in_flight": self.metrics.in_flight_count,
             "reads": self.host.read_stats(),
         }

@@ -116,6 +116,7 @@ def status(
         "hosted_repositories": len(rt.by_repo),
         "groups": len(rt.groups),
         "groups_hibernated": rt.mr.hibernated_count(),
+        "subscriptions_open": rt.subscriptions - rt.subscriptions_ended,
         "groups_deleted": sum(1 for g in groups if g.deleted),
         "groups_leading": sum(1 for g in groups if rt.is_leader(g)),
         "apply_lag_entries": _apply_lag(rt),
@@ -190,6 +191,11 @@ class LedgerCollector:
             "enroute_ledger_groups_hibernated",
             "idle groups kept as a compact record, rebuilt from the log store on use",
             rt.mr.hibernated_count(),
+        )
+        yield _gauge(
+            "enroute_ledger_subscriptions_open",
+            "Subscribe streams open here (a compute's followed views)",
+            rt.subscriptions - rt.subscriptions_ended,
         )
         yield _gauge(
             "enroute_raft_apply_lag_entries",

@@ -22,7 +22,7 @@ import bisect
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from enroute_core.base.errors import (
@@ -448,8 +448,22 @@ class Lifecycle:
 
     async def subscribe(
         self, repo: str, incarnation: int, after_version: int
+    ) -> AsyncGenerator[SnapshotOut | ChangeOut, None]:
+        """A snapshot when needed (with its inline layers' bytes), then every change.
+
+        Counted while open (``enroute_ledger_subscriptions_open``): a compute ends the
+        stream of a view it evicts (docs/fleet.md), and the count shows it here.
+        """
+        self.rt.subscriptions += 1
+        try:
+            async for ev in self._follow(repo, incarnation, after_version):
+                yield ev
+        finally:
+            self.rt.subscriptions_ended += 1
+
+    async def _follow(
+        self, repo: str, incarnation: int, after_version: int
     ) -> AsyncIterator[SnapshotOut | ChangeOut]:
-        """A snapshot when needed (with its inline layers' bytes), then every change."""
         got = await self._hosted_for_read(repo)
         if isinstance(got, RepoState):
             yield SnapshotOut(got.incarnation, got.version, encode_state(got), ())

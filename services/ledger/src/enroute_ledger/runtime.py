@@ -665,6 +665,10 @@ class Runtime:
         """Groups hibernated here (docs/raft.md, "Hibernation")."""
         self.wakes = 0
         """Hibernated groups rebuilt from the log because something needed them."""
+        self.subscriptions = 0
+        """Subscribe streams opened here (docs/raft.md, "Parked subscriptions")."""
+        self.subscriptions_ended = 0
+        """Subscribe streams ended: by the subscriber (a compute evicting a view), or here."""
 
     # -- ids ---------------------------------------------------------------------------------
 

@@ -76,6 +76,15 @@ class Limits:
     # engine/view.py: the object and entry caches of a view built outside a host (a
     # compute's views share the node's, sized by node.cache: docs/buffer-pool.md)
     view_body_cache_bytes_max: int = 64 * MiB
+    # enroute_compute.host: the views a compute keeps open are a cache (issue 19,
+    # docs/fleet.md): a view unused for view_idle_ms_max is evicted and its ledger
+    # subscription ended, and while more than views_open_max are open or their bytes
+    # (layer metadata, inline layers and a fixed cost each) pass views_bytes_max, the
+    # least recently used go. The next request opens the view again (a subscribe and a
+    # state fetch).
+    views_open_max: int = 10_000
+    views_bytes_max: int = 256 * MiB
+    view_idle_ms_max: int = 600_000
     # storage/machines.py, engine/serve.py (seed 004, "Never waiting on the object
     # store"): entry bytes the pack writer loads ahead of what it writes (one batch is
     # written while the next loads; both stay pinned), and the load rounds one read

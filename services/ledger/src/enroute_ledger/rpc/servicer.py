@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -89,16 +90,19 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
     async def Subscribe(
         self, request: ledger_pb2.SubscribeRequest, context: Ctx
     ) -> AsyncIterator[ledger_pb2.SubscribeResponse]:
+        events = self.lc.subscribe(request.repo, request.incarnation, request.after_version)
         try:
-            events = self.lc.subscribe(request.repo, request.incarnation, request.after_version)
-            async for ev in events:
-                out = _responses(ev)
-                del ev
-                for resp in out:
-                    yield resp
-                # parked until the next change (docs/raft.md, "Parked subscriptions"):
-                # hold no event, snapshot part or layer bytes while waiting
-                del resp, out
+            # closed with the call: a subscriber that goes (a compute evicting its view)
+            # ends the stream here at once, not when the generator is collected
+            async with contextlib.aclosing(events):
+                async for ev in events:
+                    out = _responses(ev)
+                    del ev
+                    for resp in out:
+                        yield resp
+                    # parked until the next change (docs/raft.md, "Parked subscriptions"):
+                    # hold no event, snapshot part or layer bytes while waiting
+                    del resp, out
         except EnrouteError as e:
             await abort_with(context, e)
 
