@@ -80,7 +80,9 @@ class _Stub:
         self.fail = fail
         self.seen = seen
 
-    async def Propose(self, req: ledger_pb2.ProposeRequest, timeout: float) -> Any:  # noqa: N802
+    async def Propose(  # noqa: N802
+        self, req: ledger_pb2.ProposeRequest, timeout: float, metadata: Any = ()
+    ) -> Any:
         self.seen.append((req.request_id, timeout))
         if self.fail is not None:
             raise _Failing(self.fail)
@@ -108,7 +110,9 @@ def test_propose_goes_to_the_next_member_under_the_same_id(fail: grpc.StatusCode
 
 
 class _Hung(_Stub):
-    async def Propose(self, req: ledger_pb2.ProposeRequest, timeout: float) -> Any:  # noqa: N802
+    async def Propose(  # noqa: N802
+        self, req: ledger_pb2.ProposeRequest, timeout: float, metadata: Any = ()
+    ) -> Any:
         self.seen.append((req.request_id, timeout))
         await asyncio.sleep(self.delay_s)
         ok = encode_change(Change(Outcome(OutcomeCode.OK)))

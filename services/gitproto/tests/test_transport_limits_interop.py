@@ -112,6 +112,11 @@ def read_response(sock: socket.socket, data: bytes = b"") -> tuple[int, dict[str
         chunk = sock.recv(65536)
         assert chunk
         body += chunk
+    # a chunked body (an ERR answer has no Content-Length) may come after the head's packet
+    while headers.get("transfer-encoding", "").lower() == "chunked" and b"0\r\n\r\n" not in body:
+        chunk = sock.recv(65536)
+        assert chunk, body
+        body += chunk
     return int(lines[0].split(" ", 2)[1]), headers, body
 
 

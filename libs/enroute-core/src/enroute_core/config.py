@@ -446,6 +446,21 @@ class ReceiveConfig(_Section):
 # --- end receive ---
 
 
+class LogConfig(_Section):
+    """What this process logs and how (docs/logging.md)."""
+
+    format: Literal["json", "text"] = Field(
+        default="json",
+        description="json: one JSON object per line (containers, log collectors); text: "
+        "TIME LEVEL LOGGER MSG key=value, for a terminal (`enroute dev` writes text).",
+    )
+    level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info",
+        description="The least severe level written. info holds one access line per HTTP "
+        "request (gitproto) and the audit lines; debug adds health and metrics probes.",
+    )
+
+
 class ListenConfig(_Section):
     """Where this process listens; ``:0`` picks a free port."""
 
@@ -490,6 +505,7 @@ class Config(_Section):
     transport: TransportConfig = TransportConfig()
     receive: ReceiveConfig = ReceiveConfig()
     listen: ListenConfig = ListenConfig()
+    log: LogConfig = LogConfig()
     limits: LimitsSection = Field(
         default_factory=dict, description="Overrides of the resource limits listed below."
     )

@@ -25,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from enroute_compute.audit import audit_activated, audit_change, audit_deleted
 from enroute_compute.ledger_port import (
     Activated,
     BarrierPoint,
@@ -43,6 +44,7 @@ from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_core.state import Command, decode_change, decode_state, encode_command
 from enroute_proto.channels import open_channel
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
+from enroute_proto.logs import call_metadata
 from enroute_proto.request_id import REQUEST_ID_BYTES, new_request_id
 
 CALL_TIMEOUT_S = 10.0
@@ -192,9 +194,11 @@ class GrpcLedger:
     async def activate(self, name: str, create: CreateMode, head: bytes) -> Activated:
         req = ledger_pb2.ActivateRequest(repo=name, create=CREATE_MODES[create], head=head)
         resp: ledger_pb2.ActivateResponse = await self._call(
-            lambda s: s.Activate(req, timeout=self._timeout)
+            lambda s: s.Activate(req, timeout=self._timeout, metadata=call_metadata())
         )
-        return Activated(summary_from_pb(resp.state), resp.created)
+        activated = Activated(summary_from_pb(resp.state), resp.created)
+        audit_activated(name, activated)
+        return activated
 
     async def describe(self, name: str) -> RepoSummary:
         req = ledger_pb2.DescribeRequest(repo=name)
@@ -226,9 +230,11 @@ class GrpcLedger:
     async def delete(self, name: str) -> RepoSummary | None:
         req = ledger_pb2.DeleteRequest(repo=name)
         resp: ledger_pb2.DeleteResponse = await self._call(
-            lambda s: s.Delete(req, timeout=self._timeout)
+            lambda s: s.Delete(req, timeout=self._timeout, metadata=call_metadata())
         )
-        return summary_from_pb(resp.state) if resp.HasField("state") else None
+        summary = summary_from_pb(resp.state) if resp.HasField("state") else None
+        audit_deleted(name, summary)
+        return summary
 
     async def propose(
         self, name: str, incarnation: int, command: Command, request_id: bytes = b""
@@ -243,9 +249,11 @@ class GrpcLedger:
             request_id=request_id or new_request_id(),
         )
         resp: ledger_pb2.ProposeResponse = await self._retried(
-            lambda s, t: s.Propose(req, timeout=t)
+            lambda s, t: s.Propose(req, timeout=t, metadata=call_metadata())
         )
-        return Proposed(resp.version, decode_change(resp.effects))
+        proposed = Proposed(resp.version, decode_change(resp.effects))
+        audit_change(name, command, proposed.change)
+        return proposed
 
     async def subscribe(
         self, name: str, incarnation: int, after_version: int

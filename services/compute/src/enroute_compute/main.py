@@ -38,6 +38,7 @@ from enroute_core.storage.objectstore import open_store
 from enroute_core.storage.pool import BufferPool, NodeCaches
 from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2_grpc
+from enroute_proto.logs import bind_metadata, configure_logging
 
 DEFAULT_GRPC = "127.0.0.1:7100"
 DEFAULT_HTTP = "127.0.0.1:9101"
@@ -97,7 +98,8 @@ _Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 
 class CallGate(grpc.aio.ServerInterceptor):
-    """Every call passes here: metrics of the Git calls, and the drain on SIGTERM."""
+    """Every call passes here: metrics of the Git calls, the drain on SIGTERM, and the
+    caller's request id and user bound to the call's log lines (enroute_proto.logs)."""
 
     def __init__(self, metrics: ComputeMetrics) -> None:
         self.metrics = metrics
@@ -165,6 +167,7 @@ class CallGate(grpc.aio.ServerInterceptor):
 
     def _streaming(self, method: str, behavior: Any) -> Any:
         async def run(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+            bind_metadata(context.invocation_metadata())  # request id and user in log lines
             if self.draining:
                 await self._refuse(context)
             inbound = _PackTap(self.metrics, "received", scan=method == "ReceivePack")
@@ -192,6 +195,7 @@ class CallGate(grpc.aio.ServerInterceptor):
 
     def _unary(self, method: str, behavior: Any) -> Any:
         async def run(request: Any, context: Any) -> Any:
+            bind_metadata(context.invocation_metadata())
             if self.draining:
                 await self._refuse(context)
             self._enter()
@@ -311,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.config, encoding="utf-8") as f:
             text = f.read()
     config = load_config(text, os.environ)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    configure_logging(config.log.format, config.log.level, role="compute", node=config.node.id)
     logging.getLogger("grpc._cython.cygrpc").addFilter(PeerGoneFilter())
     asyncio.run(serve(config))
     return 0

@@ -25,7 +25,7 @@ from enroute_gitproto.routing import LIST_KEY, ComputePool
 from enroute_gitproto.rpc import convert
 from enroute_gitproto.rpc.errors import from_rpc_error
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2
-from enroute_proto.request_id import new_request_id, request_id_metadata
+from enroute_proto.logs import call_metadata
 
 if TYPE_CHECKING:
     from enroute_proto.gen.enroute.compute.v1.compute_pb2_grpc import ComputeAsyncStub
@@ -147,7 +147,9 @@ class ApiHandler:
         request = convert.create_repository_request(repo, branch or "")
 
         async def attempt(stub: ComputeAsyncStub) -> compute_pb2.CreateRepositoryResponse:
-            return await stub.CreateRepository(request, timeout=UNARY_TIMEOUT_S)
+            return await stub.CreateRepository(
+                request, timeout=UNARY_TIMEOUT_S, metadata=call_metadata()
+            )
 
         response = await self.pool.call(repo, attempt)
         status = 201 if response.created else 200
@@ -170,7 +172,9 @@ class ApiHandler:
         request = convert.delete_repository_request(repo)
 
         async def attempt(stub: ComputeAsyncStub) -> compute_pb2.DeleteRepositoryResponse:
-            return await stub.DeleteRepository(request, timeout=UNARY_TIMEOUT_S)
+            return await stub.DeleteRepository(
+                request, timeout=UNARY_TIMEOUT_S, metadata=call_metadata()
+            )
 
         await self.pool.call(repo, attempt)
         await send_json(send, 204, None)
@@ -212,7 +216,7 @@ class ApiHandler:
         request = convert.create_commit_request(repo, await read_json(receive))
         # one id and one commit time for this commit on every compute tried, so a replay
         # builds the same commit and the ledger applies it once (docs/rpc.md, "Request ids")
-        named = request_id_metadata(new_request_id())
+        named = call_metadata()
         now_us = self.clock_us()
         if not request.author.HasField("time_us"):
             request.author.time_us = now_us

@@ -48,6 +48,7 @@ from enroute_gitproto.responses import (
     send_text_error,
 )
 from enroute_gitproto.routing import FAILOVER_WAIT_S, ComputePool
+from enroute_proto.logs import note
 
 log = logging.getLogger(__name__)
 
@@ -266,6 +267,7 @@ class GitprotoApp:
         api = kind == "api"
         guard = _Guard(receive, send, self.transport, api)
         repo = api_repo(scope["path"]) if api else git_repo(scope)
+        note(repo=repo or "")  # every line of this request names it (docs/logging.md)
         client = scope["client"][0] if scope.get("client") else "-"
         try:
             if api:

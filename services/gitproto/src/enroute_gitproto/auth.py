@@ -48,6 +48,7 @@ import yaml
 from enroute_core.base.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from enroute_core.state.names import repo_name_problem
 from enroute_gitproto.rpc.convert import rfc3339_us
+from enroute_proto.logs import ANONYMOUS_USER, note
 
 log = logging.getLogger(__name__)
 
@@ -312,6 +313,7 @@ class Authorizer:
         secret = credential(authorization)
         if secret is None:
             if scope in self.anonymous:
+                note(user=ANONYMOUS_USER)
                 return Principal("", None)
             self._refused("missing_credentials", scope, repo, "")
             raise Unauthenticated(f"authentication required for {scope} access")
@@ -329,6 +331,7 @@ class Authorizer:
                 f"token {token.name!r} does not cover repository {repo!r} (it covers "
                 f"{token.repos!r})"
             )
+        note(user=token.name)  # the name in log lines and audit lines, never the token
         return Principal(token.name, token)
 
     def _refused(self, reason: str, scope: str, repo: str | None, name: str) -> None:

@@ -130,11 +130,13 @@ def role_config(
 ) -> dict[str, Any]:
     """The generated config of one role; ``found`` holds the ready addresses of earlier roles."""
     store = {"url": f"file://{data / 'store'}"}
+    log = {"format": "text"}  # for a terminal; containers keep the default, JSON lines
     if role == "ledger":
         return {
             "node": {"id": "dev-ledger-1", "data_dir": str(data / "ledger")},
             "store": store,
             "listen": {"grpc": "127.0.0.1:0", "http": "127.0.0.1:0"},
+            "log": log,
         }
     if role == "compute":
         return {
@@ -142,12 +144,14 @@ def role_config(
             "ledger": {"members": [found["ledger"]["grpc"]]},
             "store": store,
             "listen": {"grpc": "127.0.0.1:0", "http": "127.0.0.1:0"},
+            "log": log,
         }
     return {
         "node": {"id": "dev-gitproto-1"},
         "compute": {"members": [found["compute"]["grpc"]]},
         "auth": {"anonymous": "write"},
         "listen": {"http": listen},
+        "log": log,
     }
 
 

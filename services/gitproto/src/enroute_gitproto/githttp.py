@@ -83,7 +83,7 @@ from enroute_gitproto.rpc.convert import (
 )
 from enroute_gitproto.rpc.errors import from_rpc_error
 from enroute_proto.gen.enroute.compute.v1.compute_pb2 import GitRequest, GitResponse
-from enroute_proto.request_id import new_request_id, request_id_metadata
+from enroute_proto.logs import call_metadata
 
 log = logging.getLogger(__name__)
 
@@ -541,7 +541,7 @@ class GitHandler:
         last_error: grpc.aio.AioRpcError | None = None
         # one id for this push on every compute tried, so the ledger applies it once
         # (docs/rpc.md, "Request ids")
-        named = request_id_metadata(new_request_id())
+        named = call_metadata()  # and the request's user, for log lines (docs/logging.md)
 
         async def attempt(stub: ComputeAsyncStub) -> _Opened:
             nonlocal attempts, last_error

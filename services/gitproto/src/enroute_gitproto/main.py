@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import os
 import signal
 import socket
@@ -25,6 +24,7 @@ from enroute_gitproto.app import GitprotoApp, TransportLimits
 from enroute_gitproto.connections import guarded_protocol
 from enroute_gitproto.githttp import GitHttpLimits
 from enroute_gitproto.observe import DiscoveryCollector, RequestMetrics
+from enroute_proto.logs import configure_logging
 
 DEFAULT_HTTP = ":8080"
 GRACEFUL_SHUTDOWN_S = 5
@@ -83,7 +83,8 @@ async def serve(
         RequestMetrics(app, app.metrics),
         lifespan="on",
         log_level="warning",
-        access_log=False,
+        log_config=None,  # uvicorn's lines go through ours (configure_logging), as JSON
+        access_log=False,  # RequestMetrics writes the access lines
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         http=guarded_protocol(app.connections),  # connection bounds: connections.py
         ws="none",  # no WebSocket upgrade: it would hand the socket to a protocol not counted
@@ -144,13 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m enroute_gitproto")
     parser.add_argument("--config", help="YAML configuration file")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         text = None
         if args.config:
             with open(args.config, encoding="utf-8") as f:
                 text = f.read()
         config = load_config(text, os.environ)
+        configure_logging(config.log.format, config.log.level, role="gitproto",
+                          node=config.node.id)  # fmt: skip
         host, port = parse_listen(config.listen.http or DEFAULT_HTTP)
         git_limits, transport = transport_limits(config)
         app = GitprotoApp(

@@ -7,6 +7,7 @@ counters end in ``_total``, durations are ``_seconds`` histograms.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -17,9 +18,23 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from enroute_gitproto.responses import Message, Receive, Scope, Send, send_bytes, send_json
+from enroute_gitproto.responses import (
+    Message,
+    Receive,
+    Scope,
+    Send,
+    header,
+    send_bytes,
+    send_json,
+)
+from enroute_proto.logs import ACCESS_LOGGER, log_context
+from enroute_proto.request_id import new_request_id
 
 VERSION = "0.1.0"
+ACCESS_PATH_CHARS_MAX = 300
+ACCESS_AGENT_CHARS_MAX = 200
+
+access_log = logging.getLogger(ACCESS_LOGGER)
 
 
 @dataclass
@@ -119,7 +134,14 @@ def service_of(scope: Scope) -> str:
 
 
 class RequestMetrics:
-    """ASGI wrapper: counts every HTTP request by service and the status it was answered."""
+    """ASGI wrapper: counts every HTTP request by service and the status it was answered,
+    and writes its access line (docs/logging.md, "Access lines").
+
+    Each request gets a fresh request id here: every line logged while it is served
+    carries it, it goes to the compute in the call's metadata (enroute_proto.logs),
+    and the client gets it as ``X-Request-Id`` to quote in a report. An id a client
+    sends is not taken: it is the ledger's deduplication key of the write.
+    """
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Any], metrics: Metrics) -> None:
         self.app = app
@@ -133,20 +155,73 @@ class RequestMetrics:
             await self.app(scope, receive, send)
             return
         service = service_of(scope)
+        request_id = new_request_id().hex()
+        log_context(request_id=request_id)
         status = [0]
+        sizes = [0, 0]  # body bytes received, sent
         started = time.monotonic()
 
-        async def watching(message: Message) -> None:
+        async def counting(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = int(message["status"])
+                headers = [*message.get("headers", ()), (b"x-request-id", request_id.encode())]
+                message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body":
+                sizes[1] += len(message.get("body", b""))
             await send(message)
 
+        async def receiving() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                sizes[0] += len(message.get("body", b""))
+            return message
+
         try:
-            await self.app(scope, receive, watching)
+            await self.app(scope, receiving, counting)
         finally:
+            elapsed = time.monotonic() - started
             code = str(status[0]) if status[0] else "aborted"
             self.metrics.gitproto_requests.labels(service, code).inc()
-            self.metrics.gitproto_seconds.labels(service).observe(time.monotonic() - started)
+            self.metrics.gitproto_seconds.labels(service).observe(elapsed)
+            access_line(scope, service, status[0], sizes, elapsed)
+
+
+def access_line(
+    scope: Scope, service: str, status: int, sizes: Sequence[int], elapsed_s: float
+) -> None:
+    """The one access line of a request; the credential never appears (it is a header).
+
+    ``status`` 0: the response never started (the client or the server went away).
+    Probes (``ops``) are DEBUG, so a scrape every few seconds does not bury the rest;
+    a 5xx is WARNING.
+    """
+    method = str(scope.get("method", ""))
+    path = str(scope.get("path", ""))[:ACCESS_PATH_CHARS_MAX]
+    query = bytes(scope.get("query_string", b"")).decode("latin-1")[:ACCESS_PATH_CHARS_MAX]
+    client = scope.get("client")
+    agent = header(scope, b"user-agent") or ""
+    level = logging.INFO
+    if service == "ops":
+        level = logging.DEBUG
+    elif status >= 500 or status == 0:
+        level = logging.WARNING
+    access_log.log(
+        level,
+        "%s %s %s %d B in, %d B out, %.3f s", method, path + ("?" + query if query else ""),
+        status or "aborted", sizes[0], sizes[1], elapsed_s,
+        extra={
+            "method": method,
+            "path": path,
+            "query": query,
+            "service": service,
+            "status": status,
+            "bytes_in": sizes[0],
+            "bytes_out": sizes[1],
+            "duration_s": round(elapsed_s, 6),
+            "client": f"{client[0]}:{client[1]}" if client else "-",
+            "user_agent": agent[:ACCESS_AGENT_CHARS_MAX],
+        },
+    )  # fmt: skip
 
 
 class StatusEndpoints:

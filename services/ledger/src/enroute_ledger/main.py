@@ -25,6 +25,7 @@ from enroute_core.config import Config, load_config
 from enroute_core.storage.objectstore import open_store
 from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
+from enroute_proto.logs import ContextInterceptor, configure_logging
 
 from .checkpoints import Checkpointer
 from .http import StatusApp
@@ -130,7 +131,9 @@ async def serve(config: Config) -> int:
         except EnrouteError as e:
             log.warning("group %s/%s not replayed: %s", g.repo, g.incarnation, e)
 
-    server = grpc.aio.server(options=server_options(limits.rpc_message_bytes_max))
+    server = grpc.aio.server(
+        interceptors=[ContextInterceptor()], options=server_options(limits.rpc_message_bytes_max)
+    )
     ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerServicer(lc), server)
     ledger_pb2_grpc.add_RaftTransportServicer_to_server(RaftTransportServicer(rt), server)
     bound = server.add_insecure_port(f"{ghost}:{gport}")
@@ -153,7 +156,7 @@ async def serve(config: Config) -> int:
     sock.bind((hhost, hport))
     hport = sock.getsockname()[1]
     http = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        uvicorn.Config(app, log_level="warning", log_config=None, lifespan="off", access_log=False)
     )
     http_task = asyncio.get_running_loop().create_task(http.serve(sockets=[sock]))
     while not http.started:
@@ -186,10 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="enroute_ledger")
     parser.add_argument("--config", help="YAML configuration file")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("ENROUTE_LOG_LEVEL", "WARNING"), stream=sys.stderr)
     try:
         text = Path(args.config).read_text() if args.config else None
         config = load_config(text, os.environ)
+        configure_logging(config.log.format, config.log.level, role="ledger", node=config.node.id)
         return asyncio.run(serve(config))
     except EnrouteError as e:
         print(f"enroute ledger: {e.code}: {e.message} {e.details or ''}", file=sys.stderr)

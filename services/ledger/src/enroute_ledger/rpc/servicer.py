@@ -37,6 +37,9 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
             if request.create == ledger_pb2.CREATE_MODE_EXPLICIT:
                 head = request.head or b"refs/heads/main"
             got = await self.lc.activate(request.repo, create, head)
+            if got.created:  # the request id of the call that asked is on the line
+                log.info("created %s incarnation %d", request.repo, got.state.incarnation,
+                         extra={"repo": request.repo})  # fmt: skip
             return ledger_pb2.ActivateResponse(
                 state=state_to_proto(request.repo, got.state), created=got.created
             )
@@ -69,6 +72,7 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
     ) -> ledger_pb2.DeleteResponse:
         try:
             st = await self.lc.delete(request.repo)
+            log.info("deleted %s", request.repo, extra={"repo": request.repo})
             if st is None:
                 return ledger_pb2.DeleteResponse()
             return ledger_pb2.DeleteResponse(state=state_to_proto(request.repo, st))
@@ -83,6 +87,8 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
             got = await self.lc.propose(
                 request.repo, request.incarnation, request.command, request.request_id
             )
+            log.info("proposal to %s applied at version %d", request.repo, got.version,
+                     extra={"repo": request.repo})  # fmt: skip
             return ledger_pb2.ProposeResponse(version=got.version, effects=got.change)
         except EnrouteError as e:
             await abort_with(context, e)
