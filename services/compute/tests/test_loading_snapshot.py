@@ -13,19 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from enroute_compute.host import LoadingSnapshot
+from enroute_compute.host import LoadingSnapshot, RepositoryHost
+from enroute_compute.local_ledger import LocalLedger
+from enroute_compute.push import Pusher
 from enroute_core.base.errors import NotLocal
 from enroute_core.base.ids import LogIndex, ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_core.engine.ingest import ingest_pack
 from enroute_core.engine.snapshot import EMPTY_SNAPSHOT
 from enroute_core.engine.view import View
+from enroute_core.git.pktline import FLUSH_PKT, pkt_line
 from enroute_core.git.source import BytesSource
 from enroute_core.state.model import LayerEntry, LayerKind
 from enroute_core.storage.diskbudget import CHUNK_BYTES
@@ -96,3 +101,72 @@ async def test_a_thin_push_loads_its_bases_first(tmp_path: Path, shm_dir: Path) 
     data_end = sealed.file_size - sealed.meta_size
     assert disk.pinned_bytes == sealed.file_size - (data_end - data_end % CHUNK_BYTES)
     await svc.close()
+
+
+def _push_body(ref: bytes, old: str, new: str, pack: bytes) -> bytes:
+    line = f"{old} {new} ".encode() + ref + b"\x00report-status ofs-delta\n"
+    return pkt_line(line) + FLUSH_PKT + pack
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+class _Clock:
+    def now_us(self) -> int:
+        return time.time_ns() // 1000
+
+    def monotonic_ns(self) -> int:
+        return time.monotonic_ns()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.asyncio
+async def test_ingests_never_hold_the_threads_their_loads_need(
+    tmp_path: Path, shm_dir: Path
+) -> None:
+    """An ingest that waits for its loads runs on the push's own threads (push._INGESTS).
+
+    Loads write their chunks on asyncio's default pool. Here that pool has one
+    thread, as if every other thread of it were held: a thin push to a compute
+    whose copy of the repository's layer holds only metadata (a new node under a
+    one-chunk budget) must still load its bases and land. With the ingest on the
+    default pool (before), it held the only thread while its load waited for it:
+    the push never ended (this test timed out).
+    """
+    spec = RepoSpec(seed=7, commits=30, files=30, file_bytes=60_000, binary_files=2, branches=0)
+    repo = generate_repo(tmp_path / "r.git", spec)
+    old = repo.refs[b"refs/heads/main"].decode()
+    work = tmp_path / "work"
+    run_git(["clone", "-q", str(repo.path), str(work)], cwd=tmp_path)
+    for path in sorted(work.rglob("*")):
+        plain = path.is_file() and not path.is_symlink() and path.suffix != ".bin"
+        if plain and ".git" not in path.parts:
+            path.write_bytes(path.read_bytes() + b"one more line\n")
+    run_git(["-c", "user.name=T", "-c", "user.email=t@example.com",
+             "commit", "-q", "-am", "edit"], cwd=work)  # fmt: skip
+    new = run_git(["rev-parse", "HEAD"], cwd=work).decode().strip()
+    thin = pack_objects(work, thin=True, ofs_delta=False, revs=(new,), exclude=(old,))
+    ledger = LocalLedger()
+    store = FileStore(str(shm_dir), StoreOptions(fsync=False))
+
+    async def push(node: str, body: bytes) -> tuple[bytes, int]:
+        """The report, and the chunks the push loaded."""
+        layers = LayerService(store, tmp_path / node, disk_budget_bytes=CHUNK_BYTES)
+        host = RepositoryHost(ledger, layers, _Clock(), inline_max_bytes=1024)
+        try:
+            out = b"".join([p async for p in Pusher(host).receive_pack("r", _once(body))])
+            return out, layers.loaded_chunks["push"]
+        finally:
+            await host.close()
+            await layers.close()
+
+    first, _ = await push("node-1", _push_body(b"refs/heads/main", "0" * 40, old,
+                                            pack_objects(repo.path)))  # fmt: skip
+    assert b"unpack ok" in first and b"ok refs/heads/main" in first, first
+    loop = asyncio.get_running_loop()
+    one = ThreadPoolExecutor(1, thread_name_prefix="default")
+    loop.set_default_executor(one)
+    report, loaded = await push("node-2", _push_body(b"refs/heads/main", old, new, thin))
+    assert b"unpack ok" in report and b"ok refs/heads/main" in report, report
+    assert loaded >= 1, "the thin push loaded nothing: the test proves nothing"

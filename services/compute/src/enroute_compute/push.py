@@ -38,6 +38,7 @@ import logging
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TypeVar
 
@@ -80,6 +81,16 @@ from enroute_proto.request_id import derive_request_id, new_request_id
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
+INGEST_THREADS = 16
+"""Ingests (pushes and API commits) running at once; more wait for a thread, their
+keepalives going on meanwhile."""
+_INGESTS = ThreadPoolExecutor(INGEST_THREADS, thread_name_prefix="ingest")
+"""Where ingests run: never asyncio's default pool. An ingest against a view whose
+bytes are not all local waits for its loads (``host.LoadingSnapshot``), and loads
+write their chunks (and a ``file://`` store reads) on the default pool: ingests
+there could hold every thread their own loads need, and the node would stop
+(docs/residency.md, "Deviations")."""
 
 KEEPALIVE_S = 2.0
 """Silence after which a push with side-band sends a keepalive. git's receive-pack sends
@@ -337,6 +348,7 @@ class Pusher:
                             )
                         ),
                         gone,
+                        _INGESTS,
                     )
                 except EnrouteError as exc:
                     if exc.mapping.git_form is GitForm.REF:
@@ -444,13 +456,18 @@ class Pusher:
             built = await self.host.run_read(snap.view, build, kind="api")
             objects = self.host.ingest_snapshot(snap.view)
             try:
-                result = await asyncio.to_thread(
-                    ingest_pack,
-                    BytesSource(built.pack()),
-                    [built.oid],
-                    objects,
-                    limits=self.host.limits,
-                    fsck=self.host.fsck,
+                # a cancelled caller waits for the thread: it reads the pinned bytes
+                result = await to_thread_to_end(
+                    partial(
+                        ingest_pack,
+                        BytesSource(built.pack()),
+                        [built.oid],
+                        objects,
+                        limits=self.host.limits,
+                        fsck=self.host.fsck,
+                    ),
+                    threading.Event(),
+                    _INGESTS,
                 )
             finally:
                 if isinstance(objects, LoadingSnapshot):

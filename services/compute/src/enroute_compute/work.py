@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import TypeVar
 
 from enroute_core.git.source import ByteSource
@@ -67,8 +69,12 @@ def cancellable_sink(
     return write
 
 
-async def to_thread_to_end(fn: Callable[[], T], cancelled: threading.Event) -> T:
-    """``fn`` in a worker thread; a cancelled caller sets ``cancelled`` and waits for it.
+async def to_thread_to_end(
+    fn: Callable[[], T], cancelled: threading.Event, executor: Executor | None = None
+) -> T:
+    """``fn`` in a worker thread of ``executor`` (asyncio's default pool when None), in
+    the caller's context (request id); a cancelled caller sets ``cancelled`` and waits
+    for it.
 
     The thread reads and writes the caller's scratch files, which the caller
     closes when it unwinds: closing them under a running thread could let it
@@ -76,7 +82,10 @@ async def to_thread_to_end(fn: Callable[[], T], cancelled: threading.Event) -> T
     :class:`Abandoned` most likely, is taken and dropped: the caller's
     cancellation is what goes on.
     """
-    task = asyncio.ensure_future(asyncio.to_thread(fn))
+    context = contextvars.copy_context()
+    task = asyncio.ensure_future(
+        asyncio.get_running_loop().run_in_executor(executor, context.run, fn)
+    )
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:

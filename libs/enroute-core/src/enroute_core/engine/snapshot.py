@@ -46,9 +46,12 @@ class SnapshotObjects(Protocol):
     def read(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
         """The object's type and full body, or None when the snapshot lacks it.
 
-        Called only for bytes ingest has loaded first (seed 004, "Never waiting
-        on the object store": ingest loads the bases of the thin pack and the
-        trees it diffs before it runs).
+        Which bodies ingest reads shows only as it indexes and diffs, so it
+        cannot load them before it runs. A view whose bytes are not all local is
+        wrapped by the compute's ``LoadingSnapshot``, which loads a missing body
+        with its delta chain and reads again (docs/residency.md, "Deviations");
+        a bare view raises ``NotLocal`` instead (seed 004, "Never waiting on the
+        object store").
         """
         ...
 
