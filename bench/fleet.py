@@ -12,7 +12,14 @@ every role a separate process on 127.0.0.1) and:
    its /metrics and the size of its /status;
 3. does the same for ``N`` more (``2N`` in all);
 4. pages through every repository through the REST API
-   (``GET /api/v1/repos?limit=1000&page_token=``), timing each page.
+   (``GET /api/v1/repos?limit=1000&page_token=``), timing each page;
+5. times what an evicted view costs the next request (docs/fleet.md): ``git
+   ls-remote`` and a clone of repositories whose views were evicted (an Activate, a
+   Subscribe and its snapshot first), then the same again with the views open.
+
+The computes run with ``limits.view_idle_ms_max`` set to ``--view-idle-seconds``
+(default 30, under the idle time), so views of idle repositories are evicted, with
+their subscriptions, before each measurement.
 
 It reports, per process, the RSS at ``N`` and ``2N`` and the slope between them
 per repository (target: at most 2 KiB on each ledger and each compute), idle CPU
@@ -25,6 +32,7 @@ issue's figure is 10,000, about an hour here).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -42,6 +50,7 @@ from bench.report import CLK_TCK, cpu_ticks, write_section
 from enroute_testing.cluster import COMPUTES, GITPROTO, LEDGERS, Cluster, running_cluster
 from enroute_testing.gitcli import run_git
 from enroute_testing.procmem import Memory, memory
+from enroute_testing.scrape import series_count
 
 ROLES = (*LEDGERS, *COMPUTES, GITPROTO)
 PAGE = 1000
@@ -108,11 +117,14 @@ def http_of(cluster: Cluster, role: str) -> str:
 class Sample:
     """One role's figures at one repository count."""
 
-    def __init__(self, memory: Memory, cpu: float, series: int, status_bytes: int) -> None:
+    def __init__(self, memory: Memory, cpu: float, series: int, status: bytes) -> None:
         self.rss_kib = memory.rss_bytes / 1024
         self.cpu = cpu
         self.series = series
-        self.status_bytes = status_bytes
+        self.status_bytes = len(status)
+        st = json.loads(status)
+        # a compute's open views, a ledger's open Subscribe streams (docs/fleet.md)
+        self.followed = int(st.get("views", {}).get("open", st.get("subscriptions_open", 0)))
 
 
 def observe(cluster: Cluster, idle_s: float, cpu_s: float) -> dict[str, Sample]:
@@ -129,9 +141,8 @@ def observe(cluster: Cluster, idle_s: float, cpu_s: float) -> dict[str, Sample]:
     out = {}
     for role, pid, share in zip(ROLES, pids, cpu, strict=True):
         text = get(f"{http_of(cluster, role)}/metrics").decode()
-        series = sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))
-        status = len(get(f"{http_of(cluster, role)}/status"))
-        out[role] = Sample(memory(pid), share, series, status)
+        status = get(f"{http_of(cluster, role)}/status")
+        out[role] = Sample(memory(pid), share, series_count(text), status)
     return out
 
 
@@ -147,6 +158,30 @@ def listing(cluster: Cluster) -> tuple[int, list[float]]:
         token = page.get("next_page_token") or ""
         if not token:
             return count, times
+
+
+def git_seconds(args: list[str], cwd: Path) -> float:
+    t = time.perf_counter()
+    run_git(args, cwd=cwd)
+    return time.perf_counter() - t
+
+
+def reopen_cost(cluster: Cluster, work: Path, ks: Sequence[int]) -> dict[str, list[float]]:
+    """Seconds of ``git ls-remote`` (every other one of ``ks``) or of a clone (the rest):
+    first with its view evicted (the request re-opens it), then with the view open."""
+    out: dict[str, list[float]] = {"ls-remote evicted": [], "ls-remote open": []}
+    out.update({"clone evicted": [], "clone open": []})
+    for i, k in enumerate(ks):
+        url = cluster.git_url(name(k))
+        for state in ("evicted", "open"):
+            if i % 2 == 0:
+                out[f"ls-remote {state}"].append(git_seconds(["ls-remote", url], work))
+                continue
+            dest = work / "reopen" / f"{k}-{state}"
+            clone = ["clone", "-q", "--bare", url, str(dest)]
+            out[f"clone {state}"].append(git_seconds(clone, work))
+            shutil.rmtree(dest, ignore_errors=True)
+    return out
 
 
 def hibernated(cluster: Cluster) -> list[int]:
@@ -165,17 +200,21 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
     pages: tuple[int, list[float]],
     asleep: Sequence[int],
     idle_s: float,
+    reopen: dict[str, list[float]],
+    view_idle_s: float,
 ) -> list[str]:
     lines = [
         f"{n:,} then {2 * n:,} repositories on 3 ledger voters, 2 computes and gitproto "
         f"(`enroute_testing.cluster`, SeaweedFS store): each created through the API, "
         f"pushed (3 commits) and cloned once with git ({took[0]:.0f} s and {took[1]:.0f} s), "
-        f"then idle {idle_s:.0f} s before each measurement. Hibernated groups per voter at "
+        f"then idle {idle_s:.0f} s before each measurement (computes evict views idle "
+        f"{view_idle_s:.0f} s: `limits.view_idle_ms_max`). Hibernated groups per voter at "
         f"{2 * n:,}: {' / '.join(f'{x:,}' for x in asleep)}.",
         "",
         f"| process | RSS at {n:,} (MiB) | RSS at {2 * n:,} (MiB) | KiB per repository "
-        f"| idle CPU at {n:,} / {2 * n:,} (% of a core) | series | /status bytes |",
-        "|---|---|---|---|---|---|---|",
+        f"| idle CPU at {n:,} / {2 * n:,} (% of a core) | series | /status bytes "
+        "| views / streams open |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     worst: dict[str, float] = {}
     for role in ROLES:
@@ -185,7 +224,8 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
         lines.append(
             f"| {role} | {a.rss_kib / 1024:.0f} | {b.rss_kib / 1024:.0f} | {slope:.2f} "
             f"| {a.cpu * 100:.2f} / {b.cpu * 100:.2f} | {a.series} / {b.series} "
-            f"| {a.status_bytes:,} / {b.status_bytes:,} |"
+            f"| {a.status_bytes:,} / {b.status_bytes:,} "
+            f"| {'' if role == GITPROTO else f'{a.followed:,} / {b.followed:,}'} |"
         )
     count, times = pages
     rss_roles = [r for r in ROLES if r != GITPROTO]
@@ -207,11 +247,22 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
         f"median {statistics.median(times) * 1e3:.0f} ms, last {times[-1] * 1e3:.0f} ms "
         f"(at this rate 100,000 take {sum(times) / max(count, 1) * 100_000:.1f} s).",
         "",
+        f"What an evicted view costs the next request ({sum(map(len, reopen.values())) // 2} "
+        "repositories, half ls-remote'd and half cloned, median seconds; evicted: the "
+        "compute activates the name, subscribes and builds the view from the snapshot "
+        "first): " + "; ".join(f"{k} {statistics.median(v):.3f}" for k, v in reopen.items()) + ".",
+        "",
         f"Load average at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())} "
         "(every process on the host counts).",
         "",
     ]
     return lines
+
+
+def started(work: Path, view_idle_s: float) -> contextlib.AbstractContextManager[Cluster]:
+    limits = {"view_idle_ms_max": int(view_idle_s * 1000)}
+    extra = {"compute": {"limits": limits}}
+    return running_cluster(work / "cluster", faults=False, extra_config=extra)
 
 
 def main() -> None:
@@ -220,23 +271,41 @@ def main() -> None:
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--cpu-seconds", type=float, default=10.0)
     ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--view-idle-seconds", type=float, default=30.0)
+    ap.add_argument("--reopen-repos", type=int, default=20)
     ap.add_argument("--no-write", action="store_true", help="print, leave docs alone")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
     n = args.repos
     try:
-        with running_cluster(work / "cluster", faults=False) as cluster:
+        with started(work, args.view_idle_seconds) as cluster:
             src = source(work)
             took = [populate(cluster, src, work, range(n), args.concurrency)]
             print(f"{n:,} repositories in {took[0]:.0f} s; idle {args.idle_seconds:.0f} s")
             at_n = observe(cluster, args.idle_seconds, args.cpu_seconds)
+            for role, a in at_n.items():  # kept in the log should the run not finish
+                print(
+                    f"  {role}: RSS {a.rss_kib / 1024:.1f} MiB, followed {a.followed}", flush=True
+                )
             took.append(populate(cluster, src, work, range(n, 2 * n), args.concurrency))
             print(f"{2 * n:,} repositories in {took[1]:.0f} s; idle {args.idle_seconds:.0f} s")
             at_2n = observe(cluster, args.idle_seconds, args.cpu_seconds)
             asleep = hibernated(cluster)
             pages = listing(cluster)
-            lines = report(n, at_n, at_2n, took, pages, asleep, args.idle_seconds)
+            step = max(2 * n // max(args.reopen_repos, 1), 1)
+            reopen = reopen_cost(cluster, work, range(0, 2 * n, step)[: args.reopen_repos])
+            lines = report(
+                n,
+                at_n,
+                at_2n,
+                took,
+                pages,
+                asleep,
+                args.idle_seconds,
+                reopen,
+                args.view_idle_seconds,
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("\n".join(lines))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -25,12 +24,13 @@ from pathlib import Path
 import pytest
 
 from enroute_compute.maintainer import STATUS_TOP_MAX as LISTED
-from enroute_testing.devserver import DevServer, running_dev
+from enroute_testing.devserver import DevServer, role_http, running_dev
 from enroute_testing.gitcli import run_git
+from enroute_testing.scrape import sample_value as metric
+from enroute_testing.scrape import series_count as series
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
-ROLE_READY = re.compile(r"enroute (ledger|compute) ready: .*http=(\S+)")
 SMALL, LARGE = 20, 60
 STATUS_MARGIN = 0.02
 HIBERNATE_AFTER_S = 1.0
@@ -57,28 +57,6 @@ def api(dev: DevServer, method: str, target: str, body: object = None) -> int:
         return resp.status
     finally:
         conn.close()
-
-
-def role_http(root: Path) -> dict[str, str]:
-    """The HTTP base URL of the ledger and the compute of an `enroute dev` under ``root``."""
-    out = {}
-    for role in ("ledger", "compute"):
-        text = (root / "data" / "logs" / f"{role}.log").read_text(errors="replace")
-        m = ROLE_READY.search(text)
-        assert m, f"no ready line in the {role} log"
-        out[role] = f"http://{m.group(2)}"
-    return out
-
-
-def series(text: str) -> int:
-    return sum(1 for ln in text.splitlines() if ln and not ln.startswith("#"))
-
-
-def metric(text: str, family: str) -> float:
-    for ln in text.splitlines():
-        if ln.startswith(family + " "):
-            return float(ln.split()[1])
-    raise AssertionError(f"{family} not exported")
 
 
 class Fleet:

@@ -27,6 +27,7 @@ from enroute_testing.env import service_env
 
 ENROUTE_BIN = Path(sys.executable).parent / "enroute"
 READY_LINE = re.compile(rb"enroute ready: (http://\S+)")
+ROLE_READY = re.compile(r"enroute (ledger|compute) ready: .*http=(\S+)")
 COMPUTE_READY = re.compile(r"enroute compute ready: grpc=\S+ http=(\S+)")
 READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 20.0
@@ -52,6 +53,18 @@ class DevServer:
     def compute_status(self) -> dict[str, Any]:
         """The compute's ``/status``, at the address its (latest) ready line names."""
         return compute_status(self.log_path.parent)
+
+
+def role_http(root: Path) -> dict[str, str]:
+    """The HTTP base URL of the ledger and the compute of the `enroute dev` under ``root``
+    (their first start)."""
+    out = {}
+    for role in ("ledger", "compute"):
+        text = (root / "data" / "logs" / f"{role}.log").read_text(errors="replace")
+        m = ROLE_READY.search(text)
+        assert m, f"no ready line in the {role} log"
+        out[role] = f"http://{m.group(2)}"
+    return out
 
 
 def compute_status(root: Path) -> dict[str, Any]:
