@@ -68,6 +68,7 @@ from enroute_core.state.model import (
     branch_problem,
     updatable_ref_problem,
 )
+from enroute_core.state.refmap import RefMap
 
 ATOMIC_FAILURE = "atomic push failure"  # git receive-pack's reason for the other refs
 
@@ -328,23 +329,25 @@ def _commit(state: RepoState, cmd: Commit, log_index: LogIndex) -> ApplyResult:
             ]
         return _refuse(state, outcome, tuple(results))
 
-    refs = dict(state.refs)
+    # only the refs this commit names are touched: the map shares the rest (refmap.py)
+    changes: dict[bytes, RefValue | None] = {}
     effects: list[Effect] = []
     moved = False
     for update, result in zip(cmd.ref_updates, results, strict=True):
         if result.status is not RefStatus.OK:
             continue
-        old = refs.get(update.name)
+        old = result.current  # names are unique in a commit (command_problem)
         if update.new_oid is None:
             if old is not None:
-                del refs[update.name]
+                changes[update.name] = None
                 effects.append(RefChanged(update.name, old, None))
                 moved = True
             continue
         value = RefValue(update.new_oid, cmd.stamp_us)
-        refs[update.name] = value
+        changes[update.name] = value
         effects.append(RefChanged(update.name, old, value))
         moved = moved or old is None or old.oid != update.new_oid
+    refs = RefMap.of(state.refs).updated(changes)
 
     manifest, next_id, upload_gen = state.manifest, state.next_id, state.upload_gen
     if layer is not None:
@@ -367,7 +370,7 @@ def _commit(state: RepoState, cmd: Commit, log_index: LogIndex) -> ApplyResult:
         state,
         version=state.version + 1,
         head=head,
-        refs=MappingProxyType(refs),
+        refs=refs,
         manifest=manifest,
         next_id=next_id,
         upload_gen=upload_gen,

@@ -52,7 +52,12 @@ length and the crc32 first, then every field; broken bytes raise
 :class:`CorruptData` naming the section, a frame over the size limits
 :class:`LimitExceeded`, and a well-formed command whose fields are out of
 their domain :class:`InvalidArgument` (``check_command``). A decoded
-checkpoint must satisfy every state invariant (``state_problem``).
+checkpoint must satisfy every state invariant (``state_problem``), with one
+exception that keeps a checkpoint's cost in its bytes: each ref is checked for
+a name under ``refs/``, a non-zero oid and a time in range, in ascending
+order, but its name is not run through git's ref-name rules again. Only
+``encode_state`` writes checkpoints, of states ``apply`` made (which checked
+every name it set), and the crc32 catches a changed byte.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from enroute_core.base.errors import CorruptData
-from enroute_core.base.ids import OID_BYTES, LogIndex, ObjectId
+from enroute_core.base.ids import OID_BYTES, ZERO_OID, LogIndex, ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
 from enroute_core.state.commands import (
     Activate,
@@ -94,7 +99,9 @@ from enroute_core.state.effects import (
     UploadGenAdvanced,
 )
 from enroute_core.state.model import (
+    REFS_PREFIX,
     ROOT_BYTES,
+    TIME_US_MAX,
     LayerEntry,
     LayerKind,
     RefValue,
@@ -104,6 +111,7 @@ from enroute_core.state.model import (
     state_problem,
     time_problem,
 )
+from enroute_core.state.refmap import RefMap
 
 COMMAND_MAGIC = b"ENRC"
 STATE_MAGIC = b"ENRS"
@@ -241,8 +249,9 @@ def encode_command(cmd: Command, *, limits: Limits = DEFAULT_LIMITS) -> bytes:
 
 
 def encode_state(state: RepoState) -> bytes:
-    """The checkpoint of ``state`` (what the state object carries)."""
-    problem = state_problem(state)
+    """The checkpoint of ``state`` (what the state object carries). Its refs are not
+    checked again here: ``apply`` made them (see the module docstring)."""
+    problem = state_problem(state, refs=False)
     assert problem is None, problem
     w = _Writer()
     w.u8(
@@ -257,11 +266,13 @@ def encode_state(state: RepoState) -> bytes:
     w.u64(state.next_id)
     w.u64(state.last_push_us or 0)
     w.short_bytes(state.head)
-    w.u32(len(state.refs))
-    for name in sorted(state.refs):
-        value = state.refs[name]
-        w.short_bytes(name)
-        w.raw(_REF_VALUE.pack(value.oid, value.set_time_us))
+    refs = RefMap.of(state.refs)  # ascending already
+    w.u32(len(refs))
+    buf, pack = w.buf, _REF_VALUE.pack
+    for name, value in refs.items():
+        buf += _U16.pack(len(name))
+        buf += name
+        buf += pack(value.oid, value.set_time_us)
     w.u32(len(state.manifest))
     for entry in state.manifest:
         _write_layer_entry(w, entry)
@@ -430,19 +441,37 @@ def decode_command(data: bytes, *, limits: Limits = DEFAULT_LIMITS) -> Command:
     return cmd
 
 
-def _read_refs(r: _Reader, limits: Limits) -> dict[bytes, RefValue]:
+def _read_refs(r: _Reader, limits: Limits) -> RefMap:
+    """The refs, each checked on its own as it is read (see the module docstring)."""
     r.section = "refs"
     n = r.count("state_refs_max", limits.state_refs_max, 2 + _REF_VALUE.size)
-    refs: dict[bytes, RefValue] = {}
-    previous: bytes | None = None
-    for _ in range(n):
-        name = r.short_bytes()
-        if previous is not None and name <= previous:
+    items: list[tuple[bytes, RefValue]] = []
+    previous = b""
+    buf, unpack_len, unpack_value = r.buf, _U16.unpack_from, _REF_VALUE.unpack_from
+    for _ in range(n):  # _Reader's reads inlined: this loop is the bulk of a checkpoint
+        pos = r.pos
+        if len(buf) - pos < 2 + _REF_VALUE.size:
+            raise r.fail(f"cut short (needs a ref at offset {pos})")
+        (size,) = unpack_len(buf, pos)
+        r.pos = pos + 2 + size + _REF_VALUE.size
+        if r.pos > len(buf):
+            r.pos = pos
+            raise r.fail(f"cut short (needs a ref of {size} name bytes at offset {pos})")
+        name = buf[pos + 2 : pos + 2 + size]
+        if name <= previous and items:
             raise r.fail("ref names are not in strictly ascending order")
-        oid, set_time = _REF_VALUE.unpack(r.take(_REF_VALUE.size))
-        refs[name] = RefValue(ObjectId(oid), set_time)
+        oid, set_time = unpack_value(buf, pos + 2 + size)
+        if not name.startswith(REFS_PREFIX) or oid == ZERO_OID or set_time > TIME_US_MAX:
+            problem = (
+                None if name.startswith(REFS_PREFIX) else "is not under refs/"
+            ) or oid_problem(oid) or time_problem(set_time)  # fmt: skip
+            raise CorruptData(
+                f"checkpoint breaks an invariant: ref {name[:100]!r}: {problem}",
+                section="invariants",
+            )
+        items.append((name, RefValue(ObjectId(oid), set_time)))
         previous = name
-    return refs
+    return RefMap.from_ascending(items)
 
 
 def _read_layer_entry(r: _Reader) -> LayerEntry:
@@ -486,14 +515,14 @@ def decode_state(data: bytes, *, limits: Limits = DEFAULT_LIMITS) -> RepoState:
         version=version,
         head=head,
         head_kept=bool(flags & _ST_HEAD_KEPT),
-        refs=MappingProxyType(refs),
+        refs=refs,
         manifest=manifest,
         next_id=next_id,
         upload_gen=upload_gen,
         upload_window=window,
         last_push_us=last_push if flags & _ST_LAST_PUSH else None,
     )
-    problem = state_problem(state)
+    problem = state_problem(state, refs=False)
     if problem is not None:
         raise CorruptData(f"checkpoint breaks an invariant: {problem}", section="invariants")
     return state

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from types import MappingProxyType
 
 from enroute_core.base.errors import CorruptData
 from enroute_core.state.effects import (
@@ -33,6 +32,7 @@ from enroute_core.state.effects import (
     UploadGenAdvanced,
 )
 from enroute_core.state.model import LayerEntry, RefValue, RepoState
+from enroute_core.state.refmap import RefMap
 
 
 def _diverged(what: str) -> CorruptData:
@@ -82,18 +82,17 @@ def apply_change(state: RepoState, effects: Iterable[Effect], *, version: int) -
         return state
     if version != state.version + 1:
         raise _diverged(f"version {version} does not follow {state.version}")
-    refs: dict[bytes, RefValue] | None = None
+    # the refs the effects name, made on the state's map at the end (refmap.py)
+    changes: dict[bytes, RefValue | None] = {}
     head, manifest, next_id = state.head, state.manifest, state.next_id
     upload_gen, last_push = state.upload_gen, state.last_push_us
     for effect in effects:
         if isinstance(effect, RefChanged):
-            refs = dict(state.refs) if refs is None else refs
-            if refs.get(effect.name) != effect.old:
+            name = effect.name
+            current = changes[name] if name in changes else state.refs.get(name)
+            if current != effect.old:
                 raise _diverged(f"ref {effect.name[:100]!r} is not at its old value")
-            if effect.new is None:
-                del refs[effect.name]
-            else:
-                refs[effect.name] = effect.new
+            changes[effect.name] = effect.new
         elif isinstance(effect, HeadChanged):
             if head != effect.old:
                 raise _diverged("HEAD is not at its old value")
@@ -122,7 +121,7 @@ def apply_change(state: RepoState, effects: Iterable[Effect], *, version: int) -
         state,
         version=version,
         head=head,
-        refs=state.refs if refs is None else MappingProxyType(refs),
+        refs=RefMap.of(state.refs).updated(changes) if changes else state.refs,
         manifest=manifest,
         next_id=next_id,
         upload_gen=upload_gen,

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from enroute_core.base.errors import InvalidRefName
 from enroute_core.git.refname import branch_name_problem
 from enroute_core.state.model import BRANCH_PREFIX, REFS_PREFIX, branch_problem
+from enroute_core.state.refmap import RefMap
 
 IMPLICIT_HEAD = b"refs/heads/main"
 """HEAD of a repository that a push created, until it is repaired."""
@@ -33,6 +34,9 @@ def repair_head(head: bytes, head_kept: bool, refs: Mapping[bytes, object]) -> b
     for preferred in REPAIR_PREFERENCE:
         if preferred in refs:
             return preferred
+    if isinstance(refs, RefMap):  # sorted: the first branch without a scan of every ref
+        first = refs.first_from(BRANCH_PREFIX)
+        return first if first is not None and first.startswith(BRANCH_PREFIX) else head
     branches = [name for name in refs if name.startswith(BRANCH_PREFIX)]
     return min(branches) if branches else head
 

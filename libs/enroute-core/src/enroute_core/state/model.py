@@ -16,10 +16,10 @@ import bisect
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 from enroute_core.base.ids import OID_BYTES, ZERO_OID, LogIndex, ObjectId
 from enroute_core.git.refname import ref_name_problem
+from enroute_core.state.refmap import RefMap
 
 ID_SPACE = 1 << 32
 """Seed 004, "Id space": a 32-bit id per repository; ids are ``0 .. ID_SPACE - 1``."""
@@ -86,10 +86,6 @@ class LayerEntry:
         return f"{self.upload_gen:016x}-{self.root[:16].hex()}.layer"
 
 
-def _empty_refs() -> Mapping[bytes, RefValue]:
-    return MappingProxyType({})
-
-
 @dataclass(frozen=True, slots=True)
 class RepoState:
     """The state of one repository incarnation; see the module docstring.
@@ -97,6 +93,10 @@ class RepoState:
     ``upload_window`` is the window W fixed when the incarnation was claimed
     (carried by the activate command), so every replica and every sweep uses
     the same W whatever its local config says.
+
+    ``refs`` is a :class:`~enroute_core.state.refmap.RefMap` in every state ``apply``,
+    ``apply_change`` and ``decode_state`` make (any mapping is taken, and made one on
+    the next change).
     """
 
     incarnation: int = 0
@@ -104,7 +104,7 @@ class RepoState:
     version: int = 0
     head: bytes = b""
     head_kept: bool = False
-    refs: Mapping[bytes, RefValue] = field(default_factory=_empty_refs)
+    refs: Mapping[bytes, RefValue] = field(default_factory=RefMap)
     manifest: tuple[LayerEntry, ...] = ()
     next_id: int = 0
     upload_gen: int = 0
@@ -229,9 +229,16 @@ def layer_problem(entry: LayerEntry) -> str | None:
     return None
 
 
-def state_problem(state: RepoState) -> str | None:
+def ref_problem(name: bytes, value: RefValue) -> str | None:
+    """Why one ref of a state is malformed, or None."""
+    return updatable_ref_problem(name) or oid_problem(value.oid) or time_problem(value.set_time_us)
+
+
+def state_problem(state: RepoState, *, refs: bool = True) -> str | None:
     """The first broken invariant of ``state``, or None. Every state ``apply`` returns is
-    free of problems; checked after decoding a checkpoint and in the property tests."""
+    free of problems; checked in the property tests, and (``refs=False``: all but the
+    refs, whose check is the one cost that grows with the repository) when a checkpoint
+    is encoded or decoded (``docs/formats/state.md``, "Checkpoint")."""
     for field_name, number, top in (
         ("incarnation", state.incarnation, U64_MAX),
         ("version", state.version, U64_MAX),
@@ -261,10 +268,8 @@ def state_problem(state: RepoState) -> str | None:
         return f"head {state.head!r}: {problem}"
     if state.last_push_us is not None and time_problem(state.last_push_us):
         return "last_push is out of range"
-    for name, value in state.refs.items():
-        problem = (
-            updatable_ref_problem(name) or oid_problem(value.oid) or time_problem(value.set_time_us)
-        )
+    for name, value in state.refs.items() if refs else ():
+        problem = ref_problem(name, value)
         if problem is not None:
             return f"ref {name[:100]!r}: {problem}"
     end = 0
