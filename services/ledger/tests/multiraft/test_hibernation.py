@@ -112,6 +112,27 @@ def test_a_woken_group_never_has_less_than_its_durable_hard_state() -> None:
     c.run_until(c.all_led, 300)
 
 
+def test_leader_spread_counts_hibernated_groups() -> None:
+    """The fair share of leader spreading (scenario 4) is over every hosted group, asleep
+    or not: 4 groups on 3 nodes allow 2 + slack 1 each. Node 1 hands its 2 groups to
+    node 2 (the preStop hook of a rolling upgrade); node 2 then leads 3, within its
+    share, and keeps them. Counting awake groups only (the 2 just moved plus whatever
+    woke), node 2 judged 3 too many and handed one back to the drained node 1."""
+    c = Cluster(3, 4, 7, hibernate_after=5)
+    for g, n in zip(c.groups, (N1, N1, N2, N3), strict=True):
+        c.nodes[n].campaign(g)
+    c.run_until(c.all_led, 300)
+    assert c.nodes[N1].leader_counts() == {N1: 2, N2: 1, N3: 1}
+    c.run_until(lambda: c.all_quiet() and all_asleep(c, 4), 300)
+    for g in c.groups[:2]:
+        c.nodes[N1].transfer_leader(g, N2)
+    c.run_until(lambda: c.all_led() and c.nodes[N2].leader_counts()[N2] == 3, 300)
+    for _ in range(300):  # long enough for several spreading passes and a hibernation
+        c.run_round()
+        assert c.nodes[N2].leader_counts()[N1] == 0, "a group went back to the drained node"
+    assert c.all_led()
+
+
 def test_config_checks_hibernation_fields() -> None:
     from enroute_core.base.errors import InvalidArgument
 

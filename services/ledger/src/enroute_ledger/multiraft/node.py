@@ -605,7 +605,8 @@ class MultiRaft:
         live = [p for p in self.peers if self._alive[p]]
         if not live or not self._led:
             return
-        fair = -(-len(self._nodes) // (len(live) + 1))
+        # over every hosted group: hibernated ones are led (and moved) like awake ones
+        fair = -(-self.group_count() // (len(live) + 1))
         pending: dict[NodeId, int] = {}
         for target, _ in self._transfers.values():
             pending[target] = pending.get(target, 0) + 1
