@@ -26,7 +26,12 @@ if _HERE not in sys.path:
 from conftest import wait_for, write_config  # noqa: E402
 
 MAIN = b"refs/heads/main"
-REPOS = 4
+REPOS = 2
+"""Whichever node takes both groups stays within leader spreading's fair share
+(ceil(2 / 3) + slack 1 = 2): spreading may hand groups back to a drained node that is
+still up (docs/observability.md, "Rolling upgrades"), and with 4 groups it did whenever
+the drain left one node leading 4 (leaders 2/2/0 or 3/1/0 before it, as a loaded
+machine's elections can leave them)."""
 
 
 def three(tmp_path: Path, procs: list[LedgerProc]) -> list[LedgerProc]:
@@ -77,7 +82,7 @@ def test_transfer_leadership_moves_every_group_away(
         req = ledger_pb2.ActivateRequest(
             repo=f"roll/{k}", create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN
         )
-        nodes[k % 3].ledger.Activate(req, timeout=30)
+        nodes[0].ledger.Activate(req, timeout=30)  # its activator usually leads a group
 
     def settled() -> bool:
         views = [leaders(n) for n in nodes]
@@ -98,11 +103,17 @@ def test_transfer_leadership_moves_every_group_away(
     # the others agree on new leaders that are not the drained node
     others = [n for i, n in enumerate(nodes) if i != source]
 
+    seen: list[object] = []
+
     def agreed() -> bool:
         views = [leaders(n) for n in others]
+        seen[:] = [views, [status(n)["groups_leading"] for n in nodes]]
         return all(v.values() and me not in v.values() and None not in v.values() for v in views)
 
-    wait_for(agreed, 10.0)
+    try:
+        wait_for(agreed, 10.0)
+    except AssertionError:
+        raise AssertionError(f"drained {me}: before {by_node}, {answer}, now {seen}") from None
     # the ledger still answers through the drained node (any member answers any call)
     resp = nodes[source].ledger.Describe(ledger_pb2.DescribeRequest(repo="roll/0"), timeout=20)
     assert resp.state.incarnation == 1
