@@ -31,7 +31,6 @@ import contextvars
 import hashlib
 import logging
 import os
-import secrets
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -58,7 +57,7 @@ from enroute_core.storage.diskbudget import (
 from enroute_core.storage.layer.reader import LayerReader, root_of
 from enroute_core.storage.loads import ChunkLoader, LoadGate, coalesce
 from enroute_core.storage.localcopy import LocalCopy
-from enroute_core.storage.localfile import ScratchFile
+from enroute_core.storage.localfile import ScratchFile, remove_scratch_leftovers, scratch_name
 from enroute_core.storage.objectstore.base import ObjectStore
 from enroute_core.storage.pool import DEFAULT_PAGE_CACHE_BYTES, BufferPool, Intent
 
@@ -163,6 +162,13 @@ class LayerService:
         self._scratch = os.path.join(self._dir, "scratch")
         os.makedirs(self._copies, exist_ok=True)
         os.makedirs(self._scratch, exist_ok=True)
+        self.scratch_leftovers = remove_scratch_leftovers(self._scratch)
+        """(files, bytes) of scratch files an earlier run left, removed at start."""
+        if self.scratch_leftovers[0]:
+            log.info(
+                "removed %d scratch files (%d bytes) an earlier run left in %s",
+                *self.scratch_leftovers, self._scratch,
+            )  # fmt: skip
         self.catalog = Catalog(self._dir)
         self._budget = disk_budget_bytes
         self.budget: DiskBudget | None = disk_budget
@@ -325,14 +331,18 @@ class LayerService:
         return None
 
     async def _link(self, name: str, key: str, path: str, size: int) -> LocalCopy | None:
-        scratch = os.path.join(self._scratch, f"link-{secrets.token_hex(8)}")
-        if not await self._store.link_local(key, scratch):
-            if not getattr(self._store, "linking", False):
-                self._linking = False  # EXDEV, or a store that cannot link at all
-            return None
-        os.replace(scratch, path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(scratch)  # rename between two links of one file leaves both names
+        scratch = os.path.join(self._scratch, scratch_name("link"))
+        try:
+            if not await self._store.link_local(key, scratch):
+                if not getattr(self._store, "linking", False):
+                    self._linking = False  # EXDEV, or a store that cannot link at all
+                return None
+            os.replace(scratch, path)
+        finally:
+            # a link made before a failure or a cancellation (shutdown) goes; so does the
+            # name a rename between two links of one file leaves (it keeps both names)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(scratch)
         self.catalog.put(name, size, b"", True)
         self._links += 1
         return self._linked(name, path, size)
@@ -494,9 +504,14 @@ class LayerService:
                     os.unlink(sealed)
             return
         if isinstance(sealed, bytes):
-            tmp = os.path.join(self._scratch, f"pub-{secrets.token_hex(8)}")
-            await asyncio.to_thread(_write_file, tmp, sealed)
-            os.replace(tmp, path)
+            tmp = os.path.join(self._scratch, scratch_name("pub"))
+            try:
+                await asyncio.to_thread(_write_file, tmp, sealed)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
         else:
             os.replace(sealed, path)
         count = chunk_count_of(size)

@@ -212,10 +212,7 @@ class ScratchFile:
 
     def __init__(self, directory: str | os.PathLike[str], prefix: str) -> None:
         os.makedirs(directory, exist_ok=True)
-        # pid and counter keep names apart in this run; the random part, from a
-        # crashed run's leftovers (O_EXCL refuses a name that exists)
-        name = f"{prefix}-{os.getpid()}-{next(_scratch_counter)}-{secrets.token_hex(4)}"
-        self._path = os.path.join(os.fspath(directory), name)
+        self._path = os.path.join(os.fspath(directory), scratch_name(prefix))
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         self._fd = os.open(self._path, flags, 0o600)
         self._size = 0
@@ -270,6 +267,39 @@ class ScratchFile:
 
 
 _scratch_counter = itertools.count()
+
+
+def scratch_name(prefix: str) -> str:
+    """A new scratch file name: ``<prefix>-<pid>-<counter>-<random>``.
+
+    Pid and counter keep names apart in this run; the random part, from a crashed
+    run's leftovers (``O_EXCL`` refuses a name that exists). The pid tells this
+    process's files from an earlier run's (:func:`remove_scratch_leftovers`).
+    """
+    return f"{prefix}-{os.getpid()}-{next(_scratch_counter)}-{secrets.token_hex(4)}"
+
+
+def remove_scratch_leftovers(directory: str | os.PathLike[str]) -> tuple[int, int]:
+    """Remove the files an earlier run left in a scratch directory; (files, bytes).
+
+    Seed 004, "Storage service": scratch holds files for one operation (spooled
+    packs, layer builders, links and copies on their way into place), so a file
+    of another process (its name does not hold this pid, or holds none) belongs
+    to a run that stopped during that operation: a crash, or a shutdown while a
+    link into place was being made. One node's directory serves one process.
+    """
+    ours = f"-{os.getpid()}-"
+    files = size = 0
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if ours in entry.name or not entry.is_file(follow_symlinks=False):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                held = entry.stat(follow_symlinks=False).st_size
+                os.unlink(entry.path)
+                files += 1
+                size += held
+    return files, size
 
 
 # -- hole punching ---------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from enroute_core.git.pack import encode_entry_header as header
 from enroute_core.storage.layer import CHUNK_BYTES, Kind, LayerEntry, SealedLayer, write_layer
 from enroute_core.storage.layers import LayerService, open_inline
 from enroute_core.storage.loads import LoadGate, coalesce
+from enroute_core.storage.localfile import ScratchFile
 from enroute_core.storage.objectstore import StoreOptions
 from enroute_core.storage.objectstore.file import FileStore
 from enroute_core.storage.objectstore.s3 import S3Store
@@ -435,3 +436,68 @@ async def test_a_linked_chunk_that_fails_its_hash_is_a_typed_error(tmp_path: Pat
     assert store.counting.ranges == [] and svc.stats().chunks_fetched == 0
     await svc.close()
     await store.close()
+
+
+class StoppedWhileLinking(CountingFileStore):
+    """A file store whose link into scratch is made, then the node stops before the
+    rename into place (the open is cancelled there, as a shutdown cancels it)."""
+
+    made: asyncio.Event
+
+    async def link_local(self, key: str, dest_path: str | os.PathLike[str]) -> bool:
+        assert await super().link_local(key, dest_path)
+        self.made.set()
+        await asyncio.Event().wait()  # until cancelled
+        raise AssertionError("not reached")
+
+
+def _scratch_names(node: Path) -> list[str]:
+    return sorted(p.name for p in (node / "scratch").iterdir())
+
+
+@pytest.mark.asyncio
+async def test_a_link_cut_short_by_shutdown_leaves_no_scratch_file(tmp_path: Path) -> None:
+    """Seed 004, "Linked local copies": the link is made under scratch, then renamed
+    into place. A shutdown between the two (the open cancelled) used to leave the
+    ``link-*`` name behind, a second name of a whole layer, for good."""
+    data, sealed, _ = SMALL
+    await file_store(str(tmp_path / "store")).put(KEY, data)
+    store = StoppedWhileLinking(str(tmp_path / "store"), StoreOptions(fsync=False))
+    store.counting = Counting()
+    store.made = asyncio.Event()
+    node = tmp_path / "node"
+    svc = LayerService(store, node)
+    opening = asyncio.ensure_future(svc.open_layer("r1", KEY, sealed.file_size, sealed.meta_size))
+    await store.made.wait()
+    assert [n for n in _scratch_names(node) if n.startswith("link-")], "no link was made"
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    await svc.close()
+    assert _scratch_names(node) == []
+
+
+@pytest.mark.asyncio
+async def test_scratch_files_of_an_earlier_run_go_at_start(tmp_path: Path) -> None:
+    """Scratch holds files for one operation ("Storage service"); those of a run that
+    stopped during one (a crash, a shutdown mid-link) go when the node starts again,
+    and nothing of this process's own operations does."""
+    node = tmp_path / "node"
+    scratch = node / "scratch"
+    scratch.mkdir(parents=True)
+    other = os.getpid() + 1
+    left = {
+        "link-0123456789abcdef": b"x" * 10,  # a link of a run before names held a pid
+        f"link-{other}-3-0a0b0c0d": b"y" * 20,
+        f"pub-{other}-0-01020304": b"z" * 30,
+        f"push-{other}-7-deadbeef": b"w" * 40,
+    }
+    for name, body in left.items():
+        (scratch / name).write_bytes(body)
+    ours = ScratchFile(scratch, "push")
+    ours.append(b"in use")
+    svc = LayerService(file_store(str(tmp_path / "store")), node)
+    assert svc.scratch_leftovers == (4, 100)
+    assert _scratch_names(node) == [os.path.basename(ours.path)]
+    ours.close()
+    await svc.close()
