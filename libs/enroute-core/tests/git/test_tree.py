@@ -32,6 +32,7 @@ from enroute_core.git.tree import (
     check_tree,
     entry_order,
     is_dotgit_name,
+    is_gitlink_mode,
     is_sorted,
     tree_sort_key,
 )
@@ -158,6 +159,17 @@ def test_canonical_mode_is_gits_canon_mode() -> None:
     assert canonical_mode(0o040755) == MODE_TREE
     assert canonical_mode(0o170000) == MODE_GITLINK
     assert canonical_mode(0) == MODE_GITLINK
+
+
+@pytest.mark.parametrize(
+    ("mode", "gitlink"),
+    [(0o160000, True), (0o160644, True), (0o170000, True), (0o010644, True), (0, True),
+     (0o100644, False), (0o100664, False), (0o120000, False), (0o040000, False)],
+)  # fmt: skip
+def test_gitlink_is_what_canon_mode_makes_a_gitlink(mode: int, gitlink: bool) -> None:
+    """S_ISGITLINK(canon_mode(mode)): what git's tree walks skip (tree-walk.c)."""
+    assert is_gitlink_mode(mode) is gitlink
+    assert TreeEntry(mode, b"x", OID_A).is_gitlink is gitlink
 
 
 # --- order ------------------------------------------------------------------------

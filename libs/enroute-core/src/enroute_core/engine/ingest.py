@@ -105,7 +105,7 @@ from enroute_core.git.pack import (
 from enroute_core.git.packindexer import PackIndexResult, PackObjectInfo, index_pack
 from enroute_core.git.source import ByteSource, BytesSource
 from enroute_core.git.tag import Tag
-from enroute_core.git.tree import MODE_GITLINK, Tree, TreeEntry
+from enroute_core.git.tree import Tree, TreeEntry
 from enroute_core.git.zstream import deflate
 from enroute_core.state.commands import NewLayer
 from enroute_core.state.model import LayerKind as ManifestKind
@@ -801,7 +801,7 @@ class _Walk:
                 tree, depth = stack.pop()
                 for entry in Tree.parse(self.bodies.tree(tree), limits=self.limits).entries:
                     entry_oid = entry.oid
-                    if entry.mode == MODE_GITLINK:
+                    if entry.is_gitlink:
                         continue
                     new = self.is_new(entry_oid, tree)
                     want = ObjectType.TREE if entry.is_tree else ObjectType.BLOB
@@ -931,7 +931,7 @@ def _git_form(tree: Tree) -> bytes:
 
 def _mode_token(entry: TreeEntry) -> bytes:
     """The mode git writes for what the segment diff makes of ``entry`` (gitlink, tree or not)."""
-    if entry.mode == MODE_GITLINK:
+    if entry.is_gitlink:
         return b"160000"
     return b"40000" if entry.is_tree else b"100644"
 

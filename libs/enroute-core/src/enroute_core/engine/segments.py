@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from enroute_core.base.ids import ObjectId
-from enroute_core.git.tree import MODE_GITLINK, TreeEntry
+from enroute_core.git.tree import TreeEntry
 
 ReadTree = Callable[[ObjectId], Sequence[TreeEntry]]
 """The entries of a tree (from the pack or the snapshot)."""
@@ -69,7 +69,7 @@ def commit_segment(
         parent_maps = [{e.name: e for e in read_tree(p)} for p in parents]
         subtrees: list[tuple[ObjectId, tuple[ObjectId, ...]]] = []
         for entry in read_tree(current):
-            if entry.mode == MODE_GITLINK:
+            if entry.is_gitlink:
                 continue
             name, oid = entry.name, entry.oid
             same: TreeEntry | None = None
@@ -79,7 +79,7 @@ def commit_segment(
                     same = other
                     break
             if same is not None:
-                if (same.mode == MODE_GITLINK, same.is_tree) != (False, entry.is_tree):
+                if (same.is_gitlink, same.is_tree) != (False, entry.is_tree):
                     visit(oid, entry.is_tree, current)  # named as another type (rule 5)
                 continue
             named = members.get(oid, _UNNAMED)

@@ -47,7 +47,7 @@ from enroute_core.git.pack import (
     encode_pack_header,
 )
 from enroute_core.git.packwrite import ChunkSink
-from enroute_core.git.tree import MODE_GITLINK, Tree
+from enroute_core.git.tree import Tree
 from enroute_core.storage.budgeted import LoadPins
 from enroute_core.storage.diskbudget import CHUNK_BYTES
 from enroute_core.storage.layer import REF_EXTERNAL, Kind, LayerReader
@@ -517,7 +517,7 @@ def _unseen_entries(
     view.require_local(trees)  # seed 004, "Machines": one load round per level
     for tree in trees:
         for entry in Tree.parse(view.read_id(tree)).entries:
-            if entry.mode == MODE_GITLINK:
+            if entry.is_gitlink:
                 continue
             child = _want_id(view, entry.oid)
             if child in seen or child in have:

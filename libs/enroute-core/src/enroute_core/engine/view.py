@@ -59,7 +59,7 @@ from enroute_core.git.delta import apply_delta
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.pack import OBJ_REF_DELTA, encode_entry_header, parse_entry_header
 from enroute_core.git.tag import Tag
-from enroute_core.git.tree import MODE_GITLINK, Tree
+from enroute_core.git.tree import Tree
 from enroute_core.git.zstream import deflate
 from enroute_core.state.model import LayerEntry
 from enroute_core.storage.layer import REF_EXTERNAL, Kind, LayerReader
@@ -809,7 +809,7 @@ def tree_children(body: bytes, limits: Limits = DEFAULT_LIMITS) -> list[tuple[Ki
     return [
         (Kind.TREE if e.is_tree else Kind.BLOB, e.oid)
         for e in Tree.parse(body, limits=limits).entries
-        if e.mode != MODE_GITLINK
+        if not e.is_gitlink
     ]
 
 

@@ -224,8 +224,8 @@ def _rules() -> Mapping[str, FsckRule]:
             I,
             ok,
             "modes early git wrote (100664 and other permission bits): read as git reads them"
-            " (canon_mode), kept byte for byte; a gitlink-typed mode other than 160000 is"
-            " walked as a file, so the object it names must be present",
+            " (canon_mode), kept byte for byte; a mode that is not a file, symlink or directory"
+            " (160644, 170000) is a gitlink, as in git: not walked, its object need not exist",
         ),
         "badGpgsig": FsckRule(
             E,

@@ -49,6 +49,17 @@ def is_tree_mode(mode: int) -> bool:
     return mode & _S_IFMT == MODE_TREE
 
 
+def is_gitlink_mode(mode: int) -> bool:
+    """S_ISGITLINK of git's ``canon_mode``: every mode that is not a file, a symlink or a
+    directory (160000, and 160644 or any other an old or odd tool wrote).
+
+    git's tree walks read modes through ``canon_mode`` (tree-walk.c ``decode_tree_entry``):
+    such an entry is a gitlink, never followed (list-objects.c ``process_tree``, fsck.c
+    ``fsck_walk_tree``, index-pack's type checks), and its object need not exist.
+    """
+    return mode & _S_IFMT not in (_S_IFREG, MODE_SYMLINK, MODE_TREE)
+
+
 def canonical_mode(mode: int) -> int:
     """git's ``canon_mode``: the mode git acts on for any mode a tree may hold."""
     kind = mode & _S_IFMT
@@ -89,6 +100,11 @@ class TreeEntry:
     @property
     def is_tree(self) -> bool:
         return is_tree_mode(self.mode)
+
+    @property
+    def is_gitlink(self) -> bool:
+        """A submodule commit, not walked (:func:`is_gitlink_mode`)."""
+        return is_gitlink_mode(self.mode)
 
     @property
     def sort_key(self) -> bytes:
