@@ -1,5 +1,5 @@
-"""The ``enroute`` command: ``enroute dev``, ``enroute token create``, and the API client
-commands ``enroute repo ...`` and ``enroute commit`` (cli_api.py).
+"""The ``enroute`` command: ``enroute dev``, ``enroute token create|list|revoke``, and the
+API client commands ``enroute repo ...`` and ``enroute commit`` (cli_api.py).
 
 ``enroute dev`` (DESIGN.md, "Processes"; docs: services) runs the three roles
 as child processes on loopback with generated configs under ``--data``: one
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import re
 import secrets
@@ -28,14 +29,39 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from enroute_gitproto.auth import repos_glob_problem
-from enroute_gitproto.cli_api import commit, repo_app
+from enroute_core.base.errors import InvalidArgument
+from enroute_gitproto.auth import parse_tokens, repos_glob_problem
+from enroute_gitproto.cli_api import commit, repo_app, table
+from enroute_gitproto.observe import VERSION
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Enroute Git hosting")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Enroute Git hosting",
+    context_settings={"help_option_names": ["-h", "--help"]},  # sub-commands inherit it
+)
 token_app = typer.Typer(no_args_is_help=True, help="Access tokens")
 app.add_typer(token_app, name="token")
 app.add_typer(repo_app, name="repo")
 app.command("commit")(commit)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"enroute {VERSION}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_show_version, is_eager=True, help="print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Enroute Git hosting."""
 
 
 def _add_plugin_commands() -> None:
@@ -238,11 +264,26 @@ def dev(
     raise typer.Exit(run_dev(data.resolve(), listen, user, templates, start_timeout))
 
 
+def _read_tokens_file(path: Path) -> dict[str, Any]:
+    """The tokens file as a mapping (empty when missing), refused as gitproto refuses it."""
+    if not path.exists():
+        return {}
+    text = path.read_text()
+    parse_tokens(text)  # strict: a file gitproto would refuse is not edited further
+    data = yaml.safe_load(text) or {}
+    return dict(data)
+
+
+def _write_tokens_file(path: Path, data: dict[str, Any]) -> None:
+    """Replace the file at once: gitproto, re-reading it on change, never sees half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    os.replace(tmp, path)
+
+
 def add_token(path: Path, name: str, scopes: list[str], repos: str | None) -> str:
     """Append a token entry (its SHA-256 only) to ``path`` and return the token."""
-    data: dict[str, Any] = {}
-    if path.exists():
-        data = yaml.safe_load(path.read_text()) or {}
+    data = _read_tokens_file(path)
     entries = data.setdefault("tokens", [])
     if any(entry.get("name") == name for entry in entries):
         raise ValueError(f"a token named {name!r} exists already in {path}")
@@ -255,10 +296,19 @@ def add_token(path: Path, name: str, scopes: list[str], repos: str | None) -> st
     if repos:
         entry["repos"] = repos
     entries.append(entry)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
-    os.replace(tmp, path)
+    _write_tokens_file(path, data)
     return token
+
+
+def remove_token(path: Path, name: str) -> None:
+    """Drop the entry named ``name``; ValueError when there is none."""
+    data = _read_tokens_file(path)
+    entries = data.get("tokens") or []
+    kept = [entry for entry in entries if entry.get("name") != name]
+    if len(kept) == len(entries):
+        raise ValueError(f"no token named {name!r} in {path}")
+    data["tokens"] = kept
+    _write_tokens_file(path, data)
 
 
 @token_app.command("create")
@@ -282,7 +332,43 @@ def token_create(
         token = add_token(file, name, wanted, repos)
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--name") from None
+    except InvalidArgument as error:
+        raise typer.BadParameter(error.message, param_hint="--file") from None
     typer.echo(token)
+
+
+@token_app.command("list")
+def token_list(
+    file: Annotated[Path, typer.Option(help="tokens YAML file")],
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """List the tokens of the file: name, scopes, repositories; never a token or digest."""
+    try:
+        tokens = parse_tokens(file.read_text()) if file.exists() else {}
+    except InvalidArgument as error:
+        raise typer.BadParameter(error.message, param_hint="--file") from None
+    listed = sorted(tokens.values(), key=lambda t: t.name)
+    if as_json:
+        rows = [{"name": t.name, "scopes": sorted(t.scopes), "repos": t.repos} for t in listed]
+        typer.echo(json.dumps({"tokens": rows}, indent=2, sort_keys=True))
+        return
+    cells = [[t.name, ",".join(sorted(t.scopes)), t.repos or "*"] for t in listed]
+    typer.echo(table(("NAME", "SCOPES", "REPOS"), cells))
+
+
+@token_app.command("revoke")
+def token_revoke(
+    name: Annotated[str, typer.Option(help="name of the token to remove")],
+    file: Annotated[Path, typer.Option(help="tokens YAML file")],
+) -> None:
+    """Remove a token from the file; gitproto refuses it from its next request on."""
+    try:
+        remove_token(file, name)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--name") from None
+    except InvalidArgument as error:
+        raise typer.BadParameter(error.message, param_hint="--file") from None
+    typer.echo(f"revoked {name}")
 
 
 def main() -> None:

@@ -133,19 +133,32 @@ def _emit(as_json: bool, value: object, text: str) -> None:
     typer.echo(json.dumps(value, indent=2, sort_keys=True) if as_json else text)
 
 
-def _run(url: str, token: str | None, action: Any) -> None:
-    """Run ``action(client)``; turn API and connection errors into a message and exit status."""
+def _run(url: str, token: str | None, action: Any, as_json: bool = False) -> None:
+    """Run ``action(client)``; turn API and connection errors into a message and exit status.
+
+    Under ``--json`` the error is the API's own error body, ``{"error": {"code",
+    "message", "details"}}``, on stdout where the answer would have been, so a
+    script reads one JSON document either way and tells them apart by the exit status.
+    """
     try:
         action(Client(url, token))
     except ApiError as error:
-        typer.echo(f"error: {error.code}: {error.message}", err=True)
-        if error.details:
-            typer.echo(f"details: {json.dumps(error.details, sort_keys=True)}", err=True)
-        raise typer.Exit(EXIT_API_ERROR) from None
+        _fail(as_json, error.code, error.message, error.details, EXIT_API_ERROR)
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
-        typer.echo(f"error: unavailable: cannot reach {url}: {reason}", err=True)
-        raise typer.Exit(EXIT_UNREACHABLE) from None
+        message = f"cannot reach {url}: {reason}"
+        _fail(as_json, "unavailable", message, {"url": url}, EXIT_UNREACHABLE)
+
+
+def _fail(as_json: bool, code: str, message: str, details: dict[str, Any], status: int) -> None:
+    if as_json:
+        error = {"code": code, "message": message, "details": details}
+        typer.echo(json.dumps({"error": error}, indent=2, sort_keys=True))
+    else:
+        typer.echo(f"error: {code}: {message}", err=True)
+        if details and code != "unavailable":
+            typer.echo(f"details: {json.dumps(details, sort_keys=True)}", err=True)
+    raise typer.Exit(status)
 
 
 @repo_app.command("create")
@@ -165,7 +178,7 @@ def repo_create(
         note = "created" if status == 201 else "exists"
         _emit(as_json, repo, f"{table(REPO_HEADERS, _repo_rows([repo]))}\n({note})")
 
-    _run(url, token, action)
+    _run(url, token, action, as_json)
 
 
 @repo_app.command("get")
@@ -179,7 +192,7 @@ def repo_get(
         _, repo = client.call("GET", f"/repos/{repo_path(name)}")
         _emit(as_json, repo, table(REPO_HEADERS, _repo_rows([repo])))
 
-    _run(url, token, action)
+    _run(url, token, action, as_json)
 
 
 @repo_app.command("list")
@@ -209,7 +222,7 @@ def repo_list(
             seen.add(page_token)
         _emit(as_json, {"repos": repos}, table(REPO_HEADERS, _repo_rows(repos)))
 
-    _run(url, token, action)
+    _run(url, token, action, as_json)
 
 
 @repo_app.command("delete")
@@ -223,7 +236,7 @@ def repo_delete(
         client.call("DELETE", f"/repos/{repo_path(name)}")
         _emit(as_json, {"deleted": name}, f"deleted {name}")
 
-    _run(url, token, action)
+    _run(url, token, action, as_json)
 
 
 @repo_app.command("refs")
@@ -238,7 +251,7 @@ def repo_refs(
         rows = [[r.get("name"), r.get("oid"), r.get("updated_at")] for r in refs]
         _emit(as_json, {"refs": refs}, table(("REF", "OID", "UPDATED_AT"), rows))
 
-    _run(url, token, action)
+    _run(url, token, action, as_json)
 
 
 def full_branch(branch: str) -> str:
@@ -333,4 +346,4 @@ def commit(
         _, made = client.call("POST", f"/repos/{repo_path(name)}/-/commits", body)
         _emit(as_json, made, table(("COMMIT", "TREE"), [[made.get("oid"), made.get("tree")]]))
 
-    _run(url, token, action)
+    _run(url, token, action, as_json)
