@@ -48,7 +48,11 @@ per pack oid, one order slot and context per stored object, the segments, the
 layer writer's table) and the headers of the pack's commits and tags. Bodies
 are never all held: a body needed again is rebuilt from the pack or
 read from the snapshot. Nothing holds the pack or the layer: ``source`` may be
-a file (a push's spool) and ``sink`` a file (the push's layer builder).
+a file (a push's spool) and ``sink`` a file (the push's layer builder). A full
+blob over ``Limits.pack_stream_threshold_bytes`` is never held at all: the
+indexer hashes it as it inflates and step 4 copies its pack entry in pieces
+(:func:`_copy_entry`); a delta on a large base, or a large delta, is still
+resolved whole (docs/ingest.md, "Delta bombs and large objects").
 
 Segments are found as :func:`~enroute_core.engine.segments.commit_segment`
 finds them (same members, same order; a test compares the two), by compiled
