@@ -124,6 +124,12 @@ class RefMap(Mapping[bytes, "RefValue"]):
     def values(self) -> ValuesView[RefValue]:
         return _Values(self)
 
+    def leaves(self) -> tuple[Mapping[bytes, RefValue], ...]:
+        """The leaves in order, each a mapping in ascending name order. A leaf of this map
+        that is also one of another map (the same object) holds the same refs, so work
+        done per leaf can be kept by leaf while the map that holds it is kept."""
+        return self._leaves
+
     def first_from(self, low: bytes) -> bytes | None:
         """The smallest name at or above ``low`` (None when there is none)."""
         i = max(0, bisect.bisect_right(self._firsts, low) - 1)
