@@ -51,9 +51,23 @@ pytestmark = pytest.mark.fuzz
 SMALL = replace(SMALL_LIMITS, pack_inflate_free_bytes=64)  # the zlib-bomb rule reached too
 # The delta expansion bound (charge_delta) reached too: deltas may declare the pack's size.
 EXPANSION = Limits(pack_delta_expansion_free_bytes=0, pack_delta_expansion_ratio_max=1)
-LIMITS = st.sampled_from([Limits(), Limits(pack_base_cache_bytes_max=64), SMALL, EXPANSION])
+# Blobs over 64 bytes streamed, not held (hashed as they inflate; a delta on one rebuilds
+# it): with the zlib-bomb rule reached too, and with no cache.
+STREAMED = Limits(pack_stream_threshold_bytes=64)
+SMALL_STREAMED = replace(SMALL, pack_stream_threshold_bytes=64)
+LIMITS = st.sampled_from(
+    [
+        Limits(),
+        Limits(pack_base_cache_bytes_max=64),
+        SMALL,
+        EXPANSION,
+        STREAMED,
+        SMALL_STREAMED,
+        replace(STREAMED, pack_base_cache_bytes_max=0),
+    ]
+)
 
-Seen = list[tuple[int, ObjectId, int, bytes]]
+Seen = list[tuple[int, ObjectId, int, bytes | None]]
 Outcome = tuple[PackIndexResult | None, str | None]
 
 
@@ -111,7 +125,11 @@ def test_the_compiled_indexer_changes_nothing(
     tally(f"compiled pass: {agree(pack, limits, known)}")
 
 
-@pytest.mark.parametrize("limits", [Limits(), Limits(pack_base_cache_bytes_max=0)])
+@pytest.mark.parametrize(
+    "limits",
+    [Limits(), Limits(pack_base_cache_bytes_max=0), STREAMED],
+    ids=["default", "no cache", "streamed"],
+)
 def test_the_seed_packs_take_the_compiled_pass(limits: Limits) -> None:
     """Real git packs, the writer's packs and the resolution orders (deferred REF bases,
     OFS deltas on them, thin bases): none is left to the reference."""
@@ -128,7 +146,7 @@ def test_the_compiled_indexer_leaves_every_edge_to_the_reference() -> None:
         last = len(model.entries) - 1
         for index in sorted({0, last // 2, last}):
             for case in edge_cases(model, index):
-                for limits in (Limits(), SMALL):
+                for limits in (Limits(), SMALL, SMALL_STREAMED):
                     agree(build(case), limits, known)
         whole = build(model)
         for cut in range(12, len(whole), 7):
@@ -141,11 +159,14 @@ def test_the_zlib_bomb_rule_at_its_boundary() -> None:
     body = bytes(3000) + b"tail"
     fed = len(zlib.compress(body))
     pack = build(PackModel((Entry(3, body),)))
-    for ratio in (1, 3):
+    for ratio, stream in ((1, 1 << 30), (3, 1 << 30), (1, 0), (3, 0)):  # held, then streamed
         free = len(body) - ratio * fed
-        at_bound = Limits(pack_inflate_free_bytes=free, pack_inflate_ratio_max=ratio)
+        at_bound = Limits(
+            pack_inflate_free_bytes=free, pack_inflate_ratio_max=ratio,
+            pack_stream_threshold_bytes=stream,
+        )  # fmt: skip
         assert agree(pack, at_bound, frozenset()) == "indexed"
-        over = Limits(pack_inflate_free_bytes=free - 1, pack_inflate_ratio_max=ratio)
+        over = replace(at_bound, pack_inflate_free_bytes=free - 1)
         assert agree(pack, over, frozenset()) != "indexed"
         with pytest.raises(LimitExceeded):
             PackIndexer(BytesSource(pack), limits=over, compiled=False).run()
