@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ import jsonschema
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from enroute_gitproto.observe import VERSION
 from enroute_testing.devserver import running_dev
 from enroute_testing.gitcli import run_git
 
@@ -63,10 +66,12 @@ REQUIRED: dict[str, set[str]] = {
         "enroute_gitproto_requests",
         "enroute_gitproto_request_seconds",
         "enroute_gitproto_auth_failures",
-        "enroute_http_requests",
+        "enroute_http_requests_in_flight",
         "enroute_compute_failovers",
     },
 }
+EVERY_ROLE = {"enroute_build_info", "process_cpu_seconds", "process_resident_memory_bytes"}
+"""Families every role exports beside its own (issue 23, item 7)."""
 _SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
 _METRIC = re.compile(r"\benroute_[a-z0-9_]+")
 
@@ -107,6 +112,49 @@ def test_dashboard_names_only_exported_families() -> None:
 def test_dashboard_checker_catches_a_foreign_name() -> None:
     assert family_of("enroute_pool_hits_total") == "enroute_pool_hits"
     assert _METRIC.findall("rate(enroute_x_bucket[5m]) / node_cpu") == ["enroute_x_bucket"]
+
+
+_HELP = re.compile(r"^# HELP (\S+) (.*)$")
+_TYPE = re.compile(r"^# TYPE (\S+) (\S+)$")
+
+
+def lint_metrics(text: str) -> list[str]:
+    """What ``promtool check metrics`` finds in ``text``; its rules where it is missing.
+
+    CI installs Debian's ``prometheus`` package for promtool (.ci/run). Without it the
+    rules this checks by hand are the ones promtool applies to an exposition (its
+    ``promlint``): a HELP text for every family, counters named ``_total``, and no
+    family declared twice.
+    """
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        done = subprocess.run([promtool, "check", "metrics"], input=text.encode(),
+                              capture_output=True, timeout=60, check=False)  # fmt: skip
+        out = (done.stdout + done.stderr).decode().strip()
+        return [line for line in out.splitlines() if line] if done.returncode else []
+    problems = []
+    helps: dict[str, str] = {}
+    types: dict[str, str] = {}
+    for line in text.splitlines():
+        if m := _HELP.match(line):
+            helps[m.group(1)] = m.group(2)
+        elif m := _TYPE.match(line):
+            if m.group(1) in types:
+                problems.append(f"{m.group(1)} declared twice")
+            types[m.group(1)] = m.group(2)
+    for name, kind in types.items():
+        if not helps.get(name, "").strip():
+            problems.append(f"{name} no help text")
+        if kind == "counter" and not name.endswith("_total"):
+            problems.append(f"counter {name} should have _total suffix")
+    return problems
+
+
+def test_metrics_lint_finds_what_promtool_finds() -> None:
+    bad = "# TYPE enroute_x_total counter\nenroute_x_total 1\n"
+    assert lint_metrics(bad) == ["enroute_x_total no help text"]
+    good = "# HELP enroute_x_total things\n# TYPE enroute_x_total counter\nenroute_x_total 1\n"
+    assert lint_metrics(good) == []
 
 
 def _get(url: str) -> tuple[int, bytes]:
@@ -151,9 +199,12 @@ def test_metrics_and_status_of_every_process(dev: dict[str, str], tmp_path: Path
     for role, base in dev.items():
         code, body = _get(f"{base}/metrics")
         assert code == 200
-        families = {f.name: f for f in text_string_to_metric_families(body.decode())}
-        assert all(name.startswith("enroute_") for name in families), role
-        missing = REQUIRED[role] - set(families)
+        text = body.decode()
+        problems = lint_metrics(text)
+        assert not problems, f"{role}: {problems}"
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert all(name.startswith(("enroute_", "process_")) for name in families), role
+        missing = (REQUIRED[role] | EVERY_ROLE) - set(families)
         assert not missing, f"{role} lacks {sorted(missing)}"
         exported |= set(families)
         values[role] = {
@@ -166,6 +217,8 @@ def test_metrics_and_status_of_every_process(dev: dict[str, str], tmp_path: Path
         status = json.loads(body)
         jsonschema.validate(status, schema)
         assert status["role"] == role
+        build = values[role][f"enroute_build_info[('role', '{role}'), ('version', '{VERSION}')]"]
+        assert build == 1 and values[role]["process_start_time_seconds[]"] > 0
 
     compute = values["compute"]
     assert compute["enroute_compute_pushes_total[]"] >= 1

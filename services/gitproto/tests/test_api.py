@@ -120,7 +120,7 @@ def test_openapi_and_status(gitproto: Any) -> None:
         assert resp.status == expect
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()
-    assert "enroute_http_requests_total" in text
+    assert "enroute_gitproto_requests_total" in text and "enroute_build_info" in text
     conn.close()
 
 

@@ -17,7 +17,15 @@ from dataclasses import asdict
 from typing import Any
 from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -35,6 +43,10 @@ class ComputeMetrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        ProcessCollector(registry=r)  # process_*: CPU, memory, open files, start time
+        Info("enroute_build", "version of this process", registry=r).info(
+            {"version": VERSION.decode(), "role": "compute"}
+        )
         self.in_flight_count = 0
         self.git_calls = Counter(
             "enroute_compute_git_calls_total", "gRPC calls by method and status code",

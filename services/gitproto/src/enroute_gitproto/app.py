@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -251,17 +250,13 @@ class GitprotoApp:
         REMOTE.set(f"{client[0]}:{client[1]}" if client else "-")
         path = scope["path"]
         kind = "api" if path == PREFIX or path.startswith(PREFIX + "/") else "git"
-        started = time.monotonic()
         self.metrics.in_flight.inc()
         self.metrics.in_flight_count += 1
-        status = 500
         try:
-            status = await self._admit(scope, receive, send, kind)
+            await self._admit(scope, receive, send, kind)
         finally:
             self.metrics.in_flight.dec()
             self.metrics.in_flight_count -= 1
-            self.metrics.requests.labels(kind, str(status)).inc()
-            self.metrics.duration.labels(kind).observe(time.monotonic() - started)
 
     async def _admit(self, scope: Scope, receive: Receive, send: Send, kind: str) -> int:
         api = kind == "api"

@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
@@ -44,14 +52,11 @@ class Metrics:
 
     def __post_init__(self) -> None:
         r = self.registry
-        self.requests = Counter(
-            "enroute_http_requests_total", "HTTP requests by route kind and status",
-            ["kind", "status"], registry=r,
-        )  # fmt: skip
-        self.duration = Histogram(
-            "enroute_http_request_duration_seconds", "HTTP request time until the response ended",
-            ["kind"], registry=r,
-        )  # fmt: skip
+        # requests are counted once, by service (RequestMetrics): enroute_gitproto_requests_total
+        ProcessCollector(registry=r)  # process_*: CPU, memory, open files, start time
+        Info("enroute_build", "version of this process", registry=r).info(
+            {"version": VERSION, "role": "gitproto"}
+        )
         self.in_flight = Gauge(
             "enroute_http_requests_in_flight", "HTTP requests being served", registry=r
         )

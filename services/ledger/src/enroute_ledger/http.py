@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapp
 from typing import Any
 from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Info, ProcessCollector, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -292,6 +292,10 @@ class StatusApp:
         self.ready = False
         self.registry = CollectorRegistry()
         self.registry.register(LedgerCollector(rt))
+        ProcessCollector(registry=self.registry)  # process_*: CPU, memory, open files, start
+        Info("enroute_build", "version of this process", registry=self.registry).info(
+            {"version": VERSION, "role": "ledger"}
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
