@@ -66,6 +66,7 @@ from enroute_core.state import (
     apply_change,
 )
 from enroute_core.state.names import check_repo_name, layer_key, storage_segment
+from enroute_core.state.refmap import RefMap
 from enroute_core.storage.budgeted import LoadPins
 from enroute_core.storage.layer import LayerReader
 from enroute_core.storage.layer.format import layer_key_name
@@ -120,6 +121,8 @@ class _Repo:
         self.view = View((), caches=caches)
         self.readers: dict[bytes, LayerReader] = {}
         self.inline: dict[bytes, bytes] = {}
+        self.peeled: tuple[RefMap, dict[int, tuple[Ref, ...]]] | None = None
+        """The refs of the last ref snapshot, per leaf (``RepositoryHost.ref_snapshot``)."""
         self.changed = asyncio.Condition()
         self.dead = False
         self.evicted = False
@@ -782,13 +785,32 @@ class RepositoryHost:
     # -- refs -----------------------------------------------------------------------------
 
     def ref_snapshot(self, snap: Snapshot | None) -> RefSnapshot:
+        """The refs with their peeled values. Peeling reads each ref's object, so the
+        refs of each leaf of the state's :class:`RefMap` are kept with the map (on the
+        hosted repository) and a leaf the next state shares is not peeled again: the
+        advertisement after a push of one ref peels one leaf, not every ref."""
         if snap is None or not snap.state.live:
             return RefSnapshot((), None)
-        refs = tuple(
-            Ref(name, value.oid, _peel(snap.view, value.oid))
-            for name, value in sorted(snap.state.refs.items())
-        )
-        return RefSnapshot(refs, snap.state.head or None)
+        refs = RefMap.of(snap.state.refs)
+        repo = self._repos.get(snap.name)
+        kept = None if repo is None else repo.peeled
+        old = {} if kept is None else kept[1]
+        parts: dict[int, tuple[Ref, ...]] = {}
+        out: list[Ref] = []
+        for leaf in refs.leaves():
+            # id() names a leaf while ``kept`` holds the map it is in (ids are reused
+            # only after an object is gone)
+            part = old.get(id(leaf))
+            if part is None:
+                part = tuple(
+                    Ref(name, value.oid, _peel(snap.view, value.oid))
+                    for name, value in leaf.items()
+                )
+            parts[id(leaf)] = part
+            out.extend(part)
+        if repo is not None:
+            repo.peeled = (refs, parts)
+        return RefSnapshot(tuple(out), snap.state.head or None)
 
 
 class LoadingSnapshot:

@@ -92,6 +92,7 @@ from .raft.types import (
     MessageType,
     Snapshot,
     SnapshotMetadata,
+    payload_size_bytes,
 )
 from .storage import GroupId as StoreGroupId
 from .storage import LogStore, WriteBatch
@@ -110,6 +111,10 @@ _ENTRIES_CHUNK_BYTES = 8 << 20
 HIBERNATE_REPLAY_MAX = 64
 """Most entries after the group's snapshot for it to hibernate: a wake applies them
 again (a group with more waits until a checkpoint compacts its log)."""
+HIBERNATE_REPLAY_BYTES_MAX = 1 << 20
+"""Most bytes of those entries: a wake decodes and applies them on the loop, so a few
+pushes of 10,000 refs each (some 400 KB apiece) would make every wake cost what the
+repository holds; such a group waits for a checkpoint too."""
 ORPHAN_GROUPS_MAX = 4096
 """Groups not hosted yet whose peers' messages are kept until the node joins them."""
 ORPHAN_BATCHES_MAX = 8
@@ -765,8 +770,12 @@ class Runtime:
             return False
         if any(c[0] is g for c in self._compactions):
             return False
-        if g.applied - int(live.mem.snapshot().index) > HIBERNATE_REPLAY_MAX:
+        first, end = live.mem.snapshot().index + 1, g.applied + 1
+        if end - first > HIBERNATE_REPLAY_MAX:
             return False  # a wake would apply too much again: wait for a checkpoint
+        replay = live.mem.entries(LogIndex(first), LogIndex(end), 1 << 62)
+        if payload_size_bytes(replay) > HIBERNATE_REPLAY_BYTES_MAX:
+            return False  # the same, by bytes
         g._sleep()
         self.hibernations += 1
         return True
