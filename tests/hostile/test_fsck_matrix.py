@@ -54,6 +54,8 @@ pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
 SMALL_BYTES_MAX = 64 * 1024
 """``gitmodules_bytes_max`` and ``gitattributes_bytes_max`` of this module's server, so
 that the Large ids cost a 64 KiB blob, not 100 MiB; C git is given the same bound."""
+PUSH_MODULES_BYTES_MAX = 4 * SMALL_BYTES_MAX
+"""``ingest_gitmodules_bytes_max`` of this module's server."""
 ZERO = "0" * 40
 U200C = "\u200c".encode()
 EVIL_MODULES = b'[submodule "../../modules/evil"]\n\tpath = thing\n\turl = ./thing\n'
@@ -371,7 +373,11 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    limits = {"gitmodules_bytes_max": SMALL_BYTES_MAX, "gitattributes_bytes_max": SMALL_BYTES_MAX}
+    limits = {
+        "gitmodules_bytes_max": SMALL_BYTES_MAX,
+        "gitattributes_bytes_max": SMALL_BYTES_MAX,
+        "ingest_gitmodules_bytes_max": PUSH_MODULES_BYTES_MAX,
+    }
     root = tmp_path_factory.mktemp("fsck-matrix")
     (root / "dev").mkdir()
     with running_dev(root / "dev", {"limits": limits}) as dev:
@@ -574,3 +580,31 @@ def test_refused_through_the_api(site: Site, api_repo: tuple[str, str], case: Ca
         assert case.msg_id in ("hasDot", "hasDotdot", "hasDotgit", "badTree", "largePathname")
     refs = _api(site.url, "GET", f"/repos/{repo}/-/refs")[1]["refs"]
     assert [(r["name"], r["oid"]) for r in refs] == [("refs/heads/main", head)]
+
+
+# -- what one push may parse -------------------------------------------------------------------
+
+
+def test_gitmodules_bytes_one_push_parses_are_bounded(site: Site) -> None:
+    """``ingest_gitmodules_bytes_max``: five versions of a 60 KiB .gitmodules (300 KiB, over
+    this server's 256 KiB) in one push are refused, the limit named in what git prints, and
+    nothing changes; the same history in two pushes goes in."""
+    url = f"{site.url}/matrix/parts.git"
+    assert _push(site.work, url, "main:refs/heads/main").returncode == 0
+    tips, parent = [], site.base
+    for i in range(5):
+        line = b"# version %d\n" % i
+        text = b'[submodule "s"]\n\tpath = s\n\turl = ./s\n' + line * (60 * 1024 // len(line))
+        tree = _root_naming(site, b".gitmodules", b"100644", _object(site.work, "blob", text))
+        parent = _git(site.work, "commit-tree", "-p", parent, "-m", f"v{i}", tree.decode()).decode()
+        tips.append(parent)
+    client = Client(site.url)
+    before = client.refs("matrix/parts")
+    refused = _push(site.work, url, f"{tips[-1]}:refs/heads/main")
+    assert refused.returncode != 0, refused.stdout
+    assert b"ingest_gitmodules_bytes_max" in refused.stderr, refused.stderr
+    assert b"push the history in parts" in refused.stderr, refused.stderr
+    assert client.refs("matrix/parts") == before
+    for tip in (tips[2], tips[-1]):
+        pushed = _push(site.work, url, f"{tip}:refs/heads/main")
+        assert pushed.returncode == 0, pushed.stderr

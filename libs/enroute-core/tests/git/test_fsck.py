@@ -226,6 +226,20 @@ def test_tag_check(body: bytes, msg: str) -> None:
     assert msg in ids(fsck_tag(body))
 
 
+def test_gitmodules_parse_bytes_are_bounded_per_push() -> None:
+    """ingest_gitmodules_bytes_max: only .gitmodules blobs that will be parsed count."""
+    limits = Limits(gitmodules_bytes_max=100, ingest_gitmodules_bytes_max=150)
+    modules, attributes = SpecialBlob.GITMODULES, SpecialBlob.GITATTRIBUTES
+    count = fsck_module.gitmodules_parse_bytes
+    assert count(modules, 3, 100, 50, limits) == 100  # 150 in all: at the bound
+    assert count(modules, 3, 101, 149, limits) == 0  # gitmodulesLarge, never read
+    assert count(modules, 2, 90, 149, limits) == 0  # a tree: gitmodulesBlob
+    assert count(attributes, 3, 90, 149, limits) == 0
+    with pytest.raises(LimitExceeded, match="push the history in parts") as info:
+        count(modules, 3, 1, 150, limits)
+    assert info.value.limit == "ingest_gitmodules_bytes_max"
+
+
 SIGNED_HEAD = tag().split(b"\n\n")[0] + b"\n"
 SIGNATURE = b"gpgsig -----BEGIN PGP SIGNATURE-----\n \n iQEz\n -----END PGP SIGNATURE-----\n"
 

@@ -123,6 +123,11 @@ class Limits:
     pack_stream_threshold_bytes: int = 16 * MiB
     # A .gitmodules blob is read whole to be checked; a larger one is refused (gitmodulesLarge).
     gitmodules_bytes_max: int = 1 * MiB
+    # The .gitmodules blobs one push's trees name, added up before each is parsed: git's config
+    # syntax costs up to ~2 s of CPU per MiB to read (bare keys), and a history can name
+    # thousands of versions of the file (typical ones parse at ~0.5 s per MiB). A history over
+    # it pushes in parts (docs/security.md, "Limits").
+    ingest_gitmodules_bytes_max: int = 16 * MiB
     # A .gitattributes blob is read whole to be checked; a larger one is refused
     # (gitattributesLarge). Git's clients refuse to read one over 100 MiB (ATTR_MAX_FILE_SIZE):
     # a larger setting lets through what every client refuses.

@@ -97,6 +97,7 @@ from enroute_core.git.fsck import (
     check_object,
     check_special_blob,
     check_tree,
+    gitmodules_parse_bytes,
 )
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.pack import (
@@ -548,7 +549,11 @@ def _check_special_blobs(
     here like one the pack brings, its type and size told by the snapshot before its body
     is read. One that neither holds is missing, as index-pack's ``check_objects`` dies on
     a tree entry naming an object it did not receive.
+
+    The .gitmodules blobs parsed are added up first, bounded by
+    ``ingest_gitmodules_bytes_max`` (:func:`~enroute_core.git.fsck.gitmodules_parse_bytes`).
     """
+    parsed = 0
     for kind, oid in named:
         index = by_oid.get(oid)
         if index is not None:
@@ -561,6 +566,7 @@ def _check_special_blobs(
             type_num, found_size = int(held), snapshot.size_of(oid)
             assert found_size is not None, oid_to_hex(oid)  # the snapshot holds it
             size = found_size
+        parsed += gitmodules_parse_bytes(kind, type_num, size, parsed, limits)
 
         def read(oid: ObjectId = oid) -> bytes:
             found = bodies.get(oid)

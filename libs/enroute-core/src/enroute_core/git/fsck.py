@@ -64,6 +64,7 @@ __all__ = [
     "fsck_object",
     "fsck_tag",
     "fsck_tree",
+    "gitmodules_parse_bytes",
     "refusal",
     "render_policy_table",
     "special_blobs",
@@ -1632,6 +1633,34 @@ def _has_line_of(body: bytes, end: int, length: int) -> bool:
                 return True
         start += block
     return False
+
+
+def gitmodules_parse_bytes(
+    kind: SpecialBlob, type_num: int, size: int, so_far: int, limits: Limits = DEFAULT_LIMITS
+) -> int:
+    """The bytes :func:`check_special_blob` will parse for this object (a ``.gitmodules``
+    blob within ``gitmodules_bytes_max``; 0 for anything else), checked against what one
+    push may parse in all: ``so_far`` plus these over ``ingest_gitmodules_bytes_max``
+    raises :class:`LimitExceeded`.
+
+    git's config syntax costs up to ~2 s of CPU per MiB here (a file of bare keys), and
+    deltas let a small pack name thousands of versions of the file.
+    """
+    if kind is not SpecialBlob.GITMODULES or type_num != ObjectType.BLOB:
+        return 0
+    if size > limits.gitmodules_bytes_max:
+        return 0  # refused as gitmodulesLarge unread
+    total, bytes_max = so_far + size, limits.ingest_gitmodules_bytes_max
+    if total > bytes_max:
+        raise LimitExceeded(
+            "ingest_gitmodules_bytes_max",
+            total,
+            bytes_max,
+            f"the .gitmodules blobs this push names hold over {bytes_max} bytes"
+            f" (ingest_gitmodules_bytes_max), each to be checked: push the history in"
+            f" parts, or raise limits.ingest_gitmodules_bytes_max",
+        )
+    return size
 
 
 def check_special_blob(
