@@ -21,7 +21,7 @@ from enroute_core.state import (
     RefUpdate,
     encode_command,
 )
-from enroute_ledger.runtime import Group, Runtime, command_entry
+from enroute_ledger.runtime import HIBERNATE_REPLAY_BYTES_MAX, Group, Runtime, command_entry
 
 
 def asleep(nodes: list[Node], repo: str) -> bool:
@@ -120,3 +120,44 @@ async def commit_next(rt: Runtime, g: Group, n: int) -> None:
     rid = rt.request_id()
     got = await rt.propose(g, command_entry(rid, cmd), rid, WAIT_S)
     assert got.outcome.code is OutcomeCode.OK, got.outcome
+
+
+def test_a_group_whose_log_since_its_snapshot_is_large_stays_awake_until_compacted(
+    tmp_path: Path,
+) -> None:
+    """A wake applies every entry after the snapshot again, on the loop: past
+    ``HIBERNATE_REPLAY_BYTES_MAX`` of them (here one push of 30,000 new refs, 1.2 MB) the
+    group stays awake, and sleeps once a checkpoint compacts its log (issue "Bounded
+    work", refs at scale: wakes that replayed 170,000 refs outlasted a Propose)."""
+
+    async def main() -> None:
+        net = MemNet()
+        nodes = [
+            await start(tmp_path / f"log{i}", net, i, hibernate_after_s=0.1) for i in (1, 2, 3)
+        ]
+        try:
+            first = nodes[0].rt
+            g = await genesis([n.rt for n in nodes])
+            updates = tuple(
+                RefUpdate(b"refs/tags/t%06d" % k, None, oid(k + 1)) for k in range(30_000)
+            )
+            entry = encode_command(Commit(1, updates, None, 1, True))
+            assert len(entry) > HIBERNATE_REPLAY_BYTES_MAX
+            rid = first.request_id()
+            got = await first.propose(g, command_entry(rid, entry), rid, WAIT_S)
+            assert got.outcome.code is OutcomeCode.OK, got.outcome
+            for n in nodes:
+                await until(lambda n=n: n.rt.by_repo["r"].applied == g.applied)
+            await asyncio.sleep(1.0)  # ten times the hibernation delay
+            assert not any(n.rt.by_repo["r"].hibernated for n in nodes)
+            for n in nodes:
+                gn = n.rt.by_repo["r"]
+                n.rt.compact(gn, gn.state, gn.applied)
+            await until(lambda: asleep(nodes, "r"))
+            assert len(g.state.refs) == 30_000, "woken again from the compacted log"
+        finally:
+            for n in nodes:
+                if not n.task.done():
+                    await stop(n)
+
+    asyncio.run(main())
