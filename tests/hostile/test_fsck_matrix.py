@@ -34,8 +34,11 @@ spellings are ``@pytest.mark.nightly``.
 from __future__ import annotations
 
 import base64
+import hashlib
+import re
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +49,7 @@ from hostile_wire import Client, report_lines
 from test_object_holes import _api, _api_commit, _git, _object, _pack, _push, _tree
 
 from enroute_core.git.fsck import FSCK_RULES, FsckClass, FsckMsg
-from enroute_testing.devserver import running_dev
+from enroute_testing.devserver import role_http, running_dev
 from enroute_testing.gitcli import git_env, run_git
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(300)]
@@ -608,3 +611,40 @@ def test_gitmodules_bytes_one_push_parses_are_bounded(site: Site) -> None:
     for tip in (tips[2], tips[-1]):
         pushed = _push(site.work, url, f"{tip}:refs/heads/main")
         assert pushed.returncode == 0, pushed.stderr
+
+
+# -- API commit warnings -----------------------------------------------------------------------
+
+
+def _warnings_counted(site: Site, msg_id: str) -> float:
+    """``enroute_engine_fsck_warnings_total{msg_id}`` on the compute's /metrics."""
+    metrics = role_http(site.tmp / "dev")["compute"] + "/metrics"
+    with urllib.request.urlopen(metrics, timeout=20) as reply:
+        text = reply.read().decode()
+    found = re.search(
+        rf'^enroute_engine_fsck_warnings_total{{msg_id="{msg_id}"}} (\S+)$', text, re.M
+    )
+    return float(found.group(1)) if found else 0.0
+
+
+def test_api_commit_warnings_are_answered_and_counted(
+    site: Site, api_repo: tuple[str, str]
+) -> None:
+    """A harmless finding on an API commit's objects (a .gitmodules git's config reader stops
+    in: gitmodulesParse) lets the commit in, is listed in its answer and counted as a push's;
+    a clean commit answers an empty list."""
+    repo, _ = api_repo
+    head = _api(site.url, "GET", f"/repos/{repo}/-/refs")[1]["refs"][0]["oid"]
+    before = _warnings_counted(site, "gitmodulesParse")
+    text = b'[submodule "x"]\n\tpath = x\n[broken'
+    change = {"path": ".gitmodules", "content_base64": base64.b64encode(text).decode()}
+    status, made = _api_commit(site.url, repo, head, [change])
+    assert status == 201, made
+    blob = hashlib.sha1(b"blob %d\0" % len(text) + text).hexdigest()
+    assert made["warnings"] == [{"msg_id": "gitmodulesParse", "count": 1, "example": blob}]
+    assert _warnings_counted(site, "gitmodulesParse") == before + 1
+    # a tree naming the same .gitmodules has it read again (fsck_finish), as on a push;
+    # once no tree names it, the commit is clean
+    status, clean = _api_commit(site.url, repo, made["oid"], [{"path": ".gitmodules"}])
+    assert status == 201, clean
+    assert clean["warnings"] == []

@@ -74,7 +74,7 @@ def test_refs_and_commits(gitproto: Any) -> None:
     status, _, body = call(a, "POST", "/api/v1/repos/r/-/commits", commit)
     assert (status, body) == (
         201,
-        {"oid": bytes(range(20)).hex(), "tree": bytes(range(1, 21)).hex()},
+        {"oid": bytes(range(20)).hex(), "tree": bytes(range(1, 21)).hex(), "warnings": []},
     )
     stale = {**commit, "expected_oid": "0" * 40}
     status, _, body = call(a, "POST", "/api/v1/repos/r/-/commits", stale)

@@ -36,6 +36,7 @@ from enroute_core.base.errors import CorruptData, InvalidArgument, InvalidPath
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
 from enroute_core.git.commit import Commit, Identity
+from enroute_core.git.fsck import FsckWarning
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.objects import object_id
 from enroute_core.git.packwrite import write_pack
@@ -100,6 +101,9 @@ class BuiltCommit:
     oid: ObjectId
     tree: ObjectId
     objects: tuple[tuple[ObjectType, bytes], ...]
+    warnings: tuple[FsckWarning, ...] = ()
+    """Harmless fsck findings on ``objects``, known once they are ingested (the caller sees
+    them, as a pusher does)."""
 
     def pack(self) -> bytes:
         """The objects as one pack, ingested like a push."""

@@ -406,14 +406,16 @@ class Pusher:
         report = dataclasses.replace(_report(proposed.change, request), warnings=warned)
         return encode_report(report, request)
 
-    def _warned(self, name: str, result: IngestResult) -> tuple[bytes, ...]:
-        """The push's fsck warnings: counted for /metrics, logged once, and the lines the
-        pusher sees (``remote: warning: <id>: <count> object(s), e.g. <oid>``)."""
+    def _warned(self, name: str, result: IngestResult, what: str = "push") -> tuple[bytes, ...]:
+        """The fsck warnings of a push or an API commit: counted for /metrics, logged once,
+        and the lines a pusher sees (``remote: warning: <id>: <count> object(s), e.g.
+        <oid>``; an API commit answers them in its response)."""
         for w in result.warnings:
             self.host.fsck_warnings[w.msg_id] += w.count
         shown = [w.describe() for w in result.warnings]
         log.warning(
-            "push to %s: accepted objects with harmless fsck problems: %s",
+            "%s to %s: accepted objects with harmless fsck problems: %s",
+            what,
             name,
             "; ".join(shown),
         )
@@ -491,6 +493,9 @@ class Pusher:
         if refused is not None:
             raise refused
         await self.host.wait_applied(name, proposed.version)
+        if result.warnings:
+            self._warned(name, result, "API commit")
+            built = dataclasses.replace(built, warnings=result.warnings)
         return built
 
 

@@ -96,7 +96,13 @@ OPENAPI: dict[str, Any] = {
                                "content_base64": {"type": ["string", "null"]},
                                "mode": {"type": "string",
                                         "enum": ["100644", "100755", "120000"]}}}}}},
-        "Commit": {"type": "object", "properties": {"oid": _OID, "tree": _OID}},
+        "Commit": {"type": "object", "properties": {"oid": _OID, "tree": _OID,
+            "warnings": {"type": "array", "description": "harmless fsck findings on the "
+                         "objects the commit added, one per git fsck message id, as a push "
+                         "shows them (remote: warning: ...); docs/security.md",
+                         "items": {"type": "object", "properties": {
+                "msg_id": {"type": "string", "example": "gitmodulesParse"},
+                "count": {"type": "integer", "minimum": 1}, "example": _OID}}}}},
         "Error": {"type": "object", "properties": {"error": {"type": "object", "properties": {
             "code": {"type": "string"}, "message": {"type": "string"},
             "details": {"type": "object"}}}}},

@@ -365,7 +365,11 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
             )
         except EnrouteError as exc:
             await _abort(context, exc)
-        return compute_pb2.CreateCommitResponse(oid=built.oid, tree=built.tree)
+        warnings = [
+            compute_pb2.FsckWarning(msg_id=w.msg_id, count=w.count, example=w.example)
+            for w in built.warnings
+        ]
+        return compute_pb2.CreateCommitResponse(oid=built.oid, tree=built.tree, warnings=warnings)
 
 
 def _advancement(s: RepoSummary) -> tuple[int, bool, int]:

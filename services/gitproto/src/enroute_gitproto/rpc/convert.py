@@ -227,4 +227,9 @@ def create_commit_request(name: str, body: object) -> compute_pb2.CreateCommitRe
 
 
 def create_commit_json(response: compute_pb2.CreateCommitResponse) -> dict[str, Any]:
-    return {"oid": response.oid.hex(), "tree": response.tree.hex()}
+    """The commit, and the harmless fsck findings on what it added (docs/security.md)."""
+    warnings = [
+        {"msg_id": w.msg_id, "count": w.count, "example": w.example.hex()}
+        for w in response.warnings
+    ]
+    return {"oid": response.oid.hex(), "tree": response.tree.hex(), "warnings": warnings}

@@ -596,20 +596,59 @@ class CreateCommitResponse(_message.Message):
 
     OID_FIELD_NUMBER: _builtins.int
     TREE_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
     oid: _builtins.bytes
     """The new commit, 20 raw bytes."""
     tree: _builtins.bytes
     """Its tree, 20 raw bytes."""
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedCompositeFieldContainer[Global___FsckWarning]:
+        """Harmless fsck findings on the objects the commit added (docs/security.md,
+        "Object checks"), one per message id, sorted by id: what a push shows as
+        "remote: warning: <id>: <count> object(s), e.g. <oid>".
+        """
+
     def __init__(
         self,
         *,
         oid: _builtins.bytes = ...,
         tree: _builtins.bytes = ...,
+        warnings: _abc.Iterable[Global___FsckWarning] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["oid", b"oid", "tree", b"tree"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["oid", b"oid", "tree", b"tree", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateCommitResponse: _TypeAlias = CreateCommitResponse  # noqa: Y015
+
+@_typing.final
+class FsckWarning(_message.Message):
+    """Objects with one harmless fsck problem."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MSG_ID_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    EXAMPLE_FIELD_NUMBER: _builtins.int
+    msg_id: _builtins.str
+    """git's fsck message id, such as "gitmodulesParse"."""
+    count: _builtins.int
+    """How many objects have it."""
+    example: _builtins.bytes
+    """The first of them, 20 raw bytes."""
+    def __init__(
+        self,
+        *,
+        msg_id: _builtins.str = ...,
+        count: _builtins.int = ...,
+        example: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "example", b"example", "msg_id", b"msg_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FsckWarning: _TypeAlias = FsckWarning  # noqa: Y015
