@@ -28,7 +28,9 @@ push, C git with ``receive.fsckObjects`` (or its ``index-pack --strict``)
 refuses the same objects, so every case is hostile by git's own judgement.
 
 One server for the module. CI runs one spelling of every id; the other
-spellings are ``@pytest.mark.nightly``.
+spellings are ``@pytest.mark.nightly``. Beside the matrix: the bound on the
+``.gitmodules`` bytes one push parses (``ingest_gitmodules_bytes_max``), and an
+API commit's harmless findings answered in its response and counted.
 """
 
 from __future__ import annotations
