@@ -31,7 +31,8 @@ import pytest
 from enroute_core.base.ids import ZERO_OID, oid_from_hex
 from enroute_core.git.pktline import DELIM_PKT, FLUSH_PKT, pkt_text
 from enroute_core.protocol.receive import PushCommand, PushRequest, encode_push_request
-from enroute_testing.devserver import running_dev
+from enroute_core.state.refmap import LEAF_REFS
+from enroute_testing.devserver import DevServer, running_dev
 from enroute_testing.gitcli import run_git
 from enroute_testing.repogen import list_refs
 
@@ -82,8 +83,18 @@ def push_raw(source: Path, url: str, batch: int) -> None:
     """
     run_git(["push", "--quiet", url, "refs/heads/main:refs/heads/main"], cwd=source,
             timeout_s=900)  # fmt: skip
-    tags = run_git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/tags/"],
+    push_tags(url, tags_of(source), batch)
+
+
+def tags_of(source: Path) -> list[bytes]:
+    """``<oid hex> <name>`` of every tag of ``source``, in name order."""
+    return run_git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/tags/"],
                    cwd=source).splitlines()  # fmt: skip
+
+
+def push_tags(url: str, tags: list[bytes], batch: int) -> None:
+    """Create the ``tags`` (lines of :func:`tags_of`) on ``url``, ``batch`` to a raw
+    receive-pack request (see :func:`push_raw`)."""
     empty = b"PACK" + struct.pack(">II", 2, 0)
     empty += hashlib.sha1(empty).digest()
     for start in range(0, len(tags), batch):
@@ -153,10 +164,15 @@ WANTS_MAX_SMALL = 500
 
 
 @pytest.fixture(scope="module")
-def small_limit_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def small_limit_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     config = {"limits": {"protocol_wants_max": WANTS_MAX_SMALL}}
     with running_dev(tmp_path_factory.mktemp("enroute-dev-wants"), config) as dev:
-        yield dev.url
+        yield dev
+
+
+@pytest.fixture(scope="module")
+def small_limit_url(small_limit_dev: DevServer) -> str:
+    return small_limit_dev.url
 
 
 @pytest.mark.slow
@@ -188,7 +204,50 @@ def test_more_distinct_wants_than_refs_and_limit_are_refused(small_limit_url: st
     assert b"protocol_wants_max" in text and b"distinct wants" in text, text
 
 
+SCALE_REFS = 2_000
+"""N of the CI run that compares a push of one ref at N and at 4N refs."""
+
+
+def _peeled_by_one_ref_push(dev: DevServer, url: str, source: Path, n: int) -> int:
+    """Refs the compute peeled for a push of one new branch as git sends it (the
+    receive-pack advertisement, the push) and the advertisement after it, into a
+    repository of ``n`` refs. The advertisement before starts from a settled state."""
+    advertisement = f"{url}/info/refs?service=git-receive-pack"
+    with urllib.request.urlopen(advertisement, timeout=300) as answer:
+        answer.read()
+    before = dev.compute_status()["refs_peeled"]
+    run_git(["push", "--quiet", url, f"refs/tags/t1:refs/heads/b{n}"], cwd=source, timeout_s=300)
+    with urllib.request.urlopen(advertisement, timeout=300) as answer:
+        assert f"refs/heads/b{n}".encode() in answer.read()
+    peeled: int = dev.compute_status()["refs_peeled"] - before
+    return peeled
+
+
+@pytest.mark.slow
+def test_one_ref_push_peels_the_same_at_4n_refs(small_limit_dev: DevServer, tmp_path: Path) -> None:
+    """A push of one ref into a repository of N refs and of 4N makes the compute read the
+    same number of refs' objects (``refs_peeled``, a count, not a time): the
+    advertisements git reads before and after a push list every ref (gitprotocol-pack,
+    "Reference Discovery"), but peel only the refs of the leaves the push changed. The
+    ledger's and a compute's apply of such a push: ``tests/state/test_ref_scale.py``.
+    When every advertisement peeled every ref (git's and the one after), this counted
+    2(N + 1) and 2(4N + 1)."""
+    source = tmp_path / "source.git"
+    many_refs(source, 4 * SCALE_REFS)
+    tags = tags_of(source)
+    url = f"{small_limit_dev.url}/scale{next(_names)}.git"
+    run_git(["push", "--quiet", url, "refs/heads/main:refs/heads/main"], cwd=source, timeout_s=300)
+    push_tags(url, tags[:SCALE_REFS], SCALE_REFS)
+    at_n = _peeled_by_one_ref_push(small_limit_dev, url, source, SCALE_REFS)
+    push_tags(url, tags[SCALE_REFS:], 2 * SCALE_REFS)
+    at_4n = _peeled_by_one_ref_push(small_limit_dev, url, source, 4 * SCALE_REFS)
+    print(f"refs peeled for a one-ref push: {at_n} at {SCALE_REFS} refs, {at_4n} at 4x")
+    assert 0 < at_n <= 2 * LEAF_REFS + 1 and 0 < at_4n <= 2 * LEAF_REFS + 1
+    assert at_4n <= 1.5 * at_n + 64
+
+
 @pytest.mark.nightly
+@pytest.mark.timeout(3600)  # two clones of 300,000 refs and 30 pushes, on a loaded machine
 def test_300k_refs(enroute_url: str, tmp_path: Path) -> None:
     """300,000 refs against the default limits: clones send 300,000 distinct wants."""
     _round_trip(enroute_url, tmp_path, 300_000, 10_000)

@@ -189,6 +189,9 @@ class RepositoryHost:
         """Changes that updated a view in place (layers appended or a stretch swapped)."""
         self.reference_indexes = 0
         """Pushes whose pack the Python indexer read because the compiled pass gave up."""
+        self.refs_peeled = 0
+        """Refs whose object a ref snapshot read to peel it (one leaf of the ref map per
+        ref a push changed, not every ref: ``ref_snapshot``)."""
         self.fsck_warnings: Counter[str] = Counter()
         """Objects pushes brought with a harmless fsck problem, by message id (let in)."""
         self._retired: dict[tuple[str, str], int] = {}
@@ -806,6 +809,7 @@ class RepositoryHost:
                     Ref(name, value.oid, _peel(snap.view, value.oid))
                     for name, value in leaf.items()
                 )
+                self.refs_peeled += len(part)
             parts[id(leaf)] = part
             out.extend(part)
         if repo is not None:

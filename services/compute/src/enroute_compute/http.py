@@ -105,6 +105,8 @@ class _NodeCollector:
             ("enroute_compute_view_builds", host.view_builds, "views built whole (snapshots)"),
             ("enroute_compute_view_updates", host.view_updates,
              "views updated in place by a change"),
+            ("enroute_compute_refs_peeled", host.refs_peeled,
+             "refs whose object a ref snapshot read to peel it"),
             ("enroute_compute_view_evictions", host.evictions,
              "views evicted (idle, or over views_open_max or views_bytes_max) with their "
              "subscriptions"),
@@ -289,6 +291,7 @@ class OpsServer:
             "fetches": self.host.fetches,
             "view_builds": self.host.view_builds,
             "view_updates": self.host.view_updates,
+            "refs_peeled": self.host.refs_peeled,
             "views": {
                 "open": len(self.host.hosted),
                 "bytes": self.host.view_bytes,
