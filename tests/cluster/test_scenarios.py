@@ -66,6 +66,9 @@ PARTITION_MIN_S = 5.0
 PARTITION_MAX_S = 20.0
 FAILOVER_S = 2.5
 """Writes invoked this long after the partition began must be served by the other two."""
+PACE_S = 0.25
+"""Each client starts an operation at most this often while a fault ends the load: back to
+back, an idle machine spent 200 operations in 6 s, before the partition window was over."""
 
 
 @pytest.mark.parametrize("seed", seeds())
@@ -79,10 +82,14 @@ def test_ledger_minority_partitioned(cluster: Cluster, tmp_path: Path, seed: int
     modes: list[str] = []
 
     def fault(c: Cluster, w: Workload, rng: random.Random) -> None:
-        time.sleep(1.0 + rng.random())
+        # the repositories exist first: a create waits for a silent voter (Activate is not
+        # sent to another member), and on a loaded machine the first pushes, which create
+        # them, could still be running after any fixed delay
+        written = wait_written(w, w.config.repos, timeout_s=DATA_READY_MAX_S)
+        time.sleep(rng.random())
         victim = _voter(c, w, rng)
         how = rng.choice(("cut", "drop", "pause"))
-        print(f"partition {victim} by {how}")
+        print(f"partition {victim} by {how} (data: {written})")
         start = w.history.now()
         if how == "pause":
             c.pause(victim)
@@ -97,6 +104,9 @@ def test_ledger_minority_partitioned(cluster: Cluster, tmp_path: Path, seed: int
         ):
             time.sleep(0.05)
         end = w.history.now()
+        # the load's budget and duration outlast the window, so it is still running here;
+        # if not, "no write acknowledged" would blame the cluster for an idle load
+        assert w.running(), f"the load ended {end - start:.1f} s into the partition"
         c.heal()
         progress.append(ops_between(w, writes, start + FAILOVER_S, end))
         modes.append(how)
@@ -104,8 +114,11 @@ def test_ledger_minority_partitioned(cluster: Cluster, tmp_path: Path, seed: int
         time.sleep(2.0)  # and some load after it is back
         w.stop()
 
-    # the fault ends the load; the duration only bounds it
-    config = replace(LOAD, mix=PUSHY, duration_s=9.0 + PARTITION_MAX_S, ops_max=200)
+    # the fault ends the load; the duration only bounds it, and the paced clients cannot
+    # spend their budget before it is over
+    config = replace(LOAD, mix=PUSHY, duration_s=DATA_READY_MAX_S + 9.0 + PARTITION_MAX_S,
+                     pace_s=PACE_S)  # fmt: skip
+    config = replace(config, ops_max=config.ops_for(config.duration_s))
     run_scenario("partition", cluster, tmp_path, seed, fault, config=config)
     assert progress and progress[0] > 0, f"no write acknowledged ({modes}, seed {seed})"
 

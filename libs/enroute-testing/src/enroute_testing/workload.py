@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import math
 import os
 import random
 import shutil
@@ -84,11 +85,22 @@ class WorkloadConfig:
     repo_ops: bool = False
     """Add creates and deletes of whole repositories."""
     think_s: float = 0.0
+    pace_s: float = 0.0
+    """Each client starts at most one operation per this many seconds (0: back to back).
+    Bounds the rate (``clients / pace_s``) independently of how fast the cluster answers,
+    so that a budget of :meth:`ops_for` ``(duration_s)`` lasts the whole duration: a
+    scenario whose fault ends the load needs it running until then, and an idle machine
+    serves back-to-back operations fast enough to spend any fixed budget early."""
     blob_bytes: int = 0
     """Up to this many extra incompressible bytes in each pushed commit (uniformly drawn):
     bigger packs, a longer ingest, layers past ``layers.inline_max`` go to the store."""
     op_timeout_s: float = GIT_TIMEOUT_S
     """Each git call and HTTP request; one that takes longer counts as unknown."""
+
+    def ops_for(self, duration_s: float) -> int:
+        """Most operations the paced clients can start in ``duration_s``."""
+        assert self.pace_s > 0, "only paced clients have a rate bound"
+        return self.clients * (math.floor(duration_s / self.pace_s) + 1)
 
 
 @dataclass
@@ -165,6 +177,7 @@ class Workload:
             kinds += ["create", "delete"]
             weights += [4, 3]
         while not self._stop.is_set() and time.monotonic() < self._deadline and self._take():
+            began = time.monotonic()
             kind = c.rng.choices(kinds, weights)[0]
             repo = c.rng.choice(self.config.repos)
             try:
@@ -173,6 +186,8 @@ class Workload:
                 self.errors.append(f"client {c.index} {kind} {repo}: {e!r}")
             if self.config.think_s:
                 time.sleep(c.rng.random() * self.config.think_s)
+            if self.config.pace_s:
+                self._stop.wait(max(0.0, began + self.config.pace_s - time.monotonic()))
 
     # -- helpers
 
