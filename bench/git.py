@@ -144,10 +144,44 @@ def _tree(pid: int) -> list[int]:
 
 
 def _hwm_kib(pid: int) -> int:
+    return _status_kib(pid).get("VmHWM", 0)
+
+
+def _status_kib(pid: int) -> dict[str, int]:
+    """The kB fields of /proc/PID/status (VmHWM, VmRSS, RssAnon, RssFile, ...)."""
+    out = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
+        key, _, value = line.partition(":")
+        if value.endswith(" kB"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+ROLES = ("dev", "ledger", "compute", "gitproto")
+"""The processes of ``enroute dev``: the dev process and its three roles."""
+
+
+def _roles(s: Server) -> dict[str, int]:
+    """The pid of each role of an ``enroute dev`` server (none for the reference)."""
+    if not s.name.startswith("enroute"):
+        return {}
+    found = {"dev": s.proc.pid}
+    for pid in _children(s.proc.pid):
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        for role in ROLES[1:]:
+            if f"enroute_{role}".encode() in argv:
+                found[role] = pid
+    return found
+
+
+def _baseline(s: Server) -> str:
+    """Each role's resident set now (before any work): VmRSS, and of it RssFile (mapped
+    files, mostly shared libraries, which the roles share) in MiB."""
+    parts = []
+    for role, pid in _roles(s).items():
+        st = _status_kib(pid)
+        parts.append(f"{role} {st['VmRSS'] / 1024:.0f} ({st['RssFile'] / 1024:.0f} file)")
+    return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -158,6 +192,7 @@ class Sample:
     server_cpu_s: float
     client_cpu_s: float  # the git clients this process ran (RUSAGE_CHILDREN)
     server_rss_kib: int
+    roles: tuple[tuple[str, float, int], ...] = ()  # enroute: (role, CPU s, peak RSS KiB)
 
 
 class Meter:
@@ -177,6 +212,9 @@ class Meter:
 
     CPU is ``_server_cpu_s`` before and after: user + system time of the server
     process and its children (for git, the CGI processes the bridge has reaped).
+
+    For enroute, each role's CPU and peak RSS (its VmHWM at the end) are kept too
+    (``roles``): issue 25 asks for each role separately.
     """
 
     def __init__(self, server: Server) -> None:
@@ -185,6 +223,9 @@ class Meter:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._sample_loop, daemon=True)
         self.cpu_s = 0.0
+        self.role_pids = _roles(server)
+        self.role_cpu: dict[str, int] = {}
+        self.roles: tuple[tuple[str, float, int], ...] = ()
 
     def _sample(self) -> None:
         total = 0
@@ -192,6 +233,9 @@ class Meter:
             with contextlib.suppress(OSError, ValueError):  # ended since it was listed
                 total += _hwm_kib(pid)
         self.rss_kib = max(self.rss_kib, total)
+
+    def _role_ticks(self) -> dict[str, int]:
+        return {role: cpu_ticks(pid) for role, pid in self.role_pids.items()}
 
     def _sample_loop(self) -> None:
         while not self.stop.wait(SAMPLE_S):
@@ -202,6 +246,7 @@ class Meter:
             with contextlib.suppress(OSError):
                 Path(f"/proc/{pid}/clear_refs").write_text("5")
         self._sample()
+        self.role_cpu = self._role_ticks()
         self.cpu_s = -_server_cpu_s(self.server)
         self.thread.start()
         return self
@@ -211,6 +256,11 @@ class Meter:
         self.thread.join()
         self._sample()
         self.cpu_s += _server_cpu_s(self.server)
+        ticks = self._role_ticks()
+        self.roles = tuple(
+            (role, (ticks[role] - self.role_cpu[role]) / CLK_TCK, _hwm_kib(pid))
+            for role, pid in self.role_pids.items()
+        )
 
 
 class Bench:
@@ -309,6 +359,19 @@ def _server_row(label: str, samples: dict[str, list[Sample]]) -> str:
     return (
         "| " + " | ".join([label, ours[0], ref[0], ours[1], ref[1], f"{ours[2]} / {ref[2]}"]) + " |"
     )
+
+
+def _role_row(label: str, runs: list[Sample]) -> str:
+    cols = []
+    for role in ROLES:
+        got = [(cpu, kib) for x in runs for (r, cpu, kib) in x.roles if r == role]
+        if not got:
+            cols.append("-")
+            continue
+        cpu = statistics.median(c for c, _ in got)
+        mib = statistics.median(k for _, k in got) / 1024
+        cols.append(f"{cpu:.2f} / {mib:.0f}")
+    return "| " + " | ".join([label, *cols]) + " |"
 
 
 def _s3_server(work: Path, s3: S3Endpoint, source: Path, servers: list[Server]) -> int:
@@ -448,10 +511,12 @@ def run(
     ]
     rows: list[str] = []
     server_rows: list[str] = []
+    role_rows: list[str] = []
     s3_rows: list[str] = []
     notes: list[str] = []  # before the tables
     after: list[str] = []
     try:
+        baseline = _baseline(servers[0])
         spec = (
             replace(SMALL_PROFILES[name], seed=seed)
             if name in SMALL_PROFILES
@@ -490,7 +555,7 @@ def run(
             kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             clients = kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime
             stats.setdefault((section, s.name), []).append(
-                Sample(took, meter.cpu_s, clients, meter.rss_kib)
+                Sample(took, meter.cpu_s, clients, meter.rss_kib, meter.roles)
             )
             return took
 
@@ -499,6 +564,7 @@ def run(
             walls = {k: Series(tuple(x.wall_s for x in v)) for k, v in by_server.items()}
             rows.append(_row(label, walls))
             server_rows.append(_server_row(label, by_server))
+            role_rows.append(_role_row(label, by_server["enroute"]))
             if S3_SERVER in walls:
                 s3_rows.append(_s3_row(label, walls, by_server[S3_SERVER]))
 
@@ -649,6 +715,14 @@ def run(
         " | git http-backend peak RSS MiB | clients' CPU s enroute / git |",
         "|---|---|---|---|---|---|",
         *server_rows,
+        "",
+        "Enroute per role (`bench.git.Meter`): CPU seconds and peak RSS in MiB (the "
+        "role's VmHWM, reset at the start), medians over the runs. Before any work "
+        f"(VmRSS MiB, of it mapped files): {baseline}.",
+        "",
+        "| measurement | " + " | ".join(f"{r} CPU s / MiB" for r in ROLES) + " |",
+        "|---|" + "---|" * len(ROLES),
+        *role_rows,
         "",
         *_s3_table(s3_rows),
         *(line for note in after for line in (note, "")),
