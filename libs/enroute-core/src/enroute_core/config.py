@@ -353,6 +353,13 @@ class TransportConfig(_Section):
         gt=0,
         description="Longest wait for the next bytes of a request body (slow-loris bodies).",
     )
+    shutdown_grace: Seconds = Field(
+        default=25.0,
+        ge=0,
+        description="On SIGTERM gitproto stops accepting connections and answers /readyz "
+        "with 503; requests in flight may run this long, then they are cut. Keep it under "
+        "the pod's terminationGracePeriodSeconds (the chart derives it from that).",
+    )
     connections_max: int = Field(
         default=1024,
         ge=1,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
+import math
 import os
 import signal
 import socket
@@ -27,7 +29,8 @@ from enroute_gitproto.observe import DiscoveryCollector, RequestMetrics
 from enroute_proto.logs import configure_logging
 
 DEFAULT_HTTP = ":8080"
-GRACEFUL_SHUTDOWN_S = 5
+
+log = logging.getLogger(__name__)
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -67,11 +70,17 @@ async def serve(
     sock: socket.socket,
     on_ready: Callable[[str], None],
     stop: asyncio.Event | None = None,
+    *,
     members: MemberSource | None = None,
+    shutdown_grace_s: float = 25.0,
 ) -> None:
     """Serve ``app`` on ``sock`` until SIGTERM/SIGINT (or ``stop`` when given).
 
     ``members``, when given, keeps the compute set of ``app`` current (discovery).
+    The drain (docs/observability.md, "Rolling upgrades"): on the signal ``/readyz`` turns 503 and
+    the listening socket closes, so no new request starts here; requests in flight
+    run on for up to ``shutdown_grace_s`` (``transport.shutdown_grace``), each on a
+    connection that closes after its response; then the rest are cut.
     """
     discovery = None
     if members is not None:
@@ -85,15 +94,23 @@ async def serve(
         log_level="warning",
         log_config=None,  # uvicorn's lines go through ours (configure_logging), as JSON
         access_log=False,  # RequestMetrics writes the access lines
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        timeout_graceful_shutdown=math.ceil(shutdown_grace_s),  # whole seconds in uvicorn
         http=guarded_protocol(app.connections),  # connection bounds: connections.py
         ws="none",  # no WebSocket upgrade: it would hand the socket to a protocol not counted
     )
     server = _Server(config)
     loop = asyncio.get_running_loop()
+
+    def drain() -> None:
+        log.info("stopping: no new requests; %d in flight may finish within %g s "
+                 "(transport.shutdown_grace)", app.metrics.in_flight_count,
+                 shutdown_grace_s)  # fmt: skip
+        app.status.ready = False
+        server.should_exit = True
+
     if stop is None:
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+            loop.add_signal_handler(sig, drain)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not task.done():
         await asyncio.sleep(0.01)
@@ -175,5 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     source = None
     if config.compute.discovery is not None:
         source = member_source((), config.compute.discovery)
-    asyncio.run(serve(app, sock, ready, members=source))
+    grace_s = config.transport.shutdown_grace
+    asyncio.run(serve(app, sock, ready, members=source, shutdown_grace_s=grace_s))
     return 0
