@@ -73,6 +73,16 @@ class LedgerProc:
         # the message bound a compute's channel has (a subscribed change can be large)
         bound = DEFAULT_LIMITS.rpc_message_bytes_max
         self.channel = grpc.insecure_channel(self.grpc_addr, options=channel_options(bound))
+        # connected before the first call: the channel options bound each connection attempt
+        # (min_reconnect_backoff_ms is gRPC's minimum connect timeout too) to 0.1-1 s, which a
+        # process just started on a loaded machine can miss ("timed out before receiving
+        # SETTINGS frame"), and a call on a channel between attempts fails UNAVAILABLE at once
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=START_TIMEOUT_S)
+        except grpc.FutureTimeoutError:
+            self.kill()
+            tail = "".join(self.stderr)[-3000:]
+            raise AssertionError(f"ledger gRPC not connectable: {tail}") from None
         return self
 
     def start(self) -> LedgerProc:
