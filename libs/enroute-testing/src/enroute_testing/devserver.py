@@ -29,7 +29,13 @@ ENROUTE_BIN = Path(sys.executable).parent / "enroute"
 READY_LINE = re.compile(rb"enroute ready: (http://\S+)")
 ROLE_READY = re.compile(r"enroute (ledger|compute) ready: .*http=(\S+)")
 COMPUTE_READY = re.compile(r"enroute compute ready: grpc=\S+ http=(\S+)")
-READY_TIMEOUT_S = 60.0
+ROLE_START_TIMEOUT_S = 60.0
+"""`enroute dev --start-timeout`: how long each role may take to print its ready line."""
+READY_TIMEOUT_S = 3 * ROLE_START_TIMEOUT_S + 30.0
+"""A backstop only: dev starts its three roles one after the other, each within
+ROLE_START_TIMEOUT_S, and when one is late it says which and exits, which ends the wait
+at once. A single bound of 60 s for all three was hit on a loaded machine while every
+role was still within its own."""
 STOP_GRACE_S = 20.0
 LOG_TAIL_BYTES = 6000
 
@@ -115,7 +121,8 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 def running_dev(root: Path, config: dict[str, Any] | None = None) -> Iterator[DevServer]:
     """An `enroute dev` with data and log under ``root`` and ``config`` merged into every role."""
     log_path = root / "enroute.log"
-    argv = [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(root / "data")]
+    argv = [str(ENROUTE_BIN), "dev", "--listen", "127.0.0.1:0", "--data", str(root / "data"),
+            "--start-timeout", str(ROLE_START_TIMEOUT_S)]  # fmt: skip
     if config is not None:
         config_path = root / "config.yaml"
         config_path.write_text(yaml.safe_dump(config))
