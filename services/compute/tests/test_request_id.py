@@ -76,6 +76,8 @@ class _Failing(grpc.aio.AioRpcError):
 
 
 class _Stub:
+    """A member's unary Propose (the stream's attempts: test_ledger_propose_stream.py)."""
+
     def __init__(self, fail: grpc.StatusCode | None, seen: list[tuple[bytes, float]]) -> None:
         self.fail = fail
         self.seen = seen
@@ -95,7 +97,9 @@ class _Stub:
 )
 def test_propose_goes_to_the_next_member_under_the_same_id(fail: grpc.StatusCode) -> None:
     async def run() -> tuple[Proposed, list[tuple[bytes, float]]]:
-        ledger = GrpcLedger(("127.0.0.1:1", "127.0.0.1:2"), attempt_timeout_s=0.5)
+        ledger = GrpcLedger(
+            ("127.0.0.1:1", "127.0.0.1:2"), attempt_timeout_s=0.5, stream_proposals=False
+        )
         seen: list[tuple[bytes, float]] = []
         ledger._stubs = [_Stub(fail, seen), _Stub(None, seen)]  # type: ignore[list-item]
         try:
@@ -126,7 +130,9 @@ def test_a_member_that_does_not_answer_gets_a_copy_sent_to_the_next(delay_s: flo
     """A hung member (SIGSTOP) costs one attempt deadline; a slow one may still win."""
 
     async def run() -> tuple[Proposed, list[tuple[bytes, float]], float]:
-        ledger = GrpcLedger(("a:1", "b:1"), timeout_s=5.0, attempt_timeout_s=0.2)
+        ledger = GrpcLedger(
+            ("a:1", "b:1"), timeout_s=5.0, attempt_timeout_s=0.2, stream_proposals=False
+        )
         seen: list[tuple[bytes, float]] = []
         first = _Hung(None, seen)
         first.delay_s = delay_s
@@ -150,7 +156,9 @@ def test_a_member_that_does_not_answer_gets_a_copy_sent_to_the_next(delay_s: flo
 
 def test_propose_gives_up_when_every_member_fails_and_other_errors_are_answers() -> None:
     async def run(fail: grpc.StatusCode) -> list[tuple[bytes, float]]:
-        ledger = GrpcLedger(("a:1", "b:1"), timeout_s=5.0, attempt_timeout_s=0.5)
+        ledger = GrpcLedger(
+            ("a:1", "b:1"), timeout_s=5.0, attempt_timeout_s=0.5, stream_proposals=False
+        )
         seen: list[tuple[bytes, float]] = []
         ledger._stubs = [_Stub(fail, seen), _Stub(fail, seen)]  # type: ignore[list-item]
         rid = secrets.token_bytes(16)

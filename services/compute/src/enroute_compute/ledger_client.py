@@ -13,6 +13,11 @@ when one does not answer: after UNAVAILABLE, DEADLINE_EXCEEDED, or no answer
 within the attempt deadline (the earlier copy stays open: a slow member may
 still answer first), so a hung member (accepting connections, answering
 nothing) costs one attempt deadline, not the call's.
+
+Proposals travel on one ``ProposeStream`` call per member (docs/rpc.md,
+ProposeStream), many per message, with the same attempts, deadlines and
+errors as the unary Propose; a member that does not know the call gets the
+unary one.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from enroute_compute.rpc.errors import error_from_rpc
 from enroute_core.base.errors import EnrouteError, Timeout, Unavailable
 from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_core.state import Command, decode_change, decode_state, encode_command
+from enroute_proto import ERROR_DETAIL_KEY, ErrorDetail
 from enroute_proto.channels import open_channel
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 from enroute_proto.logs import call_metadata
@@ -52,6 +58,155 @@ ATTEMPT_TIMEOUT_S = 2.0
 """How long a Propose or Barrier waits on one member before it also asks the next one."""
 ATTEMPTS_PER_MEMBER_MAX = 3
 """Bound on a retried call's attempts: this many rounds over the members."""
+
+
+_STATUS_BY_NUMBER = {status.value[0]: status for status in grpc.StatusCode}
+
+
+class StreamedProposalError(grpc.RpcError):
+    """A streamed proposal's failure in the shape of a failed call, so that
+    ``error_from_rpc`` maps it through the one table, as a unary Propose's."""
+
+    def __init__(self, status: grpc.StatusCode, message: str, detail: ErrorDetail | None) -> None:
+        super().__init__(message)
+        self._status = status
+        self._message = message
+        self._detail = detail
+
+    def code(self) -> grpc.StatusCode:
+        return self._status
+
+    def details(self) -> str:
+        return self._message
+
+    def trailing_metadata(self) -> Any:  # the metadata pairs error_from_rpc reads
+        if self._detail is None:
+            return ()
+        return ((ERROR_DETAIL_KEY, self._detail.SerializeToString()),)
+
+
+class ProposalStream:
+    """Proposals to one member on one ``ProposeStream`` call, batched.
+
+    The first proposal goes at once; those made while a message is being written
+    leave together in the next, and the member answers those applied together in
+    one message: many repositories' commits cost one message each way instead of a
+    call each. Each proposal keeps its own deadline (sent along, and kept here) and
+    its own outcome. When the stream breaks, every proposal still waiting fails
+    UNAVAILABLE, as a unary call on a broken connection does: outcome unknown,
+    retried under its request id. The next proposal opens a new stream.
+    """
+
+    def __init__(self, stub: ledger_pb2_grpc.LedgerStub, address: str) -> None:
+        self._stub: Any = stub  # aio stub: the generated annotations describe the blocking one
+        self._address = address
+        self._call: Any = None
+        self._pending: dict[int, asyncio.Future[ledger_pb2.ProposeResponse]] = {}
+        self._queue: list[ledger_pb2.StreamedProposal] = []
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._seq = 0
+        self.unimplemented = False
+        """The member answered UNIMPLEMENTED (an older ledger): use the unary call."""
+
+    async def propose(
+        self, request: ledger_pb2.ProposeRequest, timeout_s: float
+    ) -> ledger_pb2.ProposeResponse:
+        """The member's answer to ``request``; a failure raises ``grpc.RpcError``."""
+        if self._call is None:
+            self._open()
+        self._seq += 1
+        seq = self._seq
+        fut: asyncio.Future[ledger_pb2.ProposeResponse] = asyncio.get_running_loop().create_future()
+        self._pending[seq] = fut
+        timeout_ms = max(1, int(timeout_s * 1000))
+        self._queue.append(
+            ledger_pb2.StreamedProposal(seq=seq, request=request, timeout_ms=timeout_ms)
+        )
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            raise StreamedProposalError(
+                grpc.StatusCode.DEADLINE_EXCEEDED, "proposal deadline exceeded", None
+            ) from None
+        finally:
+            self._pending.pop(seq, None)
+
+    def _open(self) -> None:
+        call = self._stub.ProposeStream(metadata=call_metadata())
+        self._call = call
+        for work in (self._write(call), self._read(call)):
+            task = asyncio.get_running_loop().create_task(work)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _write(self, call: Any) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._queue and self._call is call:
+                    batch, self._queue = self._queue, []
+                    await call.write(ledger_pb2.ProposeStreamRequest(proposals=batch))
+        except grpc.RpcError as exc:
+            self._broken(call, exc)
+        except asyncio.InvalidStateError:  # written after the call ended: the reader reports it
+            pass
+
+    async def _read(self, call: Any) -> None:
+        try:
+            async for msg in call:
+                for out in msg.outcomes:
+                    fut = self._pending.get(out.seq)
+                    if fut is None or fut.done():
+                        continue  # given up on here (deadline, or answered by another member)
+                    if out.HasField("applied"):
+                        fut.set_result(out.applied)
+                        continue
+                    err = out.error
+                    status = _STATUS_BY_NUMBER.get(err.status, grpc.StatusCode.UNKNOWN)
+                    detail = err.detail if err.HasField("detail") else None
+                    text = detail.message if detail is not None else status.name.lower()
+                    fut.set_exception(StreamedProposalError(status, text, detail))
+        except grpc.RpcError as exc:
+            self._broken(call, exc)
+            return
+        self._broken(call, None)
+
+    def _broken(self, call: Any, exc: grpc.RpcError | None) -> None:
+        """Fail what waits on ``call``; the next proposal opens a new stream."""
+        if self._call is not call:
+            return
+        self._call = None
+        call.cancel()
+        code = getattr(exc, "code", lambda: None)() if exc is not None else None
+        if code is grpc.StatusCode.UNIMPLEMENTED:
+            self.unimplemented = True
+            failure: grpc.RpcError = StreamedProposalError(
+                code, "the member has no ProposeStream", None
+            )
+        else:
+            why = "ended" if exc is None else f"broke ({code}: {exc.details()})"
+            failure = StreamedProposalError(
+                grpc.StatusCode.UNAVAILABLE,
+                f"proposal stream to ledger member {self._address} {why}",
+                None,
+            )
+        self._queue = []
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(failure)
+        self._wake.set()  # the writer of ``call`` sees it is no longer current and ends
+
+    def close(self) -> None:
+        """Send no more; the member answers what it took, then the stream ends."""
+        call, self._call = self._call, None
+        if call is not None:
+            task = asyncio.get_running_loop().create_task(call.done_writing())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._wake.set()
 
 
 class GrpcLedger:
@@ -65,6 +220,7 @@ class GrpcLedger:
         attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
         message_bytes_max: int = DEFAULT_LIMITS.rpc_message_bytes_max,
+        stream_proposals: bool = True,
     ) -> None:
         if not addresses:
             raise Unavailable("no ledger members configured (ledger.members)")
@@ -80,6 +236,9 @@ class GrpcLedger:
         # open Subscribe calls by member address; those given up on a silent member
         self._subs: dict[str, set[Any]] = {}
         self._abandoned: set[Any] = set()
+        # one ProposeStream per member address, opened on its first proposal
+        self._stream_proposals = stream_proposals
+        self._streams: dict[str, ProposalStream] = {}
 
     def _open(self, address: str) -> grpc.aio.Channel:
         return open_channel(address, message_bytes_max=self._message_bytes_max)
@@ -99,6 +258,8 @@ class GrpcLedger:
         self._stubs = [ledger_pb2_grpc.LedgerStub(c) for c in self._channels]
         # keep talking to the member that answered last, when it stays
         self._next = self._addresses.index(current) if current in self._addresses else 0
+        for address in [a for a in self._streams if a in old]:
+            self._streams.pop(address).close()
         for channel in old.values():
             task = asyncio.get_running_loop().create_task(channel.close(grace=self._timeout))
             self._retiring[task] = channel
@@ -249,11 +410,33 @@ class GrpcLedger:
             request_id=request_id or new_request_id(),
         )
         resp: ledger_pb2.ProposeResponse = await self._retried(
-            lambda s, t: s.Propose(req, timeout=t, metadata=call_metadata())
+            lambda s, t: self._propose_on(s, req, t)
         )
         proposed = Proposed(resp.version, decode_change(resp.effects))
         audit_change(name, command, proposed.change)
         return proposed
+
+    async def _propose_on(
+        self, stub: ledger_pb2_grpc.LedgerStub, req: ledger_pb2.ProposeRequest, timeout_s: float
+    ) -> ledger_pb2.ProposeResponse:
+        """One attempt on one member: on its proposal stream, else the unary call."""
+        stream = None
+        if self._stream_proposals and stub in self._stubs:
+            address = self._addresses[self._stubs.index(stub)]
+            stream = self._streams.get(address)
+            if stream is None:
+                stream = self._streams[address] = ProposalStream(stub, address)
+        if stream is not None and not stream.unimplemented:
+            try:
+                return await stream.propose(req, timeout_s)
+            except grpc.RpcError:
+                if not stream.unimplemented:
+                    raise
+        aio: Any = stub  # aio stub: the generated annotations describe the blocking one
+        resp: ledger_pb2.ProposeResponse = await aio.Propose(
+            req, timeout=timeout_s, metadata=call_metadata()
+        )
+        return resp
 
     async def subscribe(
         self, name: str, incarnation: int, after_version: int
@@ -303,6 +486,9 @@ class GrpcLedger:
         return BarrierPoint(resp.incarnation, resp.version, resp.deleted)
 
     async def close(self) -> None:
+        for stream in self._streams.values():
+            stream.close()
+        self._streams.clear()
         for channel in self._channels:
             await channel.close()
         for channel in list(self._retiring.values()):

@@ -134,7 +134,9 @@ async def serve(config: Config) -> int:
     server = grpc.aio.server(
         interceptors=[ContextInterceptor()], options=server_options(limits.rpc_message_bytes_max)
     )
-    ledger_pb2_grpc.add_LedgerServicer_to_server(LedgerServicer(lc), server)
+    ledger_pb2_grpc.add_LedgerServicer_to_server(
+        LedgerServicer(lc, stream_proposals_max=limits.ledger_stream_proposals_max), server
+    )
     ledger_pb2_grpc.add_RaftTransportServicer_to_server(RaftTransportServicer(rt), server)
     bound = server.add_insecure_port(f"{ghost}:{gport}")
     if bound == 0:

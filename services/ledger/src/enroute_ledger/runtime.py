@@ -674,6 +674,14 @@ class Runtime:
         """Subscribe streams opened here (docs/raft.md, "Parked subscriptions")."""
         self.subscriptions_ended = 0
         """Subscribe streams ended: by the subscriber (a compute evicting a view), or here."""
+        self.propose_streams = 0
+        """ProposeStream calls opened here (docs/rpc.md, ProposeStream)."""
+        self.propose_streams_ended = 0
+        """ProposeStream calls ended: by the compute, a broken connection, or here."""
+        self.streamed_outcomes = 0
+        """Outcomes of streamed proposals answered, applied or failed."""
+        self.streamed_outcome_messages = 0
+        """Messages those outcomes left in: outcomes per message shows the batching."""
 
     # -- ids ---------------------------------------------------------------------------------
 

@@ -95,6 +95,10 @@ class Limits:
     # re-proposed copy of an entry applies once (docs/raft.md, "Applying each id once").
     # Part of the replicated state: every voter must use the same value.
     ledger_dedup_window_entries: int = 1024
+    # enroute_ledger.rpc.servicer: unanswered proposals one ProposeStream holds; past it
+    # the member reads no more of that stream until some are answered (docs/rpc.md,
+    # ProposeStream), so one compute cannot queue unbounded work on a member
+    ledger_stream_proposals_max: int = 1024
     # storage/maintenance.py: files a sweep record lists, and layer keys one sweep lists
     sweep_record_entries_max: int = 1_000_000
     sweep_listed_keys_max: int = 10_000_000

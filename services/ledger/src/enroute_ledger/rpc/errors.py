@@ -8,18 +8,28 @@ from typing import NoReturn
 import grpc
 
 from enroute_core.base.errors import ERROR_TABLE, EnrouteError
-from enroute_proto import error_detail_metadata
+from enroute_proto import ErrorDetail, error_detail_metadata
+from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
 
 
 def status_of(code: str) -> grpc.StatusCode:
     return getattr(grpc.StatusCode, ERROR_TABLE[code].grpc_status)  # type: ignore[no-any-return]
 
 
+def _details_json(err: EnrouteError) -> str:
+    return json.dumps(err.details, sort_keys=True, default=str)
+
+
 async def abort_with(
     context: grpc.aio.ServicerContext[object, object], err: EnrouteError
 ) -> NoReturn:
     """Set the detail trailer and abort with the table's status."""
-    details = json.dumps(err.details, sort_keys=True, default=str)
-    context.set_trailing_metadata(error_detail_metadata(err.code, err.message, details))
+    context.set_trailing_metadata(error_detail_metadata(err.code, err.message, _details_json(err)))
     await context.abort(status_of(err.code), err.message)
     raise AssertionError("abort returned")  # pragma: no cover
+
+
+def proposal_error(err: EnrouteError) -> ledger_pb2.ProposalError:
+    """The status and detail ``abort_with`` would set, as one streamed proposal's outcome."""
+    detail = ErrorDetail(code=err.code, message=err.message, details_json=_details_json(err))
+    return ledger_pb2.ProposalError(status=status_of(err.code).value[0], detail=detail)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
@@ -9,14 +10,14 @@ from typing import Any
 
 import grpc
 
-from enroute_core.base.errors import EnrouteError, InvalidArgument
+from enroute_core.base.errors import EnrouteError, Internal, InvalidArgument
 from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 
 from ..lifecycle import ChangeOut, Lifecycle, SnapshotOut
 from ..runtime import Runtime
 from .convert import SnapshotAssembler, batch_from_proto, state_to_proto
-from .errors import abort_with
+from .errors import abort_with, proposal_error
 
 log = logging.getLogger("enroute.ledger.rpc")
 Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it as a union of both APIs
@@ -25,8 +26,14 @@ _SNAPSHOT_CHUNK_BYTES = 1 << 20
 
 
 class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
-    def __init__(self, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self,
+        lifecycle: Lifecycle,
+        *,
+        stream_proposals_max: int = DEFAULT_LIMITS.ledger_stream_proposals_max,
+    ) -> None:
         self.lc = lifecycle
+        self.stream_proposals_max = stream_proposals_max
 
     async def Activate(
         self, request: ledger_pb2.ActivateRequest, context: Ctx
@@ -79,19 +86,101 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         except EnrouteError as e:
             await abort_with(context, e)
 
+    async def _propose(self, request: ledger_pb2.ProposeRequest) -> ledger_pb2.ProposeResponse:
+        # caller's request id (docs/rpc.md, Propose): passed through
+        got = await self.lc.propose(
+            request.repo, request.incarnation, request.command, request.request_id
+        )
+        log.info("proposal to %s applied at version %d", request.repo, got.version,
+                 extra={"repo": request.repo})  # fmt: skip
+        return ledger_pb2.ProposeResponse(version=got.version, effects=got.change)
+
     async def Propose(
         self, request: ledger_pb2.ProposeRequest, context: Ctx
     ) -> ledger_pb2.ProposeResponse:
         try:
-            # caller's request id (docs/rpc.md, Propose): passed through
-            got = await self.lc.propose(
-                request.repo, request.incarnation, request.command, request.request_id
-            )
-            log.info("proposal to %s applied at version %d", request.repo, got.version,
-                     extra={"repo": request.repo})  # fmt: skip
-            return ledger_pb2.ProposeResponse(version=got.version, effects=got.change)
+            return await self._propose(request)
         except EnrouteError as e:
             await abort_with(context, e)
+
+    async def ProposeStream(
+        self, request_iterator: AsyncIterator[ledger_pb2.ProposeStreamRequest], context: Ctx
+    ) -> AsyncIterator[ledger_pb2.ProposeStreamResponse]:
+        """Each proposal as one Propose, answered once applied (docs/rpc.md, ProposeStream).
+
+        One call carries a compute's proposals for every repository, so they cost one
+        message each way per batch instead of a call each; those that arrive together
+        reach the runtime before its next Ready and share its rounds and fsyncs.
+        Outcomes ready together leave in one message. At most
+        ``stream_proposals_max`` are open at once: past it the stream is not read, and
+        gRPC's flow control holds the caller.
+        """
+        outcomes: asyncio.Queue[ledger_pb2.ProposalOutcome | None] = asyncio.Queue()
+        room = asyncio.Semaphore(self.stream_proposals_max)
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def one(p: ledger_pb2.StreamedProposal) -> None:
+            try:
+                async with asyncio.timeout(p.timeout_ms / 1000 if p.timeout_ms else None):
+                    out = ledger_pb2.ProposalOutcome(
+                        seq=p.seq, applied=await self._propose(p.request)
+                    )
+            except EnrouteError as e:
+                out = ledger_pb2.ProposalOutcome(seq=p.seq, error=proposal_error(e))
+            except TimeoutError:  # the proposal's deadline: what the unary call's ends with
+                status = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+                out = ledger_pb2.ProposalOutcome(
+                    seq=p.seq, error=ledger_pb2.ProposalError(status=status)
+                )
+            except Exception as e:  # a bug: answered as internal, as an unary call would be
+                log.exception("streamed proposal to %s failed", p.request.repo)
+                out = ledger_pb2.ProposalOutcome(seq=p.seq, error=proposal_error(Internal(str(e))))
+            room.release()
+            outcomes.put_nowait(out)
+
+        spawned = 0
+
+        async def read() -> None:
+            nonlocal spawned
+            try:
+                async for msg in request_iterator:
+                    for p in msg.proposals:
+                        await room.acquire()
+                        task = asyncio.create_task(one(p))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                        spawned += 1
+            finally:
+                outcomes.put_nowait(None)  # the caller sent its last proposal
+
+        rt = self.lc.rt
+        rt.propose_streams += 1
+        reader = asyncio.create_task(read())
+        answered = 0
+        ended = False
+        try:
+            # once the reader ended, ``spawned`` is final: answer every proposal it took
+            while not ended or answered < spawned:
+                batch: list[ledger_pb2.ProposalOutcome] = []
+                item = await outcomes.get()
+                while True:
+                    if item is None:
+                        ended = True
+                    else:
+                        batch.append(item)
+                    if outcomes.empty():
+                        break
+                    item = outcomes.get_nowait()
+                if batch:
+                    answered += len(batch)
+                    rt.streamed_outcomes += len(batch)
+                    rt.streamed_outcome_messages += 1
+                    yield ledger_pb2.ProposeStreamResponse(outcomes=batch)
+        finally:
+            rt.propose_streams_ended += 1
+            reader.cancel()
+            for task in tasks:
+                task.cancel()
 
     async def Subscribe(
         self, request: ledger_pb2.SubscribeRequest, context: Ctx

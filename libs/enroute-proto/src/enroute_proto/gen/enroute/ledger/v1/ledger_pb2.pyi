@@ -347,6 +347,163 @@ class ProposeResponse(_message.Message):
 Global___ProposeResponse: _TypeAlias = ProposeResponse  # noqa: Y015
 
 @_typing.final
+class ProposeStreamRequest(_message.Message):
+    """Proposals the caller sends together on Ledger.ProposeStream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROPOSALS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def proposals(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamedProposal]:
+        """The proposals; a member takes at most limits.ledger_stream_proposals_max
+        unanswered proposals of one stream and reads no further until some are
+        answered.
+        """
+
+    def __init__(
+        self,
+        *,
+        proposals: _abc.Iterable[Global___StreamedProposal] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["proposals", b"proposals"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProposeStreamRequest: _TypeAlias = ProposeStreamRequest  # noqa: Y015
+
+@_typing.final
+class StreamedProposal(_message.Message):
+    """One proposal on a stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    REQUEST_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    """The caller's number for the proposal, unique among the stream's
+    unanswered ones; its outcome carries it back.
+    """
+    timeout_ms: _builtins.int
+    """How long the member may work on it, as the unary call's deadline; 0 for
+    the member's own proposal timeout. Past it the outcome is
+    DEADLINE_EXCEEDED: not applied, or applied unseen (unknown).
+    """
+    @_builtins.property
+    def request(self) -> Global___ProposeRequest:
+        """The proposal, as the unary Propose takes it."""
+
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        request: Global___ProposeRequest | None = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request", b"request", "seq", b"seq", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamedProposal: _TypeAlias = StreamedProposal  # noqa: Y015
+
+@_typing.final
+class ProposeStreamResponse(_message.Message):
+    """Outcomes the member sends together on Ledger.ProposeStream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def outcomes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProposalOutcome]:
+        """Outcomes of proposals of this stream, in the order they were reached."""
+
+    def __init__(
+        self,
+        *,
+        outcomes: _abc.Iterable[Global___ProposalOutcome] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcomes", b"outcomes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProposeStreamResponse: _TypeAlias = ProposeStreamResponse  # noqa: Y015
+
+@_typing.final
+class ProposalOutcome(_message.Message):
+    """The outcome of one streamed proposal: exactly one per proposal."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    APPLIED_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    """The proposal's `seq`."""
+    @_builtins.property
+    def applied(self) -> Global___ProposeResponse:
+        """Applied: the unary Propose's answer."""
+
+    @_builtins.property
+    def error(self) -> Global___ProposalError:
+        """Failed: what the unary Propose would have ended with."""
+
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        applied: Global___ProposeResponse | None = ...,
+        error: Global___ProposalError | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "error", b"error", "outcome", b"outcome"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "error", b"error", "outcome", b"outcome", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["applied", "error"]  # noqa: Y015
+    _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
+
+Global___ProposalOutcome: _TypeAlias = ProposalOutcome  # noqa: Y015
+
+@_typing.final
+class ProposalError(_message.Message):
+    """A failed streamed proposal: the gRPC status and ErrorDetail that the unary
+    Propose sets (docs/rpc.md, "Errors"), carried in the message instead of the
+    call's status and trailer.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    status: _builtins.int
+    """The numeric gRPC status code (for example 14 for UNAVAILABLE)."""
+    @_builtins.property
+    def detail(self) -> _common_pb2.ErrorDetail:
+        """The error; absent for a bare status (DEADLINE_EXCEEDED on the member's
+        deadline).
+        """
+
+    def __init__(
+        self,
+        *,
+        status: _builtins.int = ...,
+        detail: _common_pb2.ErrorDetail | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProposalError: _TypeAlias = ProposalError  # noqa: Y015
+
+@_typing.final
 class SubscribeRequest(_message.Message):
     """Request of Ledger.Subscribe."""
 

@@ -61,6 +61,11 @@ class LedgerStub:
                 request_serializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.ProposeRequest.SerializeToString,
                 response_deserializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.ProposeResponse.FromString,
                 _registered_method=True)
+        self.ProposeStream = channel.stream_stream(
+                '/enroute.ledger.v1.Ledger/ProposeStream',
+                request_serializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.ProposeStreamRequest.SerializeToString,
+                response_deserializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.ProposeStreamResponse.FromString,
+                _registered_method=True)
         self.Subscribe = channel.unary_stream(
                 '/enroute.ledger.v1.Ledger/Subscribe',
                 request_serializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.SubscribeRequest.SerializeToString,
@@ -118,6 +123,17 @@ class LedgerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProposeStream(self, request_iterator, context):
+        """Many Propose calls, for any repositories, on one stream: each proposal is
+        handled as one Propose (same checks, request id, answer and errors) and
+        answered on the response stream as it is applied, in any order. Proposals
+        that arrive together are appended in the same Ready rounds, one fsync
+        per round for all of them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Subscribe(self, request, context):
         """The applied changes of one incarnation: a snapshot first when needed,
         then every change in version order.
@@ -161,6 +177,11 @@ def add_LedgerServicer_to_server(servicer, server):
                     servicer.Propose,
                     request_deserializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.ProposeRequest.FromString,
                     response_serializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.ProposeResponse.SerializeToString,
+            ),
+            'ProposeStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ProposeStream,
+                    request_deserializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.ProposeStreamRequest.FromString,
+                    response_serializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.ProposeStreamResponse.SerializeToString,
             ),
             'Subscribe': grpc.unary_stream_rpc_method_handler(
                     servicer.Subscribe,
@@ -310,6 +331,33 @@ class Ledger:
             '/enroute.ledger.v1.Ledger/Propose',
             enroute_dot_ledger_dot_v1_dot_ledger__pb2.ProposeRequest.SerializeToString,
             enroute_dot_ledger_dot_v1_dot_ledger__pb2.ProposeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProposeStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/enroute.ledger.v1.Ledger/ProposeStream',
+            enroute_dot_ledger_dot_v1_dot_ledger__pb2.ProposeStreamRequest.SerializeToString,
+            enroute_dot_ledger_dot_v1_dot_ledger__pb2.ProposeStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -64,6 +64,13 @@ class LedgerStub:
     """Appends one repository log command and answers once this member has
     applied it.
     """
+    ProposeStream: _grpc.StreamStreamMultiCallable[_ledger_pb2.ProposeStreamRequest, _ledger_pb2.ProposeStreamResponse]
+    """Many Propose calls, for any repositories, on one stream: each proposal is
+    handled as one Propose (same checks, request id, answer and errors) and
+    answered on the response stream as it is applied, in any order. Proposals
+    that arrive together are appended in the same Ready rounds, one fsync
+    per round for all of them.
+    """
     Subscribe: _grpc.UnaryStreamMultiCallable[_ledger_pb2.SubscribeRequest, _ledger_pb2.SubscribeResponse]
     """The applied changes of one incarnation: a snapshot first when needed,
     then every change in version order.
@@ -98,6 +105,13 @@ class LedgerAsyncStub(LedgerStub):
     Propose: _aio.UnaryUnaryMultiCallable[_ledger_pb2.ProposeRequest, _ledger_pb2.ProposeResponse]  # type: ignore[assignment]
     """Appends one repository log command and answers once this member has
     applied it.
+    """
+    ProposeStream: _aio.StreamStreamMultiCallable[_ledger_pb2.ProposeStreamRequest, _ledger_pb2.ProposeStreamResponse]  # type: ignore[assignment]
+    """Many Propose calls, for any repositories, on one stream: each proposal is
+    handled as one Propose (same checks, request id, answer and errors) and
+    answered on the response stream as it is applied, in any order. Proposals
+    that arrive together are appended in the same Ready rounds, one fsync
+    per round for all of them.
     """
     Subscribe: _aio.UnaryStreamMultiCallable[_ledger_pb2.SubscribeRequest, _ledger_pb2.SubscribeResponse]  # type: ignore[assignment]
     """The applied changes of one incarnation: a snapshot first when needed,
@@ -160,6 +174,19 @@ class LedgerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_ledger_pb2.ProposeResponse, _abc.Awaitable[_ledger_pb2.ProposeResponse]]:
         """Appends one repository log command and answers once this member has
         applied it.
+        """
+
+    @_abc_1.abstractmethod
+    def ProposeStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_ledger_pb2.ProposeStreamRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_ledger_pb2.ProposeStreamResponse], _abc.AsyncIterator[_ledger_pb2.ProposeStreamResponse]]:
+        """Many Propose calls, for any repositories, on one stream: each proposal is
+        handled as one Propose (same checks, request id, answer and errors) and
+        answered on the response stream as it is applied, in any order. Proposals
+        that arrive together are appended in the same Ready rounds, one fsync
+        per round for all of them.
         """
 
     @_abc_1.abstractmethod
