@@ -8,6 +8,7 @@ as they are made, so the client never holds them whole.
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import os
 from collections.abc import Callable, Sequence
@@ -62,22 +63,50 @@ def delta_bomb(base_bytes: int, result_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
+def _grown(base: bytes, tail: bytes) -> tuple[bytes, bytes]:
+    """(the delta making ``base + tail`` from ``base``, its oid): copies of the whole base
+    and one insert, written without a delta search."""
+    size = len(base) + len(tail)
+    copies = bytearray(encode_varint(len(base)) + encode_varint(size))
+    for offset in range(0, len(base), _COPY_BYTES_MAX):
+        copies += _copy(offset, min(_COPY_BYTES_MAX, len(base) - offset))
+    assert 0 < len(tail) < 0x80
+    copies += bytes([len(tail)]) + tail
+    sha = hashlib.sha1(b"blob %d\0" % size)
+    sha.update(base)
+    sha.update(tail)
+    return bytes(copies), sha.digest()
+
+
 def write_blob_pack(
-    path: Path, blob_sizes: Sequence[int], blob: Callable[[int], bytes] = os.urandom
+    path: Path,
+    blob_sizes: Sequence[int],
+    blob: Callable[[int], bytes] = os.urandom,
+    *,
+    grow_first: bool = False,
 ) -> bytes:
     """Write a pack of one commit, one tree and a blob of each size (``blob(size)`` gives
     its content; random bytes by default, which do not compress) to ``path``, one entry
-    at a time, compressed at zlib level 1; return the commit's hex id."""
+    at a time, compressed at zlib level 1; return the commit's hex id.
+
+    ``grow_first``: one more blob, the first with a line added, as an OFS_DELTA on it (a
+    delta against a large base)."""
     entries: list[bytes] = []
     with open(path, "wb") as out:
         writer = PackWriter(out.write, level=1)
-        writer.header(len(blob_sizes) + 2)
+        writer.header(len(blob_sizes) + 2 + grow_first)
         for i, size in enumerate(blob_sizes):
             body = blob(size)
             oid = object_id(ObjectType.BLOB, body)
             entries.append(b"100644 f%06d\0" % i + bytes(oid))
+            offset = writer.offset
             writer.add_full(int(ObjectType.BLOB), body)
+            if grow_first and not i:
+                delta, grown = _grown(body, b"one more line\n")
+                entries.append(b"100644 g%06d\0" % i + grown)
+                writer.add_ofs_delta(offset, delta)
             del body
+        entries.sort(key=lambda e: e.split(b"\0", 1)[0].split(b" ", 1)[1])
         tree = b"".join(entries)
         commit = b"tree %s\nauthor %s\ncommitter %s\n\nlarge\n" % (
             bytes(object_id(ObjectType.TREE, tree)).hex().encode(), IDENT, IDENT
