@@ -48,6 +48,7 @@ from enroute_core.base.errors import (
 )
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, KiB, Limits, check_limit
+from enroute_core.engine.cancel import abandoned_when
 from enroute_core.engine.ingest import IngestResult
 from enroute_core.engine.snapshot import SnapshotObjects
 from enroute_core.engine.view import View
@@ -577,16 +578,26 @@ class RepositoryHost:
         local raises ``NotLocal`` naming them (a tree walk, a whole level), they are
         loaded and pinned, and the step runs again; so no ``NotLocal`` reaches a
         client. ``kind`` labels the chunks it loads (``/status``, metrics).
+
+        A caller cancelled meanwhile (its request went) stops the step's walks at their
+        next commit or tree (``engine/cancel.py``): the thread is not waited for, it
+        holds no file of the request, and it ends soon after.
         """
         loop = asyncio.get_running_loop()
-        if self.layers is None or view.settled():
-            return await loop.run_in_executor(executor, step)
-        machine = Restartable(step, rounds_max=self.limits.read_load_rounds_max)
-        token = LOAD_KIND.set(kind)
+        cancelled = threading.Event()
+        step = partial(_abandoned_when, cancelled, step)
         try:
-            stats = await drive(machine, self.layers, executor=executor)
-        finally:
-            LOAD_KIND.reset(token)
+            if self.layers is None or view.settled():
+                return await loop.run_in_executor(executor, step)
+            machine = Restartable(step, rounds_max=self.limits.read_load_rounds_max)
+            token = LOAD_KIND.set(kind)
+            try:
+                stats = await drive(machine, self.layers, executor=executor)
+            finally:
+                LOAD_KIND.reset(token)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
         self.load_rounds[kind] += stats.tickets
         return cast("_T", machine.result)
 
@@ -908,6 +919,11 @@ def _stored_keys(name: str, state: RepoState) -> list[tuple[str, str]]:
 def _entries(view: View) -> tuple[LayerEntry, ...]:
     """The manifest a view was built for."""
     return tuple(entry for entry, _ in view.layers)
+
+
+def _abandoned_when(cancelled: threading.Event, step: Callable[[], _T]) -> _T:
+    with abandoned_when(cancelled):
+        return step()
 
 
 def _peel(view: View, oid: ObjectId) -> ObjectId | None:

@@ -40,6 +40,7 @@ from pyroaring import BitMap
 from enroute_core.base.errors import CorruptData, InvalidArgument, MissingObject, NotLocal
 from enroute_core.base.ids import OID_BYTES, ObjectId, oid_to_hex
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
+from enroute_core.engine.cancel import check_walk
 from enroute_core.engine.view import View, ViewCommit
 from enroute_core.git.pack import (
     OBJ_REF_DELTA,
@@ -327,6 +328,7 @@ def _commit(view: View, commit_id: int) -> ViewCommit:
 
 
 def _parents(view: View, commit_id: int) -> Sequence[int]:
+    check_walk()  # every commit walk steps through here: it stops when its request goes
     return view.parents(commit_id)
 
 
@@ -546,10 +548,11 @@ def _included_tags(view: View, tags: Iterable[ObjectId], ids: BitMap, have: BitM
 # -- writing ---------------------------------------------------------------------------------
 
 
-_FLUSH_BYTES = 1024 * 1024
+_FLUSH_BYTES = 256 * 1024
 """The writer hands the sink pieces of about this size (side-band frames and RPC
-messages): each piece costs a hop to the event loop, a gRPC message and an HTTP chunk,
-so fewer and larger pieces cost a clone less CPU (issue 25)."""
+messages). Measured (issue 25, docs/serving.md): pieces of 1 MiB cost the compute less
+and gitproto more (each piece is copied a few times on its way, and 1 MiB no longer
+stays in the caches between the copies); 256 KiB costs the two together the least."""
 _PIECE_BYTES_MAX = 2 * _FLUSH_BYTES
 """Largest piece handed on whole: :data:`_FLUSH_BYTES` plus an entry or a run
 (``_RUN_BYTES_MAX``) fits; a larger one is cut."""

@@ -55,6 +55,7 @@ from enroute_core.base.errors import (
 )
 from enroute_core.base.ids import ObjectId, oid_to_hex
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
+from enroute_core.engine.cancel import check_walk
 from enroute_core.git.delta import apply_delta
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.pack import OBJ_REF_DELTA, encode_entry_header, parse_entry_header
@@ -601,6 +602,7 @@ class View:
             c = stack.pop()
             if c in seen:
                 continue
+            check_walk()  # a fetch's planning stops when its request goes (cancel.py)
             seen.add(c)
             found = _commit_rank(layers, c)
             if found is None:
@@ -658,6 +660,7 @@ class View:
             self.require_local(level)
             following: list[int] = []
             for tree in level:
+                check_walk()
                 for kind, oid in tree_children(self.read_id(tree), self._limits):
                     if oid in met:
                         continue
