@@ -30,6 +30,7 @@ import typer
 import yaml
 
 from enroute_core.base.errors import InvalidArgument
+from enroute_core.config import load_config
 from enroute_gitproto.auth import parse_tokens, repos_glob_problem
 from enroute_gitproto.cli_api import commit, repo_app, table
 from enroute_gitproto.observe import VERSION
@@ -80,6 +81,9 @@ _add_plugin_commands()
 READY = re.compile(r"^enroute (\w+) ready: (.*)$")
 ROLES = ("ledger", "compute", "gitproto")
 STOP_GRACE_S = 10.0
+"""How long a stopped role may take beyond the drain its config gives it."""
+DEV_SHUTDOWN_GRACE_S = 5.0
+"""gitproto's ``transport.shutdown_grace`` under `enroute dev` (a deployment's: 25 s)."""
 LOG_TAIL_BYTES = 4000
 ANONYMOUS_WRITE_WARNING = (
     "enroute dev: WARNING: anonymous read AND WRITE is on (auth.anonymous: write): anyone who "
@@ -90,9 +94,12 @@ ANONYMOUS_WRITE_WARNING = (
 class Child:
     """One role: its process, its log file, and the addresses of its ready line."""
 
-    def __init__(self, role: str, argv: list[str], log_path: Path) -> None:
+    def __init__(
+        self, role: str, argv: list[str], log_path: Path, stop_grace_s: float = STOP_GRACE_S
+    ) -> None:
         self.role = role
         self.log_path = log_path
+        self.stop_grace_s = stop_grace_s
         self._log = open(log_path, "ab")  # noqa: SIM115 (closed in close())
         self.process = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log
@@ -178,7 +185,21 @@ def role_config(
         "auth": {"anonymous": "write"},
         "listen": {"http": listen},
         "log": log,
+        "transport": {"shutdown_grace": f"{DEV_SHUTDOWN_GRACE_S:g}s"},  # Ctrl-C stops soon
     }
+
+
+def _drain_s(role: str, config: dict[str, Any]) -> float:
+    """The drain a role's config gives it on SIGTERM, so that it is not killed during it."""
+    try:
+        loaded = load_config(yaml.safe_dump(config), {})
+    except InvalidArgument:
+        return 0.0  # the role refuses the config itself, and says why
+    if role == "gitproto":
+        return loaded.transport.shutdown_grace
+    if role == "compute":
+        return loaded.compute.drain_grace
+    return 0.0
 
 
 def _child_argv(role: str, config_path: Path, templates: dict[str, str]) -> list[str]:
@@ -209,7 +230,10 @@ def run_dev(data: Path, listen: str, user_config: dict[str, Any], templates: dic
             config_path = data / "config" / f"{role}.yaml"
             config_path.write_text(yaml.safe_dump(config, sort_keys=True))
             child = Child(
-                role, _child_argv(role, config_path, templates), data / "logs" / f"{role}.log"
+                role,
+                _child_argv(role, config_path, templates),
+                data / "logs" / f"{role}.log",
+                STOP_GRACE_S + _drain_s(role, config),
             )
             children.append(child)
             if not child.wait_ready(start_timeout_s) or stopping.is_set():
@@ -231,7 +255,7 @@ def run_dev(data: Path, listen: str, user_config: dict[str, Any], templates: dic
         return 0
     finally:
         for child in reversed(children):
-            child.stop(STOP_GRACE_S)
+            child.stop(child.stop_grace_s)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
