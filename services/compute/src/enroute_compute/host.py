@@ -261,7 +261,11 @@ class RepositoryHost:
         self._repos[name] = repo
         self._used_us[name] = self.clock.now_us()
         self.view_bytes += repo.bytes
-        repo.task = asyncio.create_task(self._run_follower(repo, activated.state.incarnation))
+        # a context of its own: the follower outlives the request that opened the view, and
+        # its log lines must not carry that request's id (enroute_proto.logs)
+        repo.task = asyncio.create_task(
+            self._run_follower(repo, activated.state.incarnation), context=contextvars.Context()
+        )
         await self._wait_version(repo, activated.state.version)
         return repo
 
@@ -352,7 +356,9 @@ class RepositoryHost:
 
     def _start_evictor(self) -> None:
         if self._evictor is None or self._evictor.done():
-            self._evictor = asyncio.get_running_loop().create_task(self._evict_idle())
+            self._evictor = asyncio.get_running_loop().create_task(
+                self._evict_idle(), context=contextvars.Context()
+            )
 
     async def _evict_idle(self) -> None:
         """Look for idle views every tenth of the idle time (at most
