@@ -22,8 +22,10 @@ serving from the object store under a disk budget); its rows are written beside 
 ``file://`` ones of the same run, as ratios to both, in a section of its own
 (``git-s3``, ``git-<profile>-s3``).
 
-Usage: ``python -m bench.git [--profile NAME] [--quick] [--runs N] [--only NAME,...] [--s3]``
-from the checkout root; ``--only`` runs a subset of the measurements (names: ``SECTIONS``).
+Usage: ``python -m bench.git [--profile NAME] [--quick] [--runs N] [--only NAME,...] [--s3]
+[--section NAME] [--note TEXT]`` from the checkout root; ``--only`` runs a subset of the
+measurements (names: ``SECTIONS``), ``--section`` writes it under a name of its own so the
+full run's section stays.
 """
 
 from __future__ import annotations
@@ -743,6 +745,9 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=CACHE, help="generated repositories")
     parser.add_argument("--note", default="", help="a sentence for the report (why fewer runs)")
     parser.add_argument(
+        "--section", default="", help="write this section instead (a subset run beside a full one)"
+    )
+    parser.add_argument(
         "--s3", action="store_true", help="also enroute dev on SeaweedFS under a 1/4 disk budget"
     )
     args = parser.parse_args()
@@ -762,7 +767,7 @@ def main() -> None:
         lines[1:1] = ["", args.note]
     # --s3: a section of its own, so a file:// run's section stays as it was measured
     section = ("git" if not large else f"git-{name}") + ("-s3" if args.s3 else "")
-    write_section(section, lines)
+    write_section(args.section or section, lines)
     print("\n".join(lines))
 
 

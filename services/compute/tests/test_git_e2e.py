@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from enroute_compute.rpc import servicer
+from enroute_compute.rpc.servicer import BODY_BYTES_PER_MESSAGE
 from enroute_core.base.ids import ZERO_OID, oid_from_hex
 from enroute_core.git.pktline import FLUSH_PKT
 from enroute_core.protocol.receive import PushCommand, PushRequest, encode_push_request
@@ -137,14 +137,11 @@ def test_stale_push_is_refused_with_ng(url: str, compute: object, tmp_path: Path
 
 
 def test_a_large_advertisement_goes_out_in_bounded_messages(
-    url: str, compute: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    url: str, compute: object, tmp_path: Path
 ) -> None:
     """12,000 tags with long names make a v0 advertisement of about 2 MB: it reaches
-    gitproto in messages of at most BODY_BYTES_PER_MESSAGE (1 MiB here, so the 2 MB
-    are cut), and the git client lists every ref. (Whole, one of about 40,000 refs was
-    over gRPC's default 4 MiB.)"""
-    bound = 1 << 20
-    monkeypatch.setattr(servicer, "BODY_BYTES_PER_MESSAGE", bound)
+    gitproto in messages of at most BODY_BYTES_PER_MESSAGE, and the git client lists
+    every ref. (Whole, one of about 40,000 refs was over gRPC's default 4 MiB.)"""
     source = generate_repo(tmp_path / "source.git", RepoSpec(seed=5, commits=3, files=3))
     run_git(["push", "--mirror", f"{url}/many.git"], cwd=source.path)
     host = compute.host  # type: ignore[attr-defined]
@@ -158,8 +155,8 @@ def test_a_large_advertisement_goes_out_in_bounded_messages(
     with grpc.insecure_channel(compute.address) as channel:  # type: ignore[attr-defined]
         stub = compute_pb2_grpc.ComputeStub(channel)
         bodies = [m.body for m in stub.InfoRefs(iter([compute_pb2.GitRequest(header=header)]))]
-    assert sum(map(len, bodies)) > bound
-    assert max(map(len, bodies)) <= bound
+    assert sum(map(len, bodies)) > BODY_BYTES_PER_MESSAGE
+    assert max(map(len, bodies)) <= BODY_BYTES_PER_MESSAGE
     for version in ("0", "2"):
         argv = ["-c", f"protocol.version={version}", "ls-remote", f"{url}/many.git"]
         listed = run_git(argv, cwd=tmp_path)

@@ -41,8 +41,8 @@ REF_SNAPSHOTS_KEPT = 1024
 """Repositories whose last ref snapshot is kept (all are dropped when it is reached)."""
 PLANS_KEPT = 256
 """Repositories whose last pack plan is kept (all are dropped when it is reached)."""
-QUEUE_PIECES = 4
-"""Pieces of the pack (1 to 2 MiB each, ``serve._FLUSH_BYTES``) written ahead of the
+QUEUE_PIECES = 16
+"""Pieces of the pack (256 to 512 KiB each, ``serve._FLUSH_BYTES``) written ahead of the
 client: the writer thread stops there until the answer takes one."""
 
 
@@ -324,7 +324,7 @@ class Fetcher:
         )
 
         def sink(data: bytes) -> None:
-            # write_pack hands over pieces of 1-2 MiB, which it does not touch again:
+            # write_pack hands over pieces of 256-512 KiB, which it does not touch again:
             # each becomes one message, with the progress since the last one before it.
             if sideband_max is not None:
                 frames = sideband_mux(BAND_PACK, data, max_payload=sideband_max)

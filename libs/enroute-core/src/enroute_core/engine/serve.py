@@ -550,9 +550,9 @@ def _included_tags(view: View, tags: Iterable[ObjectId], ids: BitMap, have: BitM
 
 _FLUSH_BYTES = 256 * 1024
 """The writer hands the sink pieces of about this size (side-band frames and RPC
-messages). Measured (issue 25, docs/serving.md): pieces of 1 MiB cost the compute less
-and gitproto more (each piece is copied a few times on its way, and 1 MiB no longer
-stays in the caches between the copies); 256 KiB costs the two together the least."""
+messages). Pieces of 1 MiB were measured (issue 25, docs/serving.md): they cost the
+compute less and gitproto more, the two together no less (each piece is copied a few
+times on its way, and 1 MiB no longer stays in the caches between the copies)."""
 _PIECE_BYTES_MAX = 2 * _FLUSH_BYTES
 """Largest piece handed on whole: :data:`_FLUSH_BYTES` plus an entry or a run
 (``_RUN_BYTES_MAX``) fits; a larger one is cut."""

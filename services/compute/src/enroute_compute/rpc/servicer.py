@@ -43,11 +43,11 @@ from enroute_proto.request_id import find_request_id
 REQUEST_BODY_BYTES_MAX = 64 * MiB
 """Largest upload-pack request body (wants and haves), after decompression."""
 REFS_PER_MESSAGE = 1000
-BODY_BYTES_PER_MESSAGE = 4 * MiB
+BODY_BYTES_PER_MESSAGE = 1 * MiB
 """Largest body of one GitResponse: an advertisement is built whole (one chunk), and one
 of a repository with many refs goes out in pieces, far below the message bound. A piece
-of a pack (1 to 2 MiB with its side-band frames, ``serve._FLUSH_BYTES``) is one message,
-not cut: each message costs both processes a wake-up and a copy."""
+of a pack (256 to 512 KiB with its side-band frames, ``serve._FLUSH_BYTES``) is one
+message, not cut."""
 log = logging.getLogger(__name__)
 
 LIST_LIMIT_DEFAULT = 100
