@@ -53,11 +53,13 @@ def log_lines(logs: Path, role: str) -> list[dict[str, Any]]:
 
 
 def api(
-    url: str, method: str, path: str, token: str, body: object = None
+    url: str, method: str, path: str, token: str, body: object = None, *, upstream: str = ""
 ) -> tuple[int, dict[str, str], Any]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(f"{url}/api/v1{path}", data=data, method=method)
     request.add_header("Authorization", f"Bearer {token}")
+    if upstream:  # as a proxy in front would send it
+        request.add_header("X-Request-Id", upstream)
     if data is not None:
         request.add_header("Content-Type", "application/json")
     try:
@@ -94,8 +96,9 @@ def test_json_logs_access_and_audit_lines_follow_one_request_id(tmp_path: Path) 
         remote = f"http://ci:{secret}@{host}/team/app.git"
         run_git(["push", "-q", remote, "main"], cwd=src)
         run_git(["clone", "-q", remote, str(tmp_path / "clone")], cwd=tmp_path)
-        status, _, _ = api(dev.url, "POST", "/repos", secret, {"name": "team/other"})
+        status, headers, _ = api(dev.url, "POST", "/repos", secret, {"name": "team/other"})
         assert status == 201
+        create_request = headers["x-request-id"]
         status, headers, built = api(
             dev.url, "POST", "/repos/team/app/-/commits", secret,
             {"branch": "main", "expected_oid": pushed, "message": "api\n",
@@ -106,7 +109,7 @@ def test_json_logs_access_and_audit_lines_follow_one_request_id(tmp_path: Path) 
         commit_request = headers["x-request-id"]
         status, _, _ = api(dev.url, "DELETE", "/repos/team/other", secret)
         assert status == 204
-        status, _, _ = api(dev.url, "GET", "/repos/team/missing", secret)
+        status, _, _ = api(dev.url, "GET", "/repos/team/missing", secret, upstream="edge-42")
         assert status == 404
         status, _, _ = api(dev.url, "GET", "/repos/team/app", "not-a-token")
         assert status == 401
@@ -133,7 +136,9 @@ def test_json_logs_access_and_audit_lines_follow_one_request_id(tmp_path: Path) 
     assert any(x["status"] == 401 and "user" not in x for x in git_lines), "git's first ask"
     push = [x for x in authed if x["path"].endswith("/git-receive-pack")]
     assert len(push) == 1 and push[0]["bytes_in"] > 0 and push[0]["bytes_out"] > 0
-    assert any(x["status"] == 404 and x["repo"] == "team/missing" for x in access)
+    missing = [x for x in access if x["status"] == 404 and x["repo"] == "team/missing"]
+    assert len(missing) == 1 and missing[0]["upstream_request_id"] == "edge-42"
+    assert missing[0]["request_id"] != "edge-42"  # the id is ours, the proxy's is kept beside
 
     # audit: the push and the API commit with old and new values, who, and the id
     push_id = push[0]["request_id"]
@@ -148,6 +153,11 @@ def test_json_logs_access_and_audit_lines_follow_one_request_id(tmp_path: Path) 
     deleted = [(x["repo"], x["user"]) for x in audits(lines["compute"], "repo.delete")]
     assert deleted == [("team/other", "ci-bot")]
 
-    # the push's id is on the ledger's lines too: one id across the three processes
-    ledger_ids = {x.get("request_id") for x in lines["ledger"]}
-    assert push_id in ledger_ids and commit_request in ledger_ids
+    # the ledger's lines: a unary call's carry the request id (the API create); the
+    # proposals, which share one stream per member, carry the proposal id the compute's
+    # audit lines give beside the request id
+    created_here = [x for x in lines["ledger"] if x["msg"].startswith("created team/other")]
+    assert [(x["request_id"], x["user"]) for x in created_here] == [(create_request, "ci-bot")]
+    proposals = {x.get("proposal_id") for x in lines["ledger"]}
+    assert all(re.fullmatch(r"[0-9a-f]{32}", u["proposal_id"]) for u in updates)
+    assert {u["proposal_id"] for u in updates} <= proposals

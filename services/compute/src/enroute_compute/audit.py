@@ -19,8 +19,13 @@ ZERO_HEX = "0" * 40
 """An absent ref, as git's ``<old> <new>`` lines write it."""
 
 
-def audit_change(name: str, command: Command, change: Change) -> None:
-    """One ``ref.update`` line per ref the ledger set or deleted for ``command``."""
+def audit_change(name: str, command: Command, change: Change, proposal_id: bytes) -> None:
+    """One ``ref.update`` line per ref the ledger set or deleted for ``command``.
+
+    ``proposal_id`` is the ledger's id of the proposal (``ProposeRequest.request_id``),
+    which the ledger's line of it carries: proposals share one stream to a member, so
+    that id, not the call's metadata, joins the two.
+    """
     via = "push" if isinstance(command, Commit) and command.is_push else "api"
     for effect in change.effects:
         if isinstance(effect, RefChanged):
@@ -31,6 +36,7 @@ def audit_change(name: str, command: Command, change: Change) -> None:
                 old=effect.old.oid.hex() if effect.old is not None else ZERO_HEX,
                 new=effect.new.oid.hex() if effect.new is not None else ZERO_HEX,
                 via=via,
+                proposal_id=proposal_id.hex(),
             )
 
 

@@ -23,6 +23,7 @@ unary one.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import AsyncIterator, Callable
 from types import MappingProxyType
@@ -134,10 +135,12 @@ class ProposalStream:
             self._pending.pop(seq, None)
 
     def _open(self) -> None:
-        call = self._stub.ProposeStream(metadata=call_metadata())
+        # shared by every request: no request's id in its metadata or its tasks' log lines;
+        # each proposal is named by its own request_id (``proposal_id`` in log lines)
+        call = self._stub.ProposeStream()
         self._call = call
         for work in (self._write(call), self._read(call)):
-            task = asyncio.get_running_loop().create_task(work)
+            task = asyncio.get_running_loop().create_task(work, context=contextvars.Context())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -413,7 +416,7 @@ class GrpcLedger:
             lambda s, t: self._propose_on(s, req, t)
         )
         proposed = Proposed(resp.version, decode_change(resp.effects))
-        audit_change(name, command, proposed.change)
+        audit_change(name, command, proposed.change, req.request_id)
         return proposed
 
     async def _propose_on(

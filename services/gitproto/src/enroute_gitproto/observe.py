@@ -205,6 +205,7 @@ def access_line(
     query = bytes(scope.get("query_string", b"")).decode("latin-1")[:ACCESS_PATH_CHARS_MAX]
     client = scope.get("client")
     agent = header(scope, b"user-agent") or ""
+    upstream = header(scope, b"x-request-id") or ""  # a proxy's id: logged, never used
     level = logging.INFO
     if service == "ops":
         level = logging.DEBUG
@@ -225,6 +226,7 @@ def access_line(
             "duration_s": round(elapsed_s, 6),
             "client": f"{client[0]}:{client[1]}" if client else "-",
             "user_agent": agent[:ACCESS_AGENT_CHARS_MAX],
+            **({"upstream_request_id": upstream[:ACCESS_AGENT_CHARS_MAX]} if upstream else {}),
         },
     )  # fmt: skip
 

@@ -92,7 +92,8 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
             request.repo, request.incarnation, request.command, request.request_id
         )
         log.info("proposal to %s applied at version %d", request.repo, got.version,
-                 extra={"repo": request.repo})  # fmt: skip
+                 extra={"repo": request.repo,
+                        "proposal_id": request.request_id.hex()})  # fmt: skip
         return ledger_pb2.ProposeResponse(version=got.version, effects=got.change)
 
     async def Propose(
