@@ -131,6 +131,8 @@ PROPOSE_RETRY_MAX_S = 4.0
 PROPOSE_ATTEMPTS_MAX = 1000
 """Proposals of one entry at most, whatever the deadline (each waits for a change of view
 or a retry interval first)."""
+_AWAIT_CHECK_S = 1.0
+"""A waiting proposal looks at its group's view at least this often, changes or not."""
 
 
 class Transport(Protocol):
@@ -1024,22 +1026,32 @@ class Runtime:
         entry is in its own log, which a leader never truncates: only a change of view
         can lose it, so no timer re-proposes it (a copy under load only adds work).
         """
-        poll_s = max(self.config.tick_interval_s, 0.01)
         leading = view[1] is not None and view[1] == int(self.config.node_id)
         until = deadline if leading else min(resend_at, deadline)
-        polls = int((until - self.clock()) / poll_s) + 2
-        for _ in range(max(polls, 1)):
+        while True:
             now = self.clock()
             if now >= deadline:
                 raise Timeout("proposal not applied in time; outcome unknown")
-            await asyncio.wait((fut,), timeout=min(poll_s, deadline - now))
+            if now >= until:
+                return False
+            # woken by the group's next change (an apply, a leader learned, a drop), not
+            # by every tick: a proposal waiting out a slow round under load costs no CPU
+            # per tick (a tick poll of each one grew with latency times proposals open)
+            changed = asyncio.ensure_future(g.changed.wait())
+            try:
+                await asyncio.wait(
+                    (fut, changed),
+                    timeout=min(_AWAIT_CHECK_S, until - now),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                changed.cancel()
             if fut.done():
                 return True
             if g.dropped:
                 raise NotFound("incarnation no longer hosted", repo=g.repo)
             if self._view(g) != view or (not leading and self.clock() >= resend_at):
                 return False
-        return False
 
     def _view(self, g: Group) -> tuple[int, int | None]:
         """This node's (term, leader) of ``g``: a change means a taken entry may be lost."""
