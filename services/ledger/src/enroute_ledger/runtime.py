@@ -169,7 +169,8 @@ class Done:
 def encode_snapshot(state: RepoState, done: Iterable[Done]) -> bytes:
     """A group's snapshot payload: the checkpoint of ``state`` and the dedup window.
 
-    Layout (docs/raft.md, "Applying each id once"): ``ENLS``, format u8 = 1, 3 zero
+    Layout (docs/formats/ledger-snapshot.md, golden vectors there; why: docs/raft.md,
+    "Applying each id once"): ``ENLS``, format u8 = 1, 3 zero
     bytes, checkpoint length u64, the checkpoint (docs/formats/state.md), record
     count u32, per record request id (16), log index u64, version u64, outcome code
     length u8 and its ASCII name, then crc32 of every byte before it. Records are in
