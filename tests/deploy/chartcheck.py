@@ -45,7 +45,7 @@ NAMESPACE = "enroute"
 
 # Values that must make `helm template` fail: (name, extra helm arguments, words of the error).
 NEGATIVE_CASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("even voter count", ("--set", "ledger.replicas=4"), "/ledger/replicas"),
+    ("even voter count", ("--set", "ledger.replicas=4"), "ledger.replicas must be odd"),
     ("no voters", ("--set", "ledger.replicas=0"), "/ledger/replicas"),
     ("unknown top-level key", ("--set", "bogus=1"), "'bogus' not allowed"),
     ("unknown ledger key", ("--set", "ledger.voters=3"), "'voters' not allowed"),
@@ -63,8 +63,42 @@ NEGATIVE_CASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (
         "credentials in store options",
         ("--set", "store.options.secret_access_key=x"),
-        "/store/options",
+        "store.options must not hold credentials",
     ),
+    ("digest not sha256", ("--set", "image.digests.compute=latest"), "image.digests.compute must"),
+    ("extraEnv without name", ("--set", "ledger.extraEnv[0].value=x"), "missing property 'name'"),
+    (
+        "mount without path",
+        ("--set", "gitproto.extraVolumeMounts[0].name=x"),
+        "missing property 'mountPath'",
+    ),
+    (
+        "ingress host without name",
+        ("--set", "gitproto.ingress.hosts[0].paths[0].path=/"),
+        "missing property 'host'",
+    ),
+    (
+        "relative ingress path",
+        (
+            "--set",
+            "gitproto.ingress.hosts[0].host=a.example,gitproto.ingress.hosts[0].paths[0].path=git",
+        ),
+        "/paths/0/path",
+    ),
+    (
+        "HPA minimum over maximum",
+        (
+            "--set",
+            "gitproto.autoscaling.enabled=true,gitproto.autoscaling.minReplicas=5,gitproto.autoscaling.maxReplicas=3",
+        ),
+        "gitproto.autoscaling.minReplicas (5) must not exceed",
+    ),
+    (
+        "compute HPA with static members",
+        ("--set", "compute.autoscaling.enabled=true,discovery.enabled=false"),
+        "compute.autoscaling needs discovery.enabled",
+    ),
+    ("bad label value", ("--set", "commonLabels.team=a b"), "/commonLabels/team"),
     (
         "external store without credentials",
         ("--set", "minio.enabled=false,store.endpoint=https://s3.example.com"),

@@ -34,6 +34,57 @@ helm.sh/chart: {{ include "enroute.chart" .root }}
 app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 app.kubernetes.io/part-of: enroute
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Metadata of a role's workload or Service: the chart's labels, then the user's
+     (call with (dict "root" $ "component" "ledger" "labels" .. "annotations" ..)). */}}
+{{- define "enroute.metadata" -}}
+labels:
+  {{- include "enroute.labels" . | nindent 2 }}
+  {{- with .labels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Scheduling of a role's pods (call with (dict "root" $ "component" "ledger" "role" .Values.ledger "antiAffinity" "soft")):
+     the user's affinity, with the chart's pod anti-affinity unless it sets its own; topology
+     spread constraints select the role's pods unless they name a labelSelector. */}}
+{{- define "enroute.scheduling" -}}
+{{- $affinity := deepCopy (.role.affinity | default dict) -}}
+{{- if not (hasKey $affinity "podAntiAffinity") -}}
+{{- $_ := set $affinity "podAntiAffinity" (get (include "enroute.antiAffinity" (dict "root" .root "component" .component "mode" .antiAffinity) | fromYaml) "podAntiAffinity") -}}
+{{- end -}}
+affinity:
+  {{- toYaml $affinity | nindent 2 }}
+{{- with .role.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .role.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .role.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- if .role.topologySpreadConstraints }}
+{{- $sel := include "enroute.selectorLabels" . | fromYaml }}
+{{- $constraints := list }}
+{{- range .role.topologySpreadConstraints }}
+{{- $c := deepCopy . }}
+{{- if not (hasKey $c "labelSelector") }}{{ $_ := set $c "labelSelector" (dict "matchLabels" $sel) }}{{ end }}
+{{- $constraints = append $constraints $c }}
+{{- end }}
+topologySpreadConstraints:
+  {{- toYaml $constraints | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{- define "enroute.serviceAccountName" -}}
@@ -44,8 +95,14 @@ app.kubernetes.io/part-of: enroute
 {{- end -}}
 {{- end -}}
 
+{{/* <repository>-<role>:<tag>, pinned as <repository>-<role>:<tag>@<digest> when
+     image.digests.<role> is set (the tag then only names it for people). */}}
 {{- define "enroute.image" -}}
-{{- printf "%s-%s:%s" .root.Values.image.repository .component (default .root.Chart.AppVersion .root.Values.image.tag) -}}
+{{- $image := printf "%s-%s:%s" .root.Values.image.repository .component (default .root.Chart.AppVersion .root.Values.image.tag) -}}
+{{- with get (.root.Values.image.digests | default dict) .component -}}
+{{- $image = printf "%s@%s" $image . -}}
+{{- end -}}
+{{- $image -}}
 {{- end -}}
 
 {{- define "enroute.ledgerService" -}}{{ include "enroute.fullname" . }}-ledger{{- end -}}
@@ -161,4 +218,29 @@ podAntiAffinity:
           matchLabels:
             {{- toYaml $sel | nindent 12 }}
 {{- end }}
+{{- end -}}
+
+{{/* gitproto.ingress.hosts[] (host, paths[{path, pathType}]) as JSON; when empty, the
+     single `host` of earlier values, served at /. */}}
+{{- define "enroute.ingressHosts" -}}
+{{- $ing := .Values.gitproto.ingress -}}
+{{- $hosts := $ing.hosts -}}
+{{- if not $hosts }}{{ $hosts = list (dict "host" $ing.host "paths" (list (dict "path" "/" "pathType" "Prefix"))) }}{{ end -}}
+{{- toJson $hosts -}}
+{{- end -}}
+
+{{/* gitproto.ingress.tls[] ({secretName, hosts}) as JSON; the earlier object form
+     {enabled, secretName} means one entry (default secret <fullname>-tls) for every host. */}}
+{{- define "enroute.ingressTLS" -}}
+{{- $tls := .Values.gitproto.ingress.tls -}}
+{{- if kindIs "map" $tls -}}
+{{- $legacy := $tls -}}
+{{- $tls = list -}}
+{{- if $legacy.enabled -}}
+{{- $names := list -}}
+{{- range (include "enroute.ingressHosts" . | fromJsonArray) }}{{ $names = append $names .host }}{{ end -}}
+{{- $tls = list (dict "secretName" (default (printf "%s-tls" (include "enroute.fullname" .)) $legacy.secretName) "hosts" $names) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson ($tls | default list) -}}
 {{- end -}}
