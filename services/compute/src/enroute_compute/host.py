@@ -286,11 +286,13 @@ class RepositoryHost:
                 asyncio.get_running_loop().create_task(self._notify(repo))
 
     def _unhost(self, repo: _Repo) -> None:
-        """Take ``repo`` out of the hosted views (and their byte count)."""
+        """Take ``repo`` out of the hosted views (and their byte count). A later open
+        looks for copies left behind again, so that set holds hosted names only."""
         if self._repos.get(repo.name) is repo:
             del self._repos[repo.name]
             del self._used_us[repo.name]
             self.view_bytes -= repo.bytes
+            self._swept_leftovers.discard(repo.name)
 
     def _touch(self, repo: _Repo) -> None:
         """A use of ``repo``'s view: it becomes the most recently used."""
