@@ -128,7 +128,8 @@ def plan(
         container = containers[0]
         role = container["image"].rsplit("/", 1)[-1].split(":")[0].removeprefix("enroute-")
         if doc["kind"] == "StatefulSet":
-            names = [f"{doc['metadata']['name']}-{i}" for i in range(spec["replicas"])]
+            count = _replicas(docs, doc)
+            names = [f"{doc['metadata']['name']}-{i}" for i in range(count)]
         else:
             names = [f"{doc['metadata']['name']}-7d9c5b4f6-abcde"]
         claims = [t["metadata"]["name"] for t in spec.get("volumeClaimTemplates", [])]
@@ -144,6 +145,25 @@ def plan(
                 pod.ports[port["containerPort"]] = free_port()
             pods.append(pod)
     return pods
+
+
+def _replicas(docs: list[Any], workload: dict[str, Any]) -> int:
+    """spec.replicas, or under a HorizontalPodAutoscaler its minReplicas (the chart then
+    renders no replicas, and Kubernetes starts the default 1 that the HPA raises)."""
+    if "replicas" in workload["spec"]:
+        return int(workload["spec"]["replicas"])
+    for hpa in docs:
+        target = (
+            hpa.get("spec", {}).get("scaleTargetRef", {})
+            if hpa["kind"] == "HorizontalPodAutoscaler"
+            else {}
+        )
+        if (target.get("kind"), target.get("name")) == (
+            workload["kind"],
+            workload["metadata"]["name"],
+        ):
+            return int(hpa["spec"].get("minReplicas", 1))
+    return 1
 
 
 def _resolve_env(

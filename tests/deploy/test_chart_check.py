@@ -112,3 +112,223 @@ def test_stop_hooks_fit_the_grace_periods(helm: Path, values: Path) -> None:
     hook = ledger["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
     assert hook[0] == "python" and "/transfer-leadership?timeout=" in hook[3]
     assert float(hook[4]) + 5 <= ledger["terminationGracePeriodSeconds"]
+
+
+ALL_KEYS = chartcheck.CHART / "ci" / "all-keys-values.yaml"
+ROLES = ("ledger", "compute", "gitproto")
+
+
+@pytest.fixture(scope="module")
+def all_keys(helm: Path) -> list[Any]:
+    return chartcheck.render(helm, ["-f", str(ALL_KEYS)])
+
+
+def _named(docs: list[Any], kind: str, name: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, (kind, name)
+    return found[0]
+
+
+def test_every_extension_key_reaches_its_role(all_keys: list[Any]) -> None:
+    """Each per-role key of ci/all-keys-values.yaml lands on that role's objects."""
+    values = yaml.safe_load(ALL_KEYS.read_text())
+    for role in ROLES:
+        want = values[role]
+        kind = "Deployment" if role == "gitproto" else "StatefulSet"
+        workload = _named(all_keys, kind, f"enroute-{role}")
+        service = _named(all_keys, "Service", f"enroute-{role}")
+        meta, pod = workload["metadata"], workload["spec"]["template"]
+        assert want["labels"].items() <= meta["labels"].items(), role
+        assert meta["labels"]["team"] == "git-platform"  # commonLabels
+        assert meta["annotations"] == want["annotations"], role
+        assert want["podLabels"].items() <= pod["metadata"]["labels"].items(), role
+        assert want["podAnnotations"].items() <= pod["metadata"]["annotations"].items(), role
+        assert "checksum/config" in pod["metadata"]["annotations"]
+        assert want["service"]["labels"].items() <= service["metadata"]["labels"].items()
+        assert service["metadata"]["annotations"] == want["service"]["annotations"], role
+        spec = pod["spec"]
+        assert spec["priorityClassName"] == want["priorityClassName"]
+        assert spec["nodeSelector"] == want["nodeSelector"]
+        assert spec["tolerations"] == want["tolerations"]
+        constraints = zip(
+            want["topologySpreadConstraints"], spec["topologySpreadConstraints"], strict=True
+        )
+        for given, got in constraints:
+            assert given.items() <= got.items()
+            # a constraint without a selector counts this role's pods only
+            assert got["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == role
+        affinity = spec["affinity"]
+        for key, value in want["affinity"].items():
+            assert affinity[key] == value, (role, key)
+        # the chart's anti-affinity stays unless the values give their own
+        assert "podAntiAffinity" in affinity
+        container = spec["containers"][0]
+        env = [e["name"] for e in container["env"]]
+        assert env[-len(want["extraEnv"]) :] == [e["name"] for e in want["extraEnv"]]
+        assert want["extraVolumes"][0] in spec["volumes"]
+        assert want["extraVolumeMounts"][0] in container["volumeMounts"]
+        digest = values["image"]["digests"][role]
+        assert container["image"] == f"registry.example.com/enroute-{role}:0.1.0@{digest}"
+    for role in ("compute", "gitproto"):
+        hpa = _named(all_keys, "HorizontalPodAutoscaler", f"enroute-{role}")
+        scaling = values[role]["autoscaling"]
+        assert hpa["spec"]["minReplicas"] == scaling["minReplicas"]
+        assert hpa["spec"]["scaleTargetRef"]["name"] == f"enroute-{role}"
+        kind = "Deployment" if role == "gitproto" else "StatefulSet"
+        assert "replicas" not in _named(all_keys, kind, f"enroute-{role}")["spec"]
+    assert "replicas" in _named(all_keys, "StatefulSet", "enroute-ledger")["spec"]
+
+
+def test_image_digest_is_optional(rendered: list[Any]) -> None:
+    images = [c["image"] for _, pod in chartcheck._pod_specs(rendered) for c in pod["containers"]]
+    assert "enroute-ledger:0.1.0" in {i.rsplit("/", 1)[-1] for i in images}
+    assert not any("@" in i for i in images if "enroute-" in i)
+
+
+def test_ingress_hosts_paths_and_tls_lists(all_keys: list[Any]) -> None:
+    ingress = _named(all_keys, "Ingress", "enroute-gitproto")
+    rules = {
+        r["host"]: [(p["path"], p["pathType"]) for p in r["http"]["paths"]]
+        for r in ingress["spec"]["rules"]
+    }
+    assert rules == {
+        "git.example.com": [("/", "Prefix")],
+        "git.example.org": [("/mirror", "Prefix"), ("/team/app.git", "Exact")],
+    }
+    assert [t["secretName"] for t in ingress["spec"]["tls"]] == [
+        "git-example-com-tls",
+        "git-example-org-tls",
+    ]
+
+
+def test_earlier_ingress_values_render_the_same_ingress(helm: Path) -> None:
+    """Values written for one `host` and the `tls: {enabled, secretName}` object still work."""
+    docs = chartcheck.render(
+        helm,
+        [
+            "--set",
+            "gitproto.ingress.enabled=true,gitproto.ingress.host=git.corp.example,gitproto.ingress.tls.enabled=true",
+        ],
+    )
+    spec = _named(docs, "Ingress", "enroute-gitproto")["spec"]
+    assert spec["rules"] == [
+        {
+            "host": "git.corp.example",
+            "http": {
+                "paths": [
+                    {
+                        "path": "/",
+                        "pathType": "Prefix",
+                        "backend": {
+                            "service": {"name": "enroute-gitproto", "port": {"name": "http"}}
+                        },
+                    }
+                ]
+            },
+        }
+    ]
+    assert spec["tls"] == [{"secretName": "enroute-tls", "hosts": ["git.corp.example"]}]
+    notes = chartcheck.notes_text(
+        helm, ["--set", "gitproto.ingress.enabled=true,gitproto.ingress.tls.enabled=true"]
+    )
+    assert "https://git.example.com/<repo>.git" in notes
+
+
+# NetworkPolicy semantics (kubernetes.io/docs/concepts/services-networking/network-policies):
+# a pod no policy selects admits everything; a selected pod admits a connection when some
+# rule's ports match (none listed: all) and some peer matches (no `from`: every source).
+# A peer with only podSelector means pods of the policy's namespace; with only
+# namespaceSelector, every pod of the matching namespaces; with both, both must match.
+
+
+def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, selector  # the chart uses matchLabels only
+    return selector.get("matchLabels", {}).items() <= labels.items()
+
+
+def _admits(
+    policies: list[Any],
+    dst: dict[str, str],
+    port: str,
+    *,
+    src: dict[str, str],
+    src_ns: dict[str, str],
+    same_ns: bool,
+) -> bool:
+    selecting = [p for p in policies if _matches(p["spec"]["podSelector"], dst)]
+    if not selecting:
+        return True
+    for policy in selecting:
+        for rule in policy["spec"].get("ingress", []):
+            ports = [p["port"] for p in rule.get("ports", [])]
+            if ports and port not in ports:
+                continue
+            peers = rule.get("from")
+            if not peers:
+                return True
+            for peer in peers:
+                pod_ok = "podSelector" not in peer or _matches(peer["podSelector"], src)
+                ns_ok = (
+                    _matches(peer["namespaceSelector"], src_ns)
+                    if "namespaceSelector" in peer
+                    else same_ns
+                )
+                if pod_ok and ns_ok:
+                    return True
+    return False
+
+
+def test_network_policy_admits_only_the_callers_of_each_port(all_keys: list[Any]) -> None:
+    policies = [d for d in all_keys if d["kind"] == "NetworkPolicy"]
+    assert len(policies) == 3
+    pods = {
+        name: workload["spec"]["template"]
+        for name, workload in (
+            (d["metadata"]["labels"]["app.kubernetes.io/component"], d)
+            for d in all_keys
+            if d["kind"] in ("StatefulSet", "Deployment")
+        )
+    }
+    labels = {role: pods[role]["metadata"]["labels"] for role in ROLES}
+    labels["test"] = next(d for d in all_keys if d["kind"] == "Pod")["metadata"]["labels"]
+    labels["other"] = {"app": "something-else"}
+    own_ns = {"kubernetes.io/metadata.name": "enroute"}
+    ingress_ns = {"kubernetes.io/metadata.name": "ingress-nginx"}
+    monitoring_ns = {"kubernetes.io/metadata.name": "monitoring"}
+    # every port a policy names is a container port of the pods it selects
+    for policy in policies:
+        role = policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        names = {p["name"] for p in pods[role]["spec"]["containers"][0]["ports"]}
+        for rule in policy["spec"]["ingress"]:
+            assert {p["port"] for p in rule["ports"]} <= names, (role, rule)
+
+    def admits(dst: str, port: str, src: str, ns: dict[str, str] = own_ns) -> bool:
+        return _admits(
+            policies, labels[dst], port, src=labels[src], src_ns=ns, same_ns=ns is own_ns
+        )
+
+    assert admits("compute", "grpc", "gitproto")
+    for src in ("ledger", "compute", "test", "other"):
+        assert not admits("compute", "grpc", src), src
+    assert admits("ledger", "grpc", "compute")
+    assert admits("ledger", "grpc", "ledger")
+    for src in ("gitproto", "test", "other"):
+        assert not admits("ledger", "grpc", src), src
+    assert not admits("ledger", "grpc", "compute", ingress_ns)  # another release's computes
+    assert admits("gitproto", "http", "other", ingress_ns)
+    assert admits("gitproto", "http", "test")
+    assert not admits("gitproto", "http", "other")
+    for role in ("ledger", "compute", "gitproto"):
+        assert admits(role, "http", "other", monitoring_ns), role
+    assert not admits("ledger", "http", "gitproto")
+
+
+def test_network_policy_without_sources_admits_any_on_http(helm: Path) -> None:
+    docs = chartcheck.render(helm, ["--set", "networkPolicy.enabled=true"])
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    anyone = {"app": "x"}
+    release = {"app.kubernetes.io/name": "enroute", "app.kubernetes.io/instance": "enroute"}
+    compute = {**release, "app.kubernetes.io/component": "compute"}
+    assert _admits(policies, compute, "http", src=anyone, src_ns={}, same_ns=False)
+    assert not _admits(policies, compute, "grpc", src=anyone, src_ns={}, same_ns=True)
+    assert not [d for d in chartcheck.render(helm) if d["kind"] == "NetworkPolicy"]

@@ -227,6 +227,40 @@ def _git_round_trip(port: int, work: Path) -> None:
     assert blob == (work / "app" / "blob.bin").read_bytes()
 
 
+def _helm_test(
+    docs: list[Any], url: str, secrets: dict[str, dict[str, str]], tmp: Path
+) -> subprocess.CompletedProcess[str]:
+    """The `helm test` pod's script, run here as the kubelet would run its container.
+
+    Its env comes from the rendered Pod (values, and Secrets from ``secrets``), except
+    ENROUTE_URL, which points at the local gitproto; TMPDIR keeps its files under ``tmp``.
+    """
+    pods = [d for d in docs if d["kind"] == "Pod"]
+    assert [p["metadata"]["annotations"]["helm.sh/hook"] for p in pods] == ["test"]
+    container = pods[0]["spec"]["containers"][0]
+    env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "TMPDIR": str(tmp)}
+    for item in container["env"]:
+        if "value" in item:
+            env[item["name"]] = item["value"]
+        else:
+            ref = item["valueFrom"]["secretKeyRef"]
+            env[item["name"]] = secrets[ref["name"]][ref["key"]]
+    assert env["ENROUTE_URL"] == "http://enroute-gitproto.enroute.svc.cluster.local:80"
+    env["ENROUTE_URL"] = url
+    tmp.mkdir(parents=True, exist_ok=True)
+    argv = [*container["command"], *container["args"]]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_helm_test_says_what_it_needs_to_push(helm: Path, tmp_path: Path) -> None:
+    """Without a token and with anonymous pushes off, the test pod fails with a reason."""
+    docs = chartcheck.render(helm)
+    done = _helm_test(docs, "http://127.0.0.1:9", {}, tmp_path)
+    assert done.returncode == 2, done
+    assert "set test.existingSecret" in done.stderr
+    assert "auth.anonymous is none" in done.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.interop
 @pytest.mark.timeout(900)
@@ -269,7 +303,18 @@ def test_rendered_release_serves_push_and_clone(helm: Path, s3: S3Endpoint, tmp_
             assert {("list", "enroute-ledger"), ("list", "enroute-compute")} <= set(kube.requests)
 
             gitproto = next(p for p in running if p.pod.role == "gitproto")
-            _git_round_trip(gitproto.pod.port_by_name("http"), tmp_path / "work")
+            port = gitproto.pod.port_by_name("http")
+            _git_round_trip(port, tmp_path / "work")
+            # `helm test`: push and clone with the token of the Secret test.existingSecret names
+            secrets = {"enroute-helm-test": {"token": TOKEN}}
+            url = f"http://127.0.0.1:{port}"
+            for run in ("first", "again"):  # the second run force-pushes over the first
+                done = _helm_test(docs, url, secrets, tmp_path / f"helm-test-{run}")
+                assert done.returncode == 0, done.stdout + done.stderr
+                assert "helm test: pushed and cloned" in done.stdout
+            wrong = _helm_test(docs, url, {"enroute-helm-test": {"token": "no"}}, tmp_path / "bad")
+            assert wrong.returncode != 0
+            assert "helm test: pushed and cloned" not in wrong.stdout
             listed = client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/")
             assert listed.get("KeyCount", 0) > 0, "nothing written under the rendered store prefix"
 
