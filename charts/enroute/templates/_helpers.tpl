@@ -244,3 +244,8 @@ podAntiAffinity:
 {{- end -}}
 {{- toJson ($tls | default list) -}}
 {{- end -}}
+
+{{/* A role's pod count for the install notes (call with .Values.compute or .Values.gitproto). */}}
+{{- define "enroute.replicaCount" -}}
+{{- if .autoscaling.enabled }}{{ .autoscaling.minReplicas }} to {{ .autoscaling.maxReplicas }} (autoscaled){{ else }}{{ .replicas }}{{ end -}}
+{{- end -}}
