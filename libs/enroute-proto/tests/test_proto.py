@@ -34,7 +34,16 @@ SCRIPTS = PACKAGE_ROOT / "scripts"
 PROTO_DIR = PACKAGE_ROOT / "proto"
 GEN_DIR = PACKAGE_ROOT / "src" / "enroute_proto" / "gen"
 
-LEDGER_METHODS = {"Activate", "Describe", "List", "Delete", "Propose", "Subscribe", "Barrier"}
+LEDGER_METHODS = {
+    "Activate",
+    "Describe",
+    "List",
+    "Delete",
+    "Propose",
+    "ProposeStream",  # issue 21, item 4: many proposals on one call
+    "Subscribe",
+    "Barrier",
+}
 COMPUTE_METHODS = {
     "UploadPack",
     "ReceivePack",
@@ -147,7 +156,8 @@ def test_the_ledger_has_the_methods_design_names() -> None:
     methods = _methods(ledger_pb2.DESCRIPTOR, "Ledger")
     assert set(methods) == LEDGER_METHODS
     assert methods["Subscribe"] == (False, True)
-    for name in LEDGER_METHODS - {"Subscribe"}:
+    assert methods["ProposeStream"] == (True, True)
+    for name in LEDGER_METHODS - {"Subscribe", "ProposeStream"}:
         assert methods[name] == (False, False), name
     transport = _methods(ledger_pb2.DESCRIPTOR, "RaftTransport")
     assert transport == {"Send": (True, False), "SendSnapshot": (True, False)}
