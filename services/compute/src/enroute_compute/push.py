@@ -345,6 +345,7 @@ class Pusher:
                                 refs=branch_targets,
                                 fsck=self.host.fsck,
                                 progress=output.progress,
+                                spill=partial(self._scratch, "trees"),
                             )
                         ),
                         gone,

@@ -9,12 +9,20 @@ and the bodies along the one chain being rebuilt. That is the push's own
 allowance beside the buffer pool, not a pool charge: a refused charge would
 make ingest rebuild chains again and again (docs/buffer-pool.md, "What a
 compute's memory is").
+
+A tree the cache drops goes to a spill file when the caller gave one
+(:class:`SpillFile`; a push gives a scratch file): the segment diff reads every
+new tree and its parents' trees in commit order, while the pack holds them in
+its own order as deltas of one another, so on a history whose trees outgrow the
+cache a dropped tree was rebuilt along its chain once per commit that read it
+(docs/ingest.md, "Speed"). From the spill it is one read of its own length.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from enroute_core.base.errors import InvalidObject, InvalidPack
 from enroute_core.base.ids import ObjectId, oid_to_hex
@@ -27,21 +35,68 @@ from enroute_core.git.packindexer import PackObjectInfo
 from enroute_core.git.source import ByteSource
 
 
+class SpillFile(Protocol):
+    """Where dropped trees go: appended in order, read by position
+    (``storage.localfile.ScratchFile``), removed when closed."""
+
+    @property
+    def size(self) -> int: ...
+
+    def append(self, data: bytes) -> None: ...
+
+    def read_at(self, offset: int, length: int) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+_SPILL_LENGTH_BITS = 32  # a spilled tree's place: offset << 32 | length (one int per tree)
+_SPILL_MASK = (1 << _SPILL_LENGTH_BITS) - 1
+
+
 class BodyCache:
-    """LRU of (type, body) by oid, bounded in bytes; a body over the bound is not kept."""
+    """LRU of (type, body) by oid, bounded in bytes; a body over the bound is not kept.
 
-    __slots__ = ("_bytes", "_items", "_max")
+    With ``spill`` (a factory, called at the first tree dropped), a tree dropped
+    from the LRU is appended to that file once and read back from it on a miss:
+    one int per spilled tree in memory, the bodies on disk. Bounded by the
+    trees' bytes, which the pack's delta expansion bound limits
+    (``pack_delta_expansion_ratio_max``, docs/ingest.md). :meth:`close` removes it.
+    """
 
-    def __init__(self, max_bytes: int) -> None:
+    __slots__ = ("_bytes", "_file", "_items", "_max", "_spill", "_spilled")
+
+    def __init__(self, max_bytes: int, spill: Callable[[], SpillFile] | None = None) -> None:
         self._items: OrderedDict[ObjectId, tuple[ObjectType, bytes]] = OrderedDict()
         self._bytes = 0
         self._max = max_bytes
+        self._spill = spill
+        self._file: SpillFile | None = None
+        self._spilled: dict[ObjectId, int] = {}
+
+    @property
+    def spilled_bytes(self) -> int:
+        """Bytes of trees written to the spill file (0 without one)."""
+        return 0 if self._file is None else self._file.size
 
     def get(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
         found = self._items.get(oid)
         if found is not None:
             self._items.move_to_end(oid)
-        return found
+            return found
+        place = self._spilled.get(oid)
+        if place is None or self._file is None:
+            return None
+        body = self._file.read_at(place >> _SPILL_LENGTH_BITS, place & _SPILL_MASK)
+        self.put(oid, ObjectType.TREE, body)
+        return ObjectType.TREE, body
+
+    def close(self) -> None:
+        """Remove the spill file, if one was made."""
+        file, self._file = self._file, None
+        self._spill = None
+        self._spilled.clear()
+        if file is not None:
+            file.close()
 
     def reader(
         self, type_: ObjectType, miss: Callable[[ObjectId], bytes]
@@ -61,13 +116,29 @@ class BodyCache:
         return read
 
     def put(self, oid: ObjectId, type_: ObjectType, body: bytes) -> None:
-        if len(body) > self._max or oid in self._items:
+        if oid in self._items:
+            return
+        if len(body) > self._max:
+            if self._spill is not None and type_ is ObjectType.TREE:
+                self._spill_tree(oid, body)
             return
         self._bytes += len(body)
         while self._bytes > self._max:
-            _, (_, old) = self._items.popitem(last=False)
+            old_oid, (old_type, old) = self._items.popitem(last=False)
             self._bytes -= len(old)
+            if self._spill is not None and old_type is ObjectType.TREE:
+                self._spill_tree(old_oid, old)
         self._items[oid] = (type_, body)
+
+    def _spill_tree(self, oid: ObjectId, body: bytes) -> None:
+        if oid in self._spilled or len(body) > _SPILL_MASK:
+            return
+        file = self._file
+        if file is None:
+            assert self._spill is not None
+            file = self._file = self._spill()
+        self._spilled[oid] = file.size << _SPILL_LENGTH_BITS | len(body)
+        file.append(body)
 
 
 class ObjectBodies:

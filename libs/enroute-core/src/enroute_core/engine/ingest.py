@@ -80,7 +80,7 @@ from enroute_core.base.errors import (
 )
 from enroute_core.base.ids import ObjectId, oid_to_hex
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
-from enroute_core.engine.bodies import BodyCache, ObjectBodies
+from enroute_core.engine.bodies import BodyCache, ObjectBodies, SpillFile
 from enroute_core.engine.segments import Visit
 from enroute_core.engine.snapshot import SnapshotObjects
 from enroute_core.git.commit import Commit, commit_date
@@ -389,6 +389,7 @@ def ingest_pack(
     fsck: FsckPolicy | None = RECEIVE_POLICY,
     refs: Sequence[tuple[bytes, ObjectId]] = (),
     progress: ProgressFn | None = None,
+    spill: Callable[[], SpillFile] | None = None,
 ) -> IngestResult:
     """Turn the pack in ``source`` into a pushed layer against ``snapshot``.
 
@@ -402,10 +403,37 @@ def ingest_pack(
     ``refs`` (ref name, new value) lets a branch be refused unless it names a commit.
     ``progress`` hears how far the steps are (:data:`ProgressFn`): :data:`INDEXING`
     (objects), :data:`CONNECTIVITY` (new commits) and :data:`WRITING` (stored objects).
+    ``spill`` makes the file trees dropped from the body cache go to, so that the
+    segment diff reads them back instead of rebuilding them along their delta chains
+    (:class:`~enroute_core.engine.bodies.BodyCache`); it is removed before this returns.
     """
     count = _check_pack_bounds(source, limits)
     share = limits.ingest_body_cache_bytes_max // _CACHE_SHARES
-    cache = BodyCache(share * _BODY_SHARE - _memo_bytes(limits))
+    cache = BodyCache(share * _BODY_SHARE - _memo_bytes(limits), spill)
+    try:
+        return _ingest(
+            source, tips, snapshot, cache=cache, count=count, share=share, limits=limits,
+            sink=sink, fsck=fsck, refs=refs, progress=progress,
+        )  # fmt: skip
+    finally:
+        cache.close()
+
+
+def _ingest(
+    source: ByteSource,
+    tips: Sequence[ObjectId],
+    snapshot: SnapshotObjects,
+    *,
+    cache: BodyCache,
+    count: int,
+    share: int,
+    limits: Limits,
+    sink: LayerSink | None,
+    fsck: FsckPolicy | None,
+    refs: Sequence[tuple[bytes, ObjectId]],
+    progress: ProgressFn | None,
+) -> IngestResult:
+    """:func:`ingest_pack`'s steps, with the body cache it made."""
     headers = _Headers(cache, limits, fsck, progress, count)
     indexed = _index(source, snapshot, headers, limits)
     if progress is not None:
