@@ -145,17 +145,19 @@ class ProposalStream:
             task.add_done_callback(self._tasks.discard)
 
     async def _write(self, call: Any) -> None:
+        """Send what is queued, all of it in one message, while ``call`` is current."""
         try:
-            while True:
-                await self._wake.wait()
-                self._wake.clear()
-                while self._queue and self._call is call:
-                    batch, self._queue = self._queue, []
-                    await call.write(ledger_pb2.ProposeStreamRequest(proposals=batch))
+            while self._call is call:
+                if not self._queue:
+                    self._wake.clear()  # (a proposal queued after this sets it again)
+                    await self._wake.wait()
+                    continue
+                batch, self._queue = self._queue, []
+                await call.write(ledger_pb2.ProposeStreamRequest(proposals=batch))
         except grpc.RpcError as exc:
             self._broken(call, exc)
-        except asyncio.InvalidStateError:  # written after the call ended: the reader reports it
-            pass
+        except Exception:  # the call ended under the write (InvalidStateError, UsageError)
+            self._broken(call, None)
 
     async def _read(self, call: Any) -> None:
         try:
