@@ -86,8 +86,16 @@ def test_kubernetes_validate_fails_on_warnings_and_errors(rendered: list[Any]) -
 def test_servicemonitor_schema_catches_typos(helm: Path) -> None:
     docs = chartcheck.render(helm, ["--set", "serviceMonitor.enabled=true"])
     _, custom = chartcheck.split_builtin(docs)
-    assert [d["kind"] for d in custom] == ["ServiceMonitor"]
+    assert [d["kind"] for d in custom] == ["ServiceMonitor", "ServiceMonitor"]
     assert chartcheck.custom_problems(custom) == []
+    # gitproto is scraped on its `ops` port (listen.ops): its `http` port answers 404 there
+    scraped = {
+        tuple(m["values"]): d["spec"]["endpoints"][0]["port"]
+        for d in custom
+        for m in d["spec"]["selector"]["matchExpressions"]
+        if m["key"] == "app.kubernetes.io/component"
+    }
+    assert scraped == {("ledger", "compute"): "http", ("gitproto",): "ops"}
     custom[0]["spec"]["endpoints"][0]["intervall"] = "30s"
     assert any("intervall" in p for p in chartcheck.custom_problems(custom))
 
@@ -318,9 +326,13 @@ def test_network_policy_admits_only_the_callers_of_each_port(all_keys: list[Any]
     assert admits("gitproto", "http", "other", ingress_ns)
     assert admits("gitproto", "http", "test")
     assert not admits("gitproto", "http", "other")
-    for role in ("ledger", "compute", "gitproto"):
+    for role in ("ledger", "compute"):
         assert admits(role, "http", "other", monitoring_ns), role
     assert not admits("ledger", "http", "gitproto")
+    # gitproto's /metrics and /status (ops port): scrapers only, never git clients
+    assert admits("gitproto", "ops", "other", monitoring_ns)
+    assert not admits("gitproto", "ops", "other", ingress_ns)
+    assert not admits("gitproto", "http", "other", monitoring_ns)
 
 
 def test_network_policy_without_sources_admits_any_on_http(helm: Path) -> None:
@@ -332,3 +344,35 @@ def test_network_policy_without_sources_admits_any_on_http(helm: Path) -> None:
     assert _admits(policies, compute, "http", src=anyone, src_ns={}, same_ns=False)
     assert not _admits(policies, compute, "grpc", src=anyone, src_ns={}, same_ns=True)
     assert not [d for d in chartcheck.render(helm) if d["kind"] == "NetworkPolicy"]
+
+
+def test_gitproto_operator_port_is_served_and_never_routed(all_keys: list[Any]) -> None:
+    """Issue 23 item 5: /metrics and /status on gitproto's `ops` port (listen.ops) only; the
+    Service names it, the config binds it, and no Ingress path leads to it."""
+    service = next(
+        d for d in all_keys if d["kind"] == "Service" and d["metadata"]["name"].endswith("gitproto")
+    )
+    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {
+        "http": "http",
+        "ops": "ops",
+    }
+    deployment = next(
+        d
+        for d in all_keys
+        if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("gitproto")
+    )
+    ports = {p["name"]: p["containerPort"] for p in
+             deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}  # fmt: skip
+    config = next(
+        d for d in all_keys if d["kind"] == "ConfigMap" and "gitproto.yaml" in d.get("data", {})
+    )
+    listen = yaml.safe_load(config["data"]["gitproto.yaml"])["listen"]
+    assert listen == {"http": f"0.0.0.0:{ports['http']}", "ops": f"0.0.0.0:{ports['ops']}"}
+    routed = {
+        path["backend"]["service"]["port"]["name"]
+        for d in all_keys
+        if d["kind"] == "Ingress"
+        for rule in d["spec"]["rules"]
+        for path in rule["http"]["paths"]
+    }
+    assert routed == {"http"}

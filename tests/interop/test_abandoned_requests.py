@@ -142,7 +142,7 @@ def _compute_url(dev: DevServer) -> str:
 
 def _in_flight(dev: DevServer, compute_url: str) -> tuple[object, object]:
     return (
-        _status(dev.url)["requests_in_flight"],
+        _status(dev.ops_url)["requests_in_flight"],
         _status(compute_url)["git_calls_in_flight"],
     )
 

@@ -64,7 +64,7 @@ class Fleet:
         self.dev = dev
         self.root = root
         self.count = 0
-        self.http = {"gitproto": dev.url, **role_http(root)}
+        self.http = {"gitproto": dev.ops_url, **role_http(root)}
         self.work = root / "work"
         run_git(["init", "-q", "-b", "main", str(self.work)], cwd=root)
         for i in range(3):

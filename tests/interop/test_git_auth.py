@@ -82,6 +82,8 @@ class SecretVolume:
 class Server:
     url: str
     secret: SecretVolume
+    ops_url: str
+    """gitproto's operator port (listen.ops): /status."""
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +93,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     secret.publish(tokens_yaml(TOKENS))
     config = {"auth": {"anonymous": "none", "tokens_file": str(secret.path)}}
     with running_dev(root, config) as dev:
-        yield Server(dev.url, secret)
+        yield Server(dev.url, secret, dev.ops_url)
         log_path = dev.log_path
     assert b"anonymous read AND WRITE" not in log_path.read_bytes()  # auth was on: no warning
 
@@ -300,7 +302,7 @@ def test_failed_reload_keeps_the_last_good_file_and_shows_it_in_status(
     assert refused.returncode != 0 and b"does not cover repository" in refused.stderr
 
     def tokens_status() -> dict[str, object]:
-        with urllib.request.urlopen(f"{server.url}/status", timeout=10) as response:
+        with urllib.request.urlopen(f"{server.ops_url}/status", timeout=10) as response:
             found: dict[str, object] = json.loads(response.read())["auth"]["tokens_file"]
             return found
 

@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -164,17 +165,18 @@ def _get(url: str) -> tuple[int, bytes]:
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A running `enroute dev`: the HTTP base URL of each role."""
+    """A running `enroute dev`: the operator base URL of each role (gitproto's listen.ops),
+    and its Git base URL as ``git``."""
     root = tmp_path_factory.mktemp("observe-dev")
     data = root / "data"
     with running_dev(root) as server:
-        urls = {"gitproto": server.url}
+        urls = {"gitproto": server.ops_url}
         for role in ("ledger", "compute"):
             text = (data / "logs" / f"{role}.log").read_text(errors="replace")
             m = ROLE_READY.search(text)
             assert m, f"no ready line in the {role} log"
             urls[role] = f"http://{m.group(2)}"
-        yield urls
+        yield {**urls, "git": server.url}
 
 
 @pytest.mark.interop
@@ -187,7 +189,7 @@ def test_metrics_and_status_of_every_process(dev: dict[str, str], tmp_path: Path
         (src / f"f{i}.txt").write_text(f"observability {i}\n" * 50)
         run_git(["add", "."], cwd=src)
         run_git(["commit", "-q", "-m", f"c{i}"], cwd=src)
-    url = f"{dev['gitproto']}/observe/metrics.git"
+    url = f"{dev['git']}/observe/metrics.git"
     run_git(["push", "-q", url, "main:refs/heads/main"], cwd=src)
     run_git(["clone", "-q", url, str(tmp_path / "clone")], cwd=tmp_path)
     assert (tmp_path / "clone" / "f2.txt").exists()
@@ -197,6 +199,8 @@ def test_metrics_and_status_of_every_process(dev: dict[str, str], tmp_path: Path
     exported: set[str] = set()
     values: dict[str, dict[str, float]] = {}
     for role, base in dev.items():
+        if role == "git":
+            continue
         code, body = _get(f"{base}/metrics")
         assert code == 200
         text = body.decode()
@@ -234,3 +238,27 @@ def test_metrics_and_status_of_every_process(dev: dict[str, str], tmp_path: Path
     assert gitproto[pushed] >= 1
     assert values["ledger"]["enroute_ledger_proposals_total[]"] >= 1
     assert dashboard_families() <= exported
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(120)
+def test_gitproto_operator_endpoints_only_on_the_operator_port(dev: dict[str, str]) -> None:
+    """Issue 23 item 5: an Ingress routes gitproto's Git port, so /metrics and /status are
+    not there (404); the probes stay on both ports, the Git port serves no Git on the
+    operator port (docs/security.md, "Operator endpoints")."""
+    git, ops = dev["git"], dev["gitproto"]
+    assert git != ops
+    for path in ("/metrics", "/status"):
+        try:
+            urllib.request.urlopen(git + path, timeout=20)
+            raise AssertionError(f"{path} answered on the Git port")
+        except urllib.error.HTTPError as error:
+            assert error.code == 404, (path, error.code)
+        assert _get(ops + path)[0] == 200
+    for path in ("/healthz", "/readyz"):
+        assert _get(git + path)[0] == 200 and _get(ops + path)[0] == 200
+    try:
+        urllib.request.urlopen(f"{ops}/any/repo.git/info/refs?service=git-upload-pack", timeout=20)
+        raise AssertionError("Git answered on the operator port")
+    except urllib.error.HTTPError as error:
+        assert error.code == 404

@@ -152,18 +152,22 @@ class Gitproto:
     def __init__(self, app: GitprotoApp) -> None:
         self.app = app
         sock = bind("127.0.0.1", 0)
+        ops_sock = bind("127.0.0.1", 0)
         self.loop = asyncio.new_event_loop()
         self.stop_event = asyncio.Event()
         ready = threading.Event()
         self.address = ""
+        self.ops_address = ""
+        """listen.ops: /metrics and /status."""
 
         def on_ready(where: str) -> None:
-            self.address = where
+            self.address, _, self.ops_address = where.partition(" ops=")
             ready.set()
 
         def run() -> None:
             asyncio.set_event_loop(self.loop)
-            self.loop.run_until_complete(serve(app, sock, on_ready, self.stop_event))
+            served = serve(app, sock, on_ready, self.stop_event, ops_sock=ops_sock)
+            self.loop.run_until_complete(served)
 
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()

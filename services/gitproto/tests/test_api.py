@@ -110,7 +110,8 @@ def test_openapi_and_status(gitproto: Any) -> None:
     status, _, doc = call(a, "GET", "/api/v1/openapi.json")
     assert status == 200 and "/api/v1/repos/{name}/-/commits" in doc["paths"]
     assert all(path.startswith("/api/v1/repos") for path in doc["paths"])
-    assert call(a, "GET", "/status")[2]["role"] == "gitproto"
+    assert call(gitproto.ops_address, "GET", "/status")[2]["role"] == "gitproto"
+    assert call(a, "GET", "/status")[0] == 404  # listen.ops only (docs/security.md)
     host, port = a.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=5)
     for path, expect in (("/healthz", 200), ("/readyz", 200)):
@@ -118,6 +119,12 @@ def test_openapi_and_status(gitproto: Any) -> None:
         resp = conn.getresponse()
         resp.read()
         assert resp.status == expect
+    conn.request("GET", "/metrics")
+    resp = conn.getresponse()
+    assert (resp.status, resp.read()) == (404, b"no such path: /metrics\n")
+    conn.close()
+    host, port = gitproto.ops_address.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
     conn.request("GET", "/metrics")
     text = conn.getresponse().read().decode()
     assert "enroute_gitproto_requests_total" in text and "enroute_build_info" in text

@@ -320,7 +320,7 @@ def test_unauthorized_posts_are_refused_before_the_body(
                                 f"Authorization: {basic('tok-r')}\r\n")  # fmt: skip
     assert answer.startswith(b"HTTP/1.1 403")
     assert computes[0].fake.headers == []  # no compute was asked
-    host, port = server.address.rsplit(":", 1)
+    host, port = server.ops_address.rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     conn.request("GET", "/metrics")
     metrics = conn.getresponse().read().decode()

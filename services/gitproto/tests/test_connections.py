@@ -239,16 +239,16 @@ def test_status_and_metrics_show_connections(served: Any, sockets: list[Any]) ->
     refused = connect(server.address, source="127.0.0.3")
     sockets.append(refused)
     read_all(refused)
-    probe = connect(server.address)
+    probe = connect(server.ops_address)  # the operator port: not a Git connection, not counted
     sockets.append(probe)
     probe.sendall(b"GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     body = read_all(probe).partition(b"\r\n\r\n")[2]
     section = json.loads(body)["connections"]
-    assert section["open"] == 2 and section["clients"] == 2
+    assert section["open"] == 1 and section["clients"] == 1
     assert section["closed"] == {"client_connections_max": 1}
-    metrics = connect(server.address)
+    metrics = connect(server.ops_address)
     sockets.append(metrics)
     metrics.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     text = read_all(metrics).decode()
     assert 'enroute_gitproto_connections_closed_total{reason="client_connections_max"} 1.0' in text
-    assert "enroute_gitproto_connections_open 2.0" in text
+    assert "enroute_gitproto_connections_open 1.0" in text

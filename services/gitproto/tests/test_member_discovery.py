@@ -54,7 +54,7 @@ def test_gitproto_follows_compute_endpoint_slices(tmp_path: Path) -> None:
             "compute:\n  discovery:\n"
             f"    service: {SERVICE}\n    namespace: {NS}\n    api_url: {api.url}\n"
             "    watch_timeout: 5s\n"
-            "listen:\n  http: 127.0.0.1:0\n"
+            "listen:\n  http: 127.0.0.1:0\n  ops: 127.0.0.1:0\n"
         )
         proc = subprocess.Popen(
             [sys.executable, "-m", "enroute_gitproto", "--config", str(config)],
@@ -66,7 +66,7 @@ def test_gitproto_follows_compute_endpoint_slices(tmp_path: Path) -> None:
             assert proc.stdout is not None
             line = proc.stdout.readline().strip()
             assert line.startswith("enroute gitproto ready: http="), line
-            base = line.split("http=", 1)[1]
+            base = line.split("ops=", 1)[1]  # /status: the operator port
             _until(base, ["10.0.0.1:7000", "10.0.0.2:7000"])
             api.call(
                 lambda s: s.put(

@@ -472,9 +472,17 @@ class ListenConfig(_Section):
     """Where this process listens; ``:0`` picks a free port."""
 
     http: str = Field(
-        default="", description="HOST:PORT of /status, /metrics (and Git on gitproto)."
+        default="",
+        description="HOST:PORT of /status, /metrics, /healthz, /readyz; on gitproto, of Git "
+        "and the probes only (listen.ops).",
     )
     grpc: str = Field(default="", description="HOST:PORT of the gRPC services.")
+    ops: str = Field(
+        default="",
+        description="gitproto only: HOST:PORT of /metrics and /status (default :9090), apart "
+        "from Git so that an Ingress routing listen.http never exposes them; the Git port "
+        "answers 404 for them (docs/security.md, \"Operator endpoints\").",
+    )
 
 
 def _limits_section(value: object) -> object:

@@ -29,6 +29,7 @@ ENROUTE_BIN = Path(sys.executable).parent / "enroute"
 READY_LINE = re.compile(rb"enroute ready: (http://\S+)")
 ROLE_READY = re.compile(r"enroute (ledger|compute) ready: .*http=(\S+)")
 COMPUTE_READY = re.compile(r"enroute compute ready: grpc=\S+ http=(\S+)")
+GITPROTO_OPS = re.compile(r"enroute gitproto ready: .*ops=(\S+)")
 ROLE_START_TIMEOUT_S = 60.0
 """`enroute dev --start-timeout`: how long each role may take to print its ready line."""
 READY_TIMEOUT_S = 3 * ROLE_START_TIMEOUT_S + 30.0
@@ -56,6 +57,11 @@ class DevServer:
     def address(self) -> str:
         return self.url.removeprefix("http://")
 
+    @property
+    def ops_url(self) -> str:
+        """gitproto's operator port (``/metrics``, ``/status``; listen.ops), latest start."""
+        return gitproto_ops(self.log_path.parent)
+
     def compute_status(self) -> dict[str, Any]:
         """The compute's ``/status``, at the address its (latest) ready line names."""
         return compute_status(self.log_path.parent)
@@ -71,6 +77,14 @@ def role_http(root: Path) -> dict[str, str]:
         assert m, f"no ready line in the {role} log"
         out[role] = f"http://{m.group(2)}"
     return out
+
+
+def gitproto_ops(root: Path) -> str:
+    """``http://HOST:PORT`` of the operator port of the gitproto under ``root`` (latest start)."""
+    log = (root / "data" / "logs" / "gitproto.log").read_text(errors="replace")
+    found = GITPROTO_OPS.findall(log)
+    assert found, "no gitproto ready line with ops="
+    return f"http://{found[-1]}"
 
 
 def compute_status(root: Path) -> dict[str, Any]:

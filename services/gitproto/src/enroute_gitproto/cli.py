@@ -183,7 +183,7 @@ def role_config(
         "node": {"id": "dev-gitproto-1"},
         "compute": {"members": [found["compute"]["grpc"]]},
         "auth": {"anonymous": "write"},
-        "listen": {"http": listen},
+        "listen": {"http": listen, "ops": "127.0.0.1:0"},  # /metrics, /status: listen.ops
         "log": log,
         "transport": {"shutdown_grace": f"{DEV_SHUTDOWN_GRACE_S:g}s"},  # Ctrl-C stops soon
     }
@@ -245,6 +245,8 @@ def run_dev(data: Path, listen: str, user_config: dict[str, Any], templates: dic
                 return 1
             found[role] = child.addresses
         print(f"enroute ready: http://{found['gitproto']['http']}", flush=True)
+        print(f"enroute operator endpoints: http://{found['gitproto'].get('ops', '-')}"
+              "/metrics and /status", flush=True)  # fmt: skip
         while not stopping.wait(0.2):
             for child in children:
                 if child.process.poll() is not None:

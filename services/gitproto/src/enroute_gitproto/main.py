@@ -1,7 +1,9 @@
 """Process entry: ``python -m enroute_gitproto --config FILE`` (the only reader of os.environ).
 
-Prints ``enroute gitproto ready: http=HOST:PORT`` with the bound port once it
-serves; SIGTERM or SIGINT stops it cleanly with exit status 0.
+Prints ``enroute gitproto ready: http=HOST:PORT ops=HOST:PORT`` with the bound
+ports once it serves (Git and the probes on ``http``; ``/metrics`` and ``/status`` on
+``ops``, docs/security.md, "Operator endpoints"); SIGTERM or SIGINT stops it cleanly
+with exit status 0.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from enroute_core.discovery import MemberSource, follow, member_source
 from enroute_gitproto.app import GitprotoApp, TransportLimits
 from enroute_gitproto.connections import guarded_protocol
 from enroute_gitproto.githttp import GitHttpLimits
-from enroute_gitproto.observe import DiscoveryCollector, RequestMetrics
+from enroute_gitproto.observe import DiscoveryCollector, OpsApp, RequestMetrics
 from enroute_proto.logs import configure_logging
 
 DEFAULT_HTTP = ":8080"
+DEFAULT_OPS = ":9090"
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +76,12 @@ async def serve(
     *,
     members: MemberSource | None = None,
     shutdown_grace_s: float = 25.0,
+    ops_sock: socket.socket | None = None,
 ) -> None:
     """Serve ``app`` on ``sock`` until SIGTERM/SIGINT (or ``stop`` when given).
 
+    ``ops_sock``, when given, serves the operator endpoints (:class:`OpsApp`) until
+    the Git port has stopped, so a scrape still sees the drain.
     ``members``, when given, keeps the compute set of ``app`` current (discovery).
     The drain (docs/observability.md, "Rolling upgrades"): on the signal ``/readyz`` turns 503 and
     the listening socket closes, so no new request starts here; requests in flight
@@ -99,6 +105,18 @@ async def serve(
         ws="none",  # no WebSocket upgrade: it would hand the socket to a protocol not counted
     )
     server = _Server(config)
+    ops = None
+    if ops_sock is not None:
+        ops_config = uvicorn.Config(
+            RequestMetrics(OpsApp(app.status), app.metrics),
+            lifespan="off",
+            log_level="warning",
+            log_config=None,
+            access_log=False,
+            ws="none",
+        )
+        ops = _Server(ops_config)
+        ops_task = asyncio.create_task(ops.serve(sockets=[ops_sock]))
     loop = asyncio.get_running_loop()
 
     def drain() -> None:
@@ -114,14 +132,19 @@ async def serve(
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not task.done():
         await asyncio.sleep(0.01)
+    while ops is not None and not ops.started and not ops_task.done():
+        await asyncio.sleep(0.01)
     if server.started:
-        on_ready(address(sock))
+        on_ready(address(sock) + ("" if ops_sock is None else f" ops={address(ops_sock)}"))
     if stop is not None:
         waiter = asyncio.create_task(stop.wait())
         await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
         server.should_exit = True
         waiter.cancel()
     await task
+    if ops is not None:
+        ops.should_exit = True
+        await ops_task
     if discovery is not None:
         discovery.cancel()
 
@@ -182,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             failover_wait_s=config.compute.failover_wait,
         )
         sock = bind(host, port)
+        ops_sock = bind(*parse_listen(config.listen.ops or DEFAULT_OPS))
     except (EnrouteError, OSError) as error:
         print(f"enroute gitproto: {error}", file=sys.stderr)
         return 2
@@ -193,5 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.compute.discovery is not None:
         source = member_source((), config.compute.discovery)
     grace_s = config.transport.shutdown_grace
-    asyncio.run(serve(app, sock, ready, members=source, shutdown_grace_s=grace_s))
+    asyncio.run(
+        serve(app, sock, ready, members=source, shutdown_grace_s=grace_s, ops_sock=ops_sock)
+    )
     return 0

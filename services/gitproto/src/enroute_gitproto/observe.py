@@ -116,6 +116,8 @@ class DiscoveryCollector:
 
 
 OPS_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/status"})
+OPS_ONLY_PATHS = frozenset({"/metrics", "/status"})
+"""Served on the operator port only (``listen.ops``), never on the Git port."""
 
 
 def service_of(scope: Scope) -> str:
@@ -240,9 +242,17 @@ class StatusEndpoints:
         self.sections: dict[str, Callable[[], object]] = {}
         """More ``/status`` sections by name (``auth``, ``connections``), each read per call."""
 
-    async def __call__(self, scope: Scope, send: Send) -> bool:
-        """Answer ``scope`` when it is a status path; False when it is not one."""
+    async def __call__(self, scope: Scope, send: Send, *, ops: bool = False) -> bool:
+        """Answer ``scope`` when it is a status path; False when it is not one.
+
+        ``ops``: the request came to the operator port (``listen.ops``). The Git port
+        answers only the probes: an Ingress routes all of it, and ``/metrics`` and
+        ``/status`` name members, token counts and load an outsider has no use for
+        (docs/security.md, "Operator endpoints"); there they fall through to a 404.
+        """
         path = scope["path"]
+        if not ops and path in OPS_ONLY_PATHS:
+            return False
         if path == "/healthz":
             await send_bytes(send, 200, b"ok\n", "text/plain; charset=utf-8")
         elif path == "/readyz":
@@ -279,3 +289,17 @@ class StatusEndpoints:
             "requests_in_flight": self.metrics.in_flight_count,
             **{name: section() for name, section in self.sections.items()},
         }
+
+
+class OpsApp:
+    """The operator port (``listen.ops``): ``/metrics``, ``/status`` and the probes; 404
+    for anything else, so no Git or API request is ever served here."""
+
+    def __init__(self, status: StatusEndpoints) -> None:
+        self.status = status
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if not await self.status(scope, send, ops=True):
+            await send_bytes(send, 404, b"not found\n", "text/plain; charset=utf-8")
