@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
+from enroute_native.pack_run import write_run
 from pyroaring import BitMap
 
 from enroute_core.base.errors import CorruptData, InvalidArgument, MissingObject, NotLocal
@@ -736,13 +737,9 @@ class PackWriter:
                     if base_id is not None and base_id in ids and base_id < object_id:
                         base_offset = offsets[ids.rank(base_id) - 1]
                     if base_offset is not None and plan.ofs_delta:
-                        hlen = 1
-                        while raw[hlen - 1] & 0x80:
-                            hlen += 1
-                            if hlen > _HEADER_BYTES_MAX or hlen + OID_BYTES > length:
-                                raise CorruptData(
-                                    f"id {object_id}: bad entry header", section=S_DATA
-                                )
+                        hlen = _ref_header_length(raw, 0, length)
+                        if hlen < 0:
+                            raise CorruptData(f"id {object_id}: bad entry header", section=S_DATA)
                         buf += raw[:hlen]
                         buf[pos] ^= 0x10  # type 7 (REF_DELTA) becomes 6 (OFS_DELTA)
                         distance = here - base_offset
@@ -1005,6 +1002,12 @@ class _RunCounts:
         return self.entries > 0
 
 
+_OUTSIDE_KEPT = -1
+""":func:`_outside_base`: a base the client has (a thin pack), the delta goes as stored."""
+_OUTSIDE_NO = -2
+""":func:`_outside_base`: a base the run cannot send; the run stops before its delta."""
+
+
 def _write_run(  # noqa: PLR0917 (the writer's loop state, passed whole)
     view: View,
     plan: PackPlan,
@@ -1020,31 +1023,83 @@ def _write_run(  # noqa: PLR0917 (the writer's loop state, passed whole)
     intent: Intent = Intent.SCAN,
 ) -> _RunCounts:
     """Write the entries of locals ``[start, stop)`` of a single-run layer, all planned,
-    as far as they lie back to back and need no resolving (rules 1-3 of the module
-    docstring, decided as :func:`write_pack` decides them); the caller writes the rest.
+    as far as they lie back to back and need no resolving, in one compiled call
+    (``enroute_native.pack_run``, docs/native.md): the per-entry header rewrite costs
+    no interpreter time. :func:`_write_run_reference` is its reference, step for step,
+    and writes a run the compiled code does not (an entry it would find corrupt, whose
+    error it words).
+
+    A local base below the run is read from ``offsets`` by its rank when every id of
+    the layer below the run is planned (a clone); other bases outside the run are
+    asked of :func:`_outside_base`, as the reference asks.
+    """
+    ids = plan.ids
+    i = start - row0
+    limit = _run_limit(reader, rows[i][0])
+    rank0 = ids.rank(first) - 1 if start and ids.contains_range(first, first + start) else -1
+    got = write_run(
+        rows, i, stop - row0, start, limit, out.flushed + len(out.buf), plan.ofs_delta,
+        offsets, rank0,
+        lambda base: _outside_base(view, plan, reader, first, base, offsets, externals),
+        lambda offset, length: reader.data_bytes(offset, length, intent),
+    )  # fmt: skip
+    if got is None:
+        return _write_run_reference(
+            view, plan, reader, first, rows, row0, start, stop, out, offsets, externals, intent
+        )
+    entries, data, run_offs, copied, rewritten, thin_kept = got
+    if entries:
+        out.buf += data
+        offsets.frombytes(run_offs)
+    return _RunCounts(entries, copied, rewritten, thin_kept)
+
+
+def _run_limit(reader: LayerReader, off0: int) -> int:
+    """The stored offset a run from ``off0`` ends by: within ``_RUN_BYTES_MAX`` and no
+    further than the bytes that are local (what the batch loaded)."""
+    return off0 + reader.local_bytes(off0, min(_RUN_BYTES_MAX, reader.data_end - off0))
+
+
+def _write_run_reference(  # noqa: PLR0917 (the writer's loop state, passed whole)
+    view: View,
+    plan: PackPlan,
+    reader: LayerReader,
+    first: int,
+    rows: list[tuple[int, int, int]],
+    row0: int,
+    start: int,
+    stop: int,
+    out: _PackOut,
+    offsets: array[int],
+    externals: dict[int, int | None],
+    intent: Intent = Intent.SCAN,
+) -> _RunCounts:
+    """The reference of :func:`_write_run` (the differential tests compare the two), and
+    its writer where the compiled code answers None: rules 1-3 of the module docstring,
+    decided as :func:`write_pack` decides them; the caller writes the rest.
 
     The run is read with one ``data_bytes`` call; full entries and the zlib streams
     of deltas go out as slices of it, so the per-entry work is the header rewrite.
     A base in the run is found by its position in the run, not by a bitmap rank.
     """
-    ids, have, thin, ofs = plan.ids, plan.have_ids, plan.thin, plan.ofs_delta
+    ofs = plan.ofs_delta
     # 1. The extent: back to back, within the byte bound, no delta that needs resolving.
     i = start - row0
     last = stop - row0
     off0 = expect = rows[i][0]
-    # no further than the bytes that are local (what the batch loaded)
-    limit = off0 + reader.local_bytes(off0, min(_RUN_BYTES_MAX, reader.data_end - off0))
+    limit = _run_limit(reader, off0)
+    outside: dict[int, int] = {}  # row -> what _outside_base answered for its base
     j = i
     while j < last:
         off, length, base = rows[j]
         if off != expect or (off + length > limit and j > i):
             break
-        if (
-            base != REF_NONE
-            and (base & REF_EXTERNAL or base < start)  # a local base >= start is in the run
-            and not _base_sendable(view, reader, first, base, ids, have, thin, externals)
-        ):
-            break
+        if base != REF_NONE and (base & REF_EXTERNAL or base < start):
+            # a local base >= start is in the run
+            where = _outside_base(view, plan, reader, first, base, offsets, externals)
+            if where == _OUTSIDE_NO:
+                break
+            outside[j] = where
         expect = off + length
         j += 1
     if j - i < 2:
@@ -1069,24 +1124,14 @@ def _write_run(  # noqa: PLR0917 (the writer's loop state, passed whole)
             raise CorruptData(
                 f"id {first + row0 + k}: a delta record on a full entry", section=S_DATA
             )
-        if base & REF_EXTERNAL:
-            base_id = externals[base]
-            base_offset = offsets[ids.rank(base_id) - 1] if base_id is not None and (
-                base_id in ids) else None  # fmt: skip
-        elif base >= start:
-            base_offset = run_offs[base - start]
-        else:
-            base_id = first + base
-            base_offset = offsets[ids.rank(base_id) - 1] if base_id in ids else None
-        if base_offset is None or not ofs:
+        base_offset = run_offs[base - start] if k not in outside else outside[k]
+        if base_offset == _OUTSIDE_KEPT or not ofs:
             copied += 1
-            thin_kept += base_offset is None
+            thin_kept += base_offset == _OUTSIDE_KEPT
             continue
-        hlen = 1
-        while data[s + hlen - 1] & 0x80:
-            hlen += 1
-            if hlen > _HEADER_BYTES_MAX or hlen + OID_BYTES > length:
-                raise CorruptData(f"id {first + row0 + k}: bad entry header", section=S_DATA)
+        hlen = _ref_header_length(data, s, length)
+        if hlen < 0:
+            raise CorruptData(f"id {first + row0 + k}: bad entry header", section=S_DATA)
         buf += data[pending:s]
         buf.append(data[s] ^ 0x10)  # type 7 (REF_DELTA) becomes 6 (OFS_DELTA)
         buf += data[s + 1 : s + hlen]
@@ -1109,28 +1154,44 @@ def _write_run(  # noqa: PLR0917 (the writer's loop state, passed whole)
     return _RunCounts(j - i, copied, rewritten, thin_kept)
 
 
-def _base_sendable(  # noqa: PLR0917
+def _ref_header_length(data: memoryview, s: int, length: int) -> int:
+    """The type-and-size bytes of the REF_DELTA at ``data[s : s + length]``
+    (gitformat-pack, "Pack file entry"), or -1 for a header past ten bytes or one that
+    leaves no room for the base oid after it."""
+    hlen = 1
+    while data[s + hlen - 1] & 0x80:
+        hlen += 1
+        if hlen > _HEADER_BYTES_MAX or hlen + OID_BYTES > length:
+            return -1
+    return hlen if hlen + OID_BYTES <= length else -1
+
+
+def _outside_base(  # noqa: PLR0917
     view: View,
+    plan: PackPlan,
     reader: LayerReader,
     first: int,
     base: int,
-    ids: BitMap,
-    have: BitMap,
-    thin: bool,
+    offsets: array[int],
     externals: dict[int, int | None],
-) -> bool:
-    """A base outside the run that lets the delta go out as stored or as OFS_DELTA: in the
-    pack (written before it), or one the client has when the pack may be thin. Anything
-    else (a duplicate's base, a base to resolve) is left to the entry-by-entry path."""
+) -> int:
+    """Where a delta of a run whose base ref ``base`` lies outside the run points: the
+    base's pack offset (in the pack, written before it: the delta may become an
+    OFS_DELTA), :data:`_OUTSIDE_KEPT` (a base the client has when the pack may be thin:
+    the delta goes as stored), or :data:`_OUTSIDE_NO` (anything else: a duplicate's
+    base, a base to resolve), which the entry-by-entry path of :class:`PackWriter` takes."""
+    ids = plan.ids
     if base & REF_EXTERNAL:
         base_id = externals.get(base, -1)
         if base_id == -1:
             base_id = externals[base] = view.id_of_oid(reader.external_oid(base & ~REF_EXTERNAL))
         if base_id is None or base_id >= first:
-            return False
+            return _OUTSIDE_NO
     else:
         base_id = first + base
-    return base_id in ids or (thin and base_id in have)
+    if base_id in ids:
+        return offsets[ids.rank(base_id) - 1]
+    return _OUTSIDE_KEPT if plan.thin and base_id in plan.have_ids else _OUTSIDE_NO
 
 
 class _PackOut:
