@@ -231,6 +231,8 @@ def _mount_volumes(
             if name not in secrets:
                 raise PlanError(f"{pod.name}: Secret {name} is not rendered by the chart")
             files = secrets[name]
+            if "items" in volume["secret"]:  # only the listed keys, at their paths
+                files = {i["path"]: files[i["key"]] for i in volume["secret"]["items"]}
         elif not ({"emptyDir", "persistentVolumeClaim"} & set(volume)):
             raise PlanError(f"{pod.name}: volume {mount['name']}: unsupported kind")
         for key, text in files.items():

@@ -376,3 +376,38 @@ def test_gitproto_operator_port_is_served_and_never_routed(all_keys: list[Any]) 
         for path in rule["http"]["paths"]
     }
     assert routed == {"http"}
+
+
+@pytest.mark.parametrize("existing", ["", "corp-internal"])
+def test_every_role_reads_the_internal_token(helm: Path, existing: str) -> None:
+    """Issue 23 item 5: every role's config names the internal token file, and it is
+    mounted from the chart's Secret (made once, kept by `lookup` on upgrades) or from
+    auth.internalToken.existingSecret, which the chart then does not create."""
+    docs = chartcheck.render(
+        helm, ["--set", f"auth.internalToken.existingSecret={existing}"] if existing else []
+    )
+    secret = existing or "enroute-internal-token"
+    made = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == secret]
+    if existing:
+        assert made == []
+    else:
+        assert len(made) == 1 and len(made[0]["stringData"]["token"]) >= 16
+    configs = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-config")
+    ]
+    files = [yaml.safe_load(text) for d in configs for text in d["data"].values()]
+    assert len(files) >= 3
+    assert all(f["auth"]["internal_token_file"] == "/etc/enroute-internal/token" for f in files)
+    workloads = [
+        d
+        for d in docs
+        if d["kind"] in ("StatefulSet", "Deployment") and "minio" not in d["metadata"]["name"]
+    ]
+    assert len(workloads) == 3
+    for workload in workloads:
+        pod = workload["spec"]["template"]["spec"]
+        mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+        assert mounts["internal-token"] == "/etc/enroute-internal"
+        volume = next(v for v in pod["volumes"] if v["name"] == "internal-token")
+        assert volume["secret"]["secretName"] == secret
+        assert volume["secret"]["items"] == [{"key": "token", "path": "token"}]

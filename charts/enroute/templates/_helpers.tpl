@@ -126,6 +126,26 @@ topologySpreadConstraints:
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret holding the internal token (auth.internalToken; secrets.yaml). */}}
+{{- define "enroute.internalTokenSecretName" -}}
+{{- .Values.auth.internalToken.existingSecret | default (printf "%s-internal-token" (include "enroute.fullname" .)) -}}
+{{- end -}}
+
+{{/* Mount and volume of the internal token, at /etc/enroute-internal/token in every role. */}}
+{{- define "enroute.internalTokenMount" -}}
+- name: internal-token
+  mountPath: /etc/enroute-internal
+  readOnly: true
+{{- end -}}
+{{- define "enroute.internalTokenVolume" -}}
+- name: internal-token
+  secret:
+    secretName: {{ include "enroute.internalTokenSecretName" . }}
+    items:
+      - key: {{ .Values.auth.internalToken.key }}
+        path: token
+{{- end -}}
+
 {{- define "enroute.hasTokens" -}}
 {{- if or .Values.auth.existingSecret .Values.auth.tokens -}}true{{- end -}}
 {{- end -}}

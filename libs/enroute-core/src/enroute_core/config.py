@@ -286,6 +286,10 @@ class StoreConfig(_Section):
         return opts
 
 
+INTERNAL_TOKEN_CHARS_MIN = 16
+"""A shorter internal token is refused: a placeholder or a typo, not a secret."""
+
+
 class AuthConfig(_Section):
     """DESIGN "External interfaces", Auth."""
 
@@ -299,6 +303,32 @@ class AuthConfig(_Section):
         description="YAML file of hashed tokens (docs/access-control.md); re-read on change, "
         "Secret volume symlink swaps included.",
     )
+    internal_token_file: str | None = Field(
+        default=None,
+        description="File holding the shared secret every internal gRPC call carries and every "
+        "gRPC server requires (gitproto->compute, compute->ledger, ledger<->ledger); also the "
+        "admin token of /status?repo= on computes and ledgers. Read at start; unset: internal "
+        'calls unauthenticated (docs/security.md, "Internal calls").',
+    )
+
+    def internal_token(self) -> str | None:
+        """The token of ``internal_token_file`` (a Secret's trailing newline dropped)."""
+        path = self.internal_token_file
+        if path is None:
+            return None
+        key = "auth.internal_token_file"
+        try:
+            with open(path, encoding="ascii") as f:
+                token = f.read().strip()
+        except (OSError, UnicodeDecodeError) as error:
+            raise InvalidArgument(f"{key} {path}: {error}", key=key) from None
+        if len(token) < INTERNAL_TOKEN_CHARS_MIN or not token.isprintable() or " " in token:
+            raise InvalidArgument(
+                f"{key} {path}: the token must be at least {INTERNAL_TOKEN_CHARS_MIN} printable "
+                "characters without spaces",
+                key=key,
+            )
+        return token
 
 
 # --- gitproto transport limits (enroute_gitproto.app / githttp; docs/access-control.md) ---
@@ -481,7 +511,7 @@ class ListenConfig(_Section):
         default="",
         description="gitproto only: HOST:PORT of /metrics and /status (default :9090), apart "
         "from Git so that an Ingress routing listen.http never exposes them; the Git port "
-        "answers 404 for them (docs/security.md, \"Operator endpoints\").",
+        'answers 404 for them (docs/security.md, "Operator endpoints").',
     )
 
 

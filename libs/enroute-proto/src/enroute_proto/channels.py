@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import grpc
 
+from enroute_proto.peer_token import client_interceptors
+
 __all__ = [
     "RECONNECT_MAX_MS",
     "RECONNECT_MIN_MS",
@@ -52,5 +54,10 @@ def channel_options(message_bytes_max: int) -> list[tuple[str, int]]:
 
 
 def open_channel(address: str, *, message_bytes_max: int) -> grpc.aio.Channel:
-    """An asyncio channel to another Enroute process (plaintext inside the cluster)."""
-    return grpc.aio.insecure_channel(address, options=channel_options(message_bytes_max))
+    """An asyncio channel to another Enroute process (plaintext inside the cluster; every
+    call carries the internal token when the process has one, peer_token.py)."""
+    return grpc.aio.insecure_channel(
+        address,
+        options=channel_options(message_bytes_max),
+        interceptors=client_interceptors(),  # the internal token (peer_token.py)
+    )

@@ -62,6 +62,12 @@ class DevServer:
         """gitproto's operator port (``/metrics``, ``/status``; listen.ops), latest start."""
         return gitproto_ops(self.log_path.parent)
 
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """The internal token as a bearer token: computes' and ledgers' ``/status?repo=``."""
+        token = (self.log_path.parent / "data" / "internal-token").read_text().strip()
+        return {"Authorization": f"Bearer {token}"}
+
     def compute_status(self) -> dict[str, Any]:
         """The compute's ``/status``, at the address its (latest) ready line names."""
         return compute_status(self.log_path.parent)

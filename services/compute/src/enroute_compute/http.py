@@ -33,8 +33,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from enroute_compute.host import RepositoryHost
 from enroute_compute.maintainer import Maintainer
 from enroute_core.protocol._common import VERSION
+from enroute_proto.peer_token import admin_authorized
 
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    503: "Service Unavailable",
+}
+ADMIN_REFUSED = b"/status?repo= needs the internal token as a bearer token (docs/security.md)\n"
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -321,7 +329,9 @@ class OpsServer:
     def metrics_text(self) -> bytes:
         return generate_latest(self.metrics.registry)
 
-    def route(self, method: str, path: str) -> tuple[int, str, bytes]:
+    def route(
+        self, method: str, path: str, authorization: str | None = None
+    ) -> tuple[int, str, bytes]:
         if method != "GET":
             return 405, "text/plain", b"method not allowed\n"
         path, _, query = path.partition("?")
@@ -333,6 +343,8 @@ class OpsServer:
             return 503, "text/plain", b"not ready\n"
         if path == "/status":
             repo = parse_qs(query).get("repo")
+            if repo and not admin_authorized(authorization):  # docs/security.md
+                return 401, "text/plain", ADMIN_REFUSED
             body = self.status() if not repo else self.repo_status(repo[0])
             return 200, "application/json", json.dumps(body, indent=1).encode()
         if path == "/metrics":
@@ -342,12 +354,19 @@ class OpsServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await asyncio.wait_for(reader.readline(), 10)
-            while (await asyncio.wait_for(reader.readline(), 10)) not in (b"\r\n", b"\n", b""):
-                pass
+            authorization = None
+            while (header := await asyncio.wait_for(reader.readline(), 10)) not in (
+                b"\r\n",
+                b"\n",
+                b"",
+            ):
+                name, _, value = header.decode("latin-1").partition(":")
+                if name.strip().lower() == "authorization":
+                    authorization = value.strip()
             parts = line.decode("latin-1").split()
             if len(parts) < 2:
                 return
-            status, ctype, body = self.route(parts[0], parts[1])
+            status, ctype, body = self.route(parts[0], parts[1], authorization)
             head = (
                 f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
                 f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"

@@ -31,6 +31,7 @@ from enroute_compute.ledger_client import GrpcLedger
 from enroute_compute.maintainer import Maintainer, MaintainerConfig
 from enroute_compute.rpc.servicer import ComputeServicer
 from enroute_compute.work import PeerGoneFilter
+from enroute_core.base.errors import EnrouteError
 from enroute_core.config import Config, load_config
 from enroute_core.discovery import first_members, follow, member_source
 from enroute_core.storage.layers import LayerService
@@ -39,6 +40,7 @@ from enroute_core.storage.pool import BufferPool, NodeCaches
 from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2_grpc
 from enroute_proto.logs import bind_metadata, configure_logging
+from enroute_proto.peer_token import server_interceptors, use_token
 
 DEFAULT_GRPC = "127.0.0.1:7100"
 DEFAULT_HTTP = "127.0.0.1:9101"
@@ -248,7 +250,8 @@ async def serve(config: Config) -> None:
     metrics = ComputeMetrics()
     gate = CallGate(metrics)
     server = grpc.aio.server(
-        interceptors=[gate], options=server_options(limits.rpc_message_bytes_max)
+        interceptors=[*server_interceptors(), gate],  # the token first (peer_token.py)
+        options=server_options(limits.rpc_message_bytes_max),
     )
     servicer = ComputeServicer(host, pack_writers=config.compute.pack_writers)
     compute_pb2_grpc.add_ComputeServicer_to_server(servicer, server)
@@ -316,6 +319,11 @@ def main(argv: list[str] | None = None) -> int:
             text = f.read()
     config = load_config(text, os.environ)
     configure_logging(config.log.format, config.log.level, role="compute", node=config.node.id)
+    try:
+        use_token(config.auth.internal_token(), "compute")
+    except EnrouteError as error:
+        print(f"enroute compute: {error}", file=sys.stderr)
+        return 2
     logging.getLogger("grpc._cython.cygrpc").addFilter(PeerGoneFilter())
     asyncio.run(serve(config))
     return 0

@@ -158,15 +158,31 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+INTERNAL_TOKEN_FILE = "internal-token"
+"""Under ``--data``: the shared secret of the internal gRPC calls (docs/security.md)."""
+
+
+def internal_token(data: Path) -> Path:
+    """``--data``'s internal token, made once (mode 0600) and kept across restarts."""
+    path = data / INTERNAL_TOKEN_FILE
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+    return path
+
+
 def role_config(
     role: str, data: Path, listen: str, found: dict[str, dict[str, str]]
 ) -> dict[str, Any]:
     """The generated config of one role; ``found`` holds the ready addresses of earlier roles."""
     store = {"url": f"file://{data / 'store'}"}
     log = {"format": "text"}  # for a terminal; containers keep the default, JSON lines
+    internal = str(data / INTERNAL_TOKEN_FILE)  # every internal gRPC call carries it
     if role == "ledger":
         return {
             "node": {"id": "dev-ledger-1", "data_dir": str(data / "ledger")},
+            "auth": {"internal_token_file": internal},
             "store": store,
             "listen": {"grpc": "127.0.0.1:0", "http": "127.0.0.1:0"},
             "log": log,
@@ -175,6 +191,7 @@ def role_config(
         return {
             "node": {"id": "dev-compute-1", "data_dir": str(data / "compute")},
             "ledger": {"members": [found["ledger"]["grpc"]]},
+            "auth": {"internal_token_file": internal},
             "store": store,
             "listen": {"grpc": "127.0.0.1:0", "http": "127.0.0.1:0"},
             "log": log,
@@ -182,7 +199,7 @@ def role_config(
     return {
         "node": {"id": "dev-gitproto-1"},
         "compute": {"members": [found["compute"]["grpc"]]},
-        "auth": {"anonymous": "write"},
+        "auth": {"anonymous": "write", "internal_token_file": internal},
         "listen": {"http": listen, "ops": "127.0.0.1:0"},  # /metrics, /status: listen.ops
         "log": log,
         "transport": {"shutdown_grace": f"{DEV_SHUTDOWN_GRACE_S:g}s"},  # Ctrl-C stops soon
@@ -214,6 +231,7 @@ def run_dev(data: Path, listen: str, user_config: dict[str, Any], templates: dic
     data.mkdir(parents=True, exist_ok=True)
     (data / "config").mkdir(exist_ok=True)
     (data / "logs").mkdir(exist_ok=True)
+    internal_token(data)
     children: list[Child] = []
     stopping = threading.Event()
 

@@ -29,6 +29,7 @@ from enroute_gitproto.connections import guarded_protocol
 from enroute_gitproto.githttp import GitHttpLimits
 from enroute_gitproto.observe import DiscoveryCollector, OpsApp, RequestMetrics
 from enroute_proto.logs import configure_logging
+from enroute_proto.peer_token import use_token
 
 DEFAULT_HTTP = ":8080"
 DEFAULT_OPS = ":9090"
@@ -193,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(text, os.environ)
         configure_logging(config.log.format, config.log.level, role="gitproto",
                           node=config.node.id)  # fmt: skip
+        use_token(config.auth.internal_token(), "gitproto")  # on every call to a compute
         host, port = parse_listen(config.listen.http or DEFAULT_HTTP)
         git_limits, transport = transport_limits(config)
         app = GitprotoApp(

@@ -37,6 +37,7 @@ from prometheus_client.metrics_core import Metric
 
 from enroute_core.base.errors import EnrouteError
 from enroute_core.base.ids import NodeId
+from enroute_proto.peer_token import admin_authorized
 
 from .runtime import Group, Runtime
 
@@ -321,6 +322,9 @@ class StatusApp:
             query = parse_qs(raw, keep_blank_values=True)  # after= is the first page
             repo = query["repo"][0] if "repo" in query else None
             after = query["after"][0] if "after" in query else None
+            if repo is not None and not admin_authorized(_header(scope, b"authorization")):
+                await _reply(send, 401, "text/plain", ADMIN_REFUSED)
+                return
             body = json.dumps(
                 status(self.rt, self.ready, repo=repo, after=after), sort_keys=True
             ).encode()
@@ -335,6 +339,16 @@ class StatusApp:
             await _reply(send, code, "text/plain", b"ready\n" if self.ready else b"starting\n")
         else:
             await _reply(send, 404, "text/plain", b"not found\n")
+
+
+ADMIN_REFUSED = b"/status?repo= needs the internal token as a bearer token (docs/security.md)\n"
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
 
 
 def _timeout(scope: Scope) -> float:

@@ -26,6 +26,7 @@ from enroute_core.storage.objectstore import open_store
 from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
 from enroute_proto.logs import ContextInterceptor, configure_logging
+from enroute_proto.peer_token import server_interceptors, use_token
 
 from .checkpoints import Checkpointer
 from .http import StatusApp
@@ -132,7 +133,8 @@ async def serve(config: Config) -> int:
             log.warning("group %s/%s not replayed: %s", g.repo, g.incarnation, e)
 
     server = grpc.aio.server(
-        interceptors=[ContextInterceptor()], options=server_options(limits.rpc_message_bytes_max)
+        interceptors=[*server_interceptors(), ContextInterceptor()],  # token first: peer_token.py
+        options=server_options(limits.rpc_message_bytes_max),
     )
     ledger_pb2_grpc.add_LedgerServicer_to_server(
         LedgerServicer(lc, stream_proposals_max=limits.ledger_stream_proposals_max), server
@@ -195,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         text = Path(args.config).read_text() if args.config else None
         config = load_config(text, os.environ)
         configure_logging(config.log.format, config.log.level, role="ledger", node=config.node.id)
+        use_token(config.auth.internal_token(), "ledger")
         return asyncio.run(serve(config))
     except EnrouteError as e:
         print(f"enroute ledger: {e.code}: {e.message} {e.details or ''}", file=sys.stderr)
