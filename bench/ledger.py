@@ -523,6 +523,7 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
         cases = [(batching, p) for p in counts for batching in (False, True)]
         for batching, proposers in cases:
             c.batching = batching
+            c.learn_leaders(nodes[0])  # leaders move (spreading, elections under load)
             how = "ProposeStream" if batching else "unary Propose"
             lanes = [repos_lane(c, many[k::proposers]) for k in range(proposers)]
             title = f"{groups:,} groups, {proposers} proposers, {how}"
