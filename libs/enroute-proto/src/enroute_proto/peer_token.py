@@ -30,7 +30,6 @@ __all__ = [
     "PeerTokenInterceptor",
     "admin_authorized",
     "client_interceptors",
-    "current_token",
     "server_interceptors",
     "token_metadata",
     "use_token",
@@ -51,10 +50,6 @@ def use_token(token: str | None, role: str) -> None:
     if token is None:
         log.warning("%s: no auth.internal_token_file: internal gRPC calls are neither "
                     "authenticated nor checked (docs/security.md)", role)  # fmt: skip
-
-
-def current_token() -> str | None:
-    return _token
 
 
 def token_metadata() -> tuple[tuple[str, str], ...]:
