@@ -157,3 +157,27 @@ def test_cycle_collection_is_paused_during_ingest_only() -> None:
         assert not gc.isenabled()  # someone else's pause stays theirs
     finally:
         gc.enable()
+
+
+def test_trees_spill_to_scratch_and_the_file_goes_with_the_push(
+    tmp_path: Path, repo: tuple[dict[bytes, bytes], bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cache smaller than the push's trees: they go to a ``trees-*`` scratch file
+    (docs/ingest.md, "The large profile"), the push logs how much, and the file is
+    removed when ingest ends, like the spool and the layer's."""
+    refs, pack = repo
+    made: list[str] = []
+    scratch = Pusher._scratch
+
+    def noted(self: Pusher, prefix: str) -> object:
+        made.append(prefix)
+        return scratch(self, prefix)
+
+    small = Limits(ingest_body_cache_bytes_max=8 * 1024)
+    with pytest.MonkeyPatch.context() as patch, caplog.at_level("INFO", logger=push.__name__):
+        patch.setattr(Pusher, "_scratch", noted)
+        report, _ = _push(tmp_path, _request(refs, pack), inline_max=1024, limits=small)
+    assert b"unpack ok" in report and b"ng " not in report
+    assert made.count("trees") == 1
+    assert any("spilled" in r.getMessage() for r in caplog.records)
+    assert _scratch(tmp_path) == []

@@ -105,4 +105,5 @@ def test_ingest_with_a_spill_rebuilds_no_tree_and_writes_the_same_layer(
     assert rebuilt == []
     assert len(made) == 1 and not os.path.exists(made[0].path)  # removed when ingest ends
     assert spilled.data == plain.data
+    assert spilled.spilled_bytes > 0 and plain.spilled_bytes == 0
     assert spilled.new_commits == plain.new_commits

@@ -357,6 +357,11 @@ class Pusher:
                     return refuse_all(b"unpacker error", git_message(exc))
             if result is not None and not result.compiled_index:
                 self.host.reference_indexes += 1
+            if result is not None and result.spilled_bytes:
+                log.info(
+                    "push to %s: ingest spilled %s of trees to scratch (%d objects)",
+                    name, humanise_bytes(result.spilled_bytes), result.object_count,
+                )  # fmt: skip
             if result is not None and result.warnings:
                 warned = self._warned(name, result)
             new_layer = (

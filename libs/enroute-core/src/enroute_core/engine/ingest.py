@@ -186,6 +186,8 @@ class IngestResult:
     warnings: tuple[FsckWarning, ...] = ()
     """What the checks let in with a warning (harmless classes, docs/security.md): per
     message id, how many objects of the pack and the first of them, sorted by id."""
+    spilled_bytes: int = 0
+    """Bytes of trees the body cache dropped to the ``spill`` file (removed since)."""
 
     def new_layer(
         self, *, inline: bool, upload_gen: int = 0, data: bytes | None = None
@@ -411,10 +413,11 @@ def ingest_pack(
     share = limits.ingest_body_cache_bytes_max // _CACHE_SHARES
     cache = BodyCache(share * _BODY_SHARE - _memo_bytes(limits), spill)
     try:
-        return _ingest(
+        result = _ingest(
             source, tips, snapshot, cache=cache, count=count, share=share, limits=limits,
             sink=sink, fsck=fsck, refs=refs, progress=progress,
         )  # fmt: skip
+        return replace(result, spilled_bytes=cache.spilled_bytes) if cache.spilled_bytes else result
     finally:
         cache.close()
 
