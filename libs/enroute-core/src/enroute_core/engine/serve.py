@@ -591,7 +591,7 @@ class PackWriter:
     oid). Delta bases come from the object table's base refs, not oid lookups.
     Consecutive planned ids of a layer whose entries lie back to back (a clone, the
     kind runs of a filtered one, a new layer) go through :func:`_write_run`: one read
-    and a tight loop, the same bytes as entry by entry. ``progress`` receives a
+    and one compiled call, the same bytes as entry by entry. ``progress`` receives a
     ``Writing objects`` event every ``progress_every`` objects and at the end. Memory:
     8 bytes per written object (its offset, for OFS_DELTA distances), a data window
     or a run (at most ``_RUN_BYTES_MAX`` plus one entry), a slab of records, and the
