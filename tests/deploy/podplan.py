@@ -334,7 +334,8 @@ def prepare(
 
 
 def hook_argv(pod: PodPlan, hook: str, python: str) -> list[str]:
-    """The exec command of a lifecycle hook, with loopback ports mapped like the config."""
+    """The exec command of a lifecycle hook, with loopback ports mapped like the config and
+    arguments that are paths of a mounted volume mapped to where it lives here."""
     command = pod.container["lifecycle"][hook]["exec"]["command"]
 
     def local(m: re.Match[str]) -> str:
@@ -343,4 +344,11 @@ def hook_argv(pod: PodPlan, hook: str, python: str) -> list[str]:
             raise PlanError(f"{pod.name}: {hook} hook calls port {port}, not a containerPort")
         return f"127.0.0.1:{pod.ports[port]}"
 
-    return [python if w == "python" else _LOOPBACK.sub(local, w) for w in command]
+    def mapped(word: str) -> str:
+        if word == "python":
+            return python
+        if word.startswith("/") and any(word.startswith(m.rstrip("/") + "/") for m in pod.mounts):
+            return str(pod.local_path(word))
+        return _LOOPBACK.sub(local, word)
+
+    return [mapped(w) for w in command]

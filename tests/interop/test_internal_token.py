@@ -145,3 +145,21 @@ def test_repository_status_needs_the_admin_token(dev: Dev, tmp_path: Path) -> No
             assert r.status == 200 and isinstance(json.loads(r.read()), dict)
         with urllib.request.urlopen(f"{dev.http[role]}/status", timeout=20) as r:
             assert r.status == 200
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(120)
+def test_ledger_leadership_transfer_needs_the_admin_token(dev: Dev) -> None:
+    """POST /transfer-leadership (the chart's preStop hook) moves every group's leader:
+    with the internal token only, as the hook sends it."""
+    url = f"{dev.http['ledger']}/transfer-leadership?timeout=5"
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=20)
+        raise AssertionError("/transfer-leadership answered without the token")
+    except urllib.error.HTTPError as error:
+        assert error.code == 401, error.code
+    admin = urllib.request.Request(
+        url, data=b"", method="POST", headers={"Authorization": f"Bearer {dev.token}"}
+    )
+    with urllib.request.urlopen(admin, timeout=30) as r:
+        assert r.status == 200 and isinstance(json.loads(r.read()), dict)

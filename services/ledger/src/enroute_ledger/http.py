@@ -315,6 +315,9 @@ class StatusApp:
             if method != "POST":
                 await _reply(send, 405, "text/plain", b"use POST\n")
                 return
+            if not admin_authorized(_header(scope, b"authorization")):  # docs/security.md
+                await _reply(send, 401, "text/plain", ADMIN_REFUSED)
+                return
             answer = await transfer_leadership(self.rt, _timeout(scope))
             await _reply(send, 200, "application/json", json.dumps(answer).encode())
         elif path == "/status":
@@ -341,7 +344,7 @@ class StatusApp:
             await _reply(send, 404, "text/plain", b"not found\n")
 
 
-ADMIN_REFUSED = b"/status?repo= needs the internal token as a bearer token (docs/security.md)\n"
+ADMIN_REFUSED = b"this needs the internal token as a bearer token (docs/security.md)\n"
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
