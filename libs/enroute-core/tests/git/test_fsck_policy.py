@@ -166,7 +166,7 @@ def test_gitattributes_bytes_max_stays_within_what_git_reads() -> None:
     """attr.h ATTR_MAX_FILE_SIZE: a larger bound would let in what every client refuses."""
     limits = load_config("limits:\n  gitattributes_bytes_max: 100MiB\n", {}).resource_limits()
     assert limits.gitattributes_bytes_max == 100 * 1024 * 1024
-    with pytest.raises(InvalidArgument, match="over git's 104857600 .100MiB, ATTR_MAX_FILE_SIZE"):
+    with pytest.raises(InvalidArgument, match=r"over git's 104857600 \(100MiB, ATTR_MAX_FILE_SIZE"):
         load_config("limits:\n  gitattributes_bytes_max: 104857601\n", {})
 
 
