@@ -104,6 +104,7 @@ def trickle(socks: list[socket.socket]) -> int:
 
 
 def status(url: str) -> dict[str, object]:
+    """gitproto's /status, on its operator port (listen.ops)."""
     with urllib.request.urlopen(f"{url}/status", timeout=30) as response:
         found: dict[str, object] = json.loads(response.read())
         return found
@@ -143,7 +144,7 @@ def test_slow_and_idle_floods_do_not_stop_clones(dev: DevServer, tmp_path: Path)
             held = trickle(slow)
             print(f"clone {round_}: {took:.2f} s; slow-header connections still held: {held}")
             assert held > 100  # the clone was served while the node held slow-header ones
-        seen = status(dev.url)["connections"]
+        seen = status(dev.ops_url)["connections"]
         assert isinstance(seen, dict)
         print(f"/status connections: {seen}")
         assert seen["open"] <= 1024  # transport.connections_max
