@@ -53,3 +53,14 @@ def test_generated_error_doc_is_current() -> None:
     assert DOC.read_text() == render_error_table(), (
         "docs/errors.md is stale: python -m enroute_core.base.errors > docs/errors.md"
     )
+
+
+def test_a_private_subclass_elsewhere_leaves_the_doc_as_it_is() -> None:
+    """A module's own marker of one case (the compute's evicted view) is no public name:
+    which test process imported it must not decide what the document says."""
+    before = render_error_table()
+
+    class _Marker(errors.Unavailable):
+        pass
+
+    assert render_error_table() == before
