@@ -340,6 +340,19 @@ fill(Run *r, long long pos, long long need)
     return DONE;
 }
 
+/* The output a stream of ``size`` bytes may reach once ``fed`` input bytes went in: the
+ * size, or past the free bytes the zlib-bomb ratio's cap (the reference's rule). */
+static unsigned long long
+output_cap(const Run *r, unsigned long long size, unsigned long long fed)
+{
+    if (size <= r->free_bytes || !r->ratio_max)
+        return size;
+    if (fed >= (size - r->free_bytes) / r->ratio_max + 1)
+        return size;
+    unsigned long long ratio_cap = r->free_bytes + r->ratio_max * fed;
+    return ratio_cap < size ? ratio_cap : size;
+}
+
 /*
  * Inflate the zlib stream at ``pos`` to exactly ``size`` bytes into a new bytes object.
  * Sequential reads go through the window; otherwise through read_at, at most a window a
@@ -398,16 +411,7 @@ inflate_stream(Run *r, long long pos, long long stop, unsigned long long size, i
         }
         if (avail <= 0 || avail > (long long)UINT_MAX)
             break;
-        /* The output this step may reach: the size, or past the free bytes the ratio's cap. */
-        unsigned long long cap = size;
-        if (size > r->free_bytes && r->ratio_max) {
-            unsigned long long fed = (unsigned long long)(at + avail - pos);
-            if (fed < (size - r->free_bytes) / r->ratio_max + 1) {
-                unsigned long long ratio_cap = r->free_bytes + r->ratio_max * fed;
-                if (ratio_cap < cap)
-                    cap = ratio_cap;
-            }
-        }
+        unsigned long long cap = output_cap(r, size, (unsigned long long)(at + avail - pos));
         if ((Py_ssize_t)zs.total_out == room && (unsigned long long)room <= cap) {
             room = (unsigned long long)room * 2 > cap + 1 ? (Py_ssize_t)cap + 1 : room * 2;
             if (_PyBytes_Resize(&data, room) < 0) {
@@ -651,15 +655,7 @@ hash_streamed(Run *r, long long pos, unsigned long long size, unsigned char *oid
         long long avail = r->win_start + PyBytes_GET_SIZE(r->win) - at;
         if (avail <= 0 || avail > (long long)UINT_MAX)
             break;
-        unsigned long long cap = size;
-        if (size > r->free_bytes && r->ratio_max) {
-            unsigned long long fed = (unsigned long long)(at + avail - pos);
-            if (fed < (size - r->free_bytes) / r->ratio_max + 1) {
-                unsigned long long ratio_cap = r->free_bytes + r->ratio_max * fed;
-                if (ratio_cap < cap)
-                    cap = ratio_cap;
-            }
-        }
+        unsigned long long cap = output_cap(r, size, (unsigned long long)(at + avail - pos));
         zs.next_in = (unsigned char *)PyBytes_AS_STRING(r->win) + (at - r->win_start);
         zs.avail_in = (uInt)avail;
         int ret;
