@@ -119,7 +119,18 @@ def test_stop_hooks_fit_the_grace_periods(helm: Path, values: Path) -> None:
     ledger = workloads["enroute-ledger"]
     hook = ledger["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
     assert hook[0] == "python" and "/transfer-leadership?timeout=" in hook[3]
-    assert float(hook[4]) + 5 <= ledger["terminationGracePeriodSeconds"]
+    # the kubelet counts the grace from the hook's start: hook, drain, 5 s to exit
+    voter = yaml.safe_load(_config(docs, "enroute-ledger-0.yaml"))
+    ledger_drain = parse_seconds(voter["ledger"]["drain_grace"])
+    assert isinstance(ledger_drain, float)
+    assert float(hook[4]) + ledger_drain + 5 <= ledger["terminationGracePeriodSeconds"]
+    gitproto = workloads["enroute-gitproto"]
+    sleep = gitproto["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"]
+    shutdown = parse_seconds(
+        yaml.safe_load(_config(docs, "gitproto.yaml"))["transport"]["shutdown_grace"]
+    )
+    assert isinstance(shutdown, float)
+    assert sleep + shutdown + 5 <= gitproto["terminationGracePeriodSeconds"]
 
 
 ALL_KEYS = chartcheck.CHART / "ci" / "all-keys-values.yaml"

@@ -269,3 +269,25 @@ podAntiAffinity:
 {{- define "enroute.replicaCount" -}}
 {{- if .autoscaling.enabled }}{{ .autoscaling.minReplicas }} to {{ .autoscaling.maxReplicas }} (autoscaled){{ else }}{{ .replicas }}{{ end -}}
 {{- end -}}
+
+{{/* Drain periods (docs/reliability.md, "Graceful drain"): what the pod's
+     terminationGracePeriodSeconds leaves after its preStop hook and 5 s to exit, unless
+     the role's drainGrace is given. The kubelet counts the grace from the hook's start. */}}
+{{- define "enroute.computeDrainGrace" -}}
+{{- $c := .Values.compute -}}
+{{- if not (eq (toString $c.drainGrace) "") }}{{ $c.drainGrace }}{{ else -}}
+{{- $grace := sub (int $c.terminationGracePeriodSeconds) 5 -}}
+{{- if lt $grace 1 }}{{ fail "compute.terminationGracePeriodSeconds must exceed 5 (5 s to exit after compute.drain_grace)" }}{{ end -}}
+{{- printf "%ds" $grace -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "enroute.ledgerDrainGrace" -}}
+{{- $l := .Values.ledger -}}
+{{- if not (eq (toString $l.drainGrace) "") }}{{ $l.drainGrace }}{{ else -}}
+{{- $hook := 0 }}{{ if $l.transferLeadershipTimeout }}{{ $hook = add $l.transferLeadershipTimeout 5 }}{{ end -}}
+{{- $grace := sub (sub (int $l.terminationGracePeriodSeconds) $hook) 5 -}}
+{{- if lt $grace 1 }}{{ fail (printf "ledger.terminationGracePeriodSeconds must exceed the preStop hook's %d s + 5 s to exit" (int $hook)) }}{{ end -}}
+{{- printf "%ds" $grace -}}
+{{- end -}}
+{{- end -}}

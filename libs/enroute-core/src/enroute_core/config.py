@@ -231,6 +231,15 @@ class LedgerConfig(_Section):
         description="A Propose or Barrier unanswered this long by one member is also sent to "
         "the next (same request id, so it applies once); at most call_timeout.",
     )
+    drain_grace: Seconds = Field(
+        default=25.0,
+        ge=0,
+        description="On SIGTERM a voter stops taking proposals (UNAVAILABLE: the compute asks "
+        "another member), hands the groups it leads to other voters and waits this long, the "
+        "hand-over included, for the proposals it took; Raft traffic flows until it exits. "
+        "Default: Kubernetes' 30 s grace less 5 s to exit; the chart derives it from the pod's "
+        "terminationGracePeriodSeconds less its preStop hook.",
+    )
 
 
 class ComputeConfig(_Section):
@@ -245,9 +254,12 @@ class ComputeConfig(_Section):
         "ledger.discovery).",
     )
     drain_grace: Seconds = Field(
-        default=30.0,
+        default=25.0,
+        ge=0,
         description="On SIGTERM, how long a compute waits for in-flight Git calls after it "
-        "stops taking new ones.",
+        "stops taking new ones (UNAVAILABLE: gitproto moves them to another compute). "
+        "Default: Kubernetes' 30 s grace less 5 s to exit; the chart derives it from the pod's "
+        "terminationGracePeriodSeconds.",
     )
     pack_writers: int = Field(
         default=64,

@@ -34,6 +34,7 @@ from enroute_compute.work import PeerGoneFilter
 from enroute_core.base.errors import EnrouteError
 from enroute_core.config import Config, load_config
 from enroute_core.discovery import first_members, follow, member_source
+from enroute_core.drain import Drain
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import open_store
 from enroute_core.storage.pool import BufferPool, NodeCaches
@@ -105,18 +106,11 @@ class CallGate(grpc.aio.ServerInterceptor):
 
     def __init__(self, metrics: ComputeMetrics) -> None:
         self.metrics = metrics
-        self.draining = False
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self.drain = Drain("compute")
 
-    async def drained(self, timeout_s: float) -> bool:
-        """Stop taking calls; True when the ones in flight ended within ``timeout_s``."""
-        self.draining = True
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+    @property
+    def draining(self) -> bool:
+        return self.drain.draining
 
     async def intercept_service(
         self,
@@ -142,15 +136,14 @@ class CallGate(grpc.aio.ServerInterceptor):
         return handler
 
     def _enter(self) -> None:
+        self.drain.enter()
         self.metrics.in_flight_count += 1
         self.metrics.git_in_flight.inc()
-        self._idle.clear()
 
     def _leave(self, method: str, context: Any, started: float, failed: bool) -> None:
+        self.drain.leave()
         self.metrics.in_flight_count -= 1
         self.metrics.git_in_flight.dec()
-        if self.metrics.in_flight_count == 0:
-            self._idle.set()
         code = context.code() if hasattr(context, "code") else None
         if code is None:
             name = "UNKNOWN" if failed else "OK"
@@ -165,7 +158,7 @@ class CallGate(grpc.aio.ServerInterceptor):
 
     async def _refuse(self, context: Any) -> None:
         self.metrics.refused.inc()
-        await context.abort(grpc.StatusCode.UNAVAILABLE, "compute is draining; try another")
+        await context.abort(grpc.StatusCode.UNAVAILABLE, self.drain.refusal().message)
 
     def _streaming(self, method: str, behavior: Any) -> Any:
         async def run(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
@@ -293,11 +286,14 @@ async def serve(config: Config) -> None:
     maintainer.start()
     await stop.wait()
     ready = False
-    if not await gate.drained(config.compute.drain_grace):
-        logging.getLogger("enroute.compute").warning(
-            "%d calls still running after compute.drain_grace; stopping anyway",
-            metrics.in_flight_count,
-        )
+    log = logging.getLogger("enroute.compute")
+    log.info("stopping: new calls refused; %d in flight may finish within %.0f s "
+             "(compute.drain_grace)", gate.drain.in_flight, config.compute.drain_grace)  # fmt: skip
+    if await gate.drain.drained(config.compute.drain_grace):
+        log.info("drained: every call in flight ended")
+    else:
+        log.warning("%d calls still running after compute.drain_grace; stopping anyway",
+                    gate.drain.in_flight)  # fmt: skip
     if discovery is not None:
         discovery.cancel()
     await maintainer.stop()

@@ -2,6 +2,12 @@
 
 The only module that reads the environment, the clock and randomness
 (services.md); everything below gets them passed in.
+
+SIGTERM drains the voter (docs/reliability.md, "Graceful drain"): /readyz turns
+503, new proposals and reads of computes are refused with UNAVAILABLE (their
+client asks the next member under the same request id), the groups it leads
+are handed to other voters, and the proposals it took run to their end, all
+within ``ledger.drain_grace``; Raft traffic flows until the listener closes.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import uvicorn
 from enroute_core.base.errors import EnrouteError, InvalidArgument
 from enroute_core.base.ids import NodeId
 from enroute_core.config import Config, load_config
+from enroute_core.drain import Drain
 from enroute_core.storage.objectstore import open_store
 from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
@@ -29,7 +36,7 @@ from enroute_proto.logs import ContextInterceptor, configure_logging
 from enroute_proto.peer_token import server_interceptors, use_token
 
 from .checkpoints import Checkpointer
-from .http import StatusApp
+from .http import TRANSFER_TIMEOUT_S, StatusApp, transfer_leadership
 from .identity import establish
 from .lifecycle import Lifecycle
 from .logstore import open_log_store
@@ -136,8 +143,10 @@ async def serve(config: Config) -> int:
         interceptors=[*server_interceptors(), ContextInterceptor()],  # token first: peer_token.py
         options=server_options(limits.rpc_message_bytes_max),
     )
+    gate = Drain("ledger")
     ledger_pb2_grpc.add_LedgerServicer_to_server(
-        LedgerServicer(lc, stream_proposals_max=limits.ledger_stream_proposals_max), server
+        LedgerServicer(lc, stream_proposals_max=limits.ledger_stream_proposals_max, drain=gate),
+        server,
     )
     ledger_pb2_grpc.add_RaftTransportServicer_to_server(RaftTransportServicer(rt), server)
     bound = server.add_insecure_port(f"{ghost}:{gport}")
@@ -178,6 +187,7 @@ async def serve(config: Config) -> int:
     await stop.wait()
 
     app.ready = False
+    await drain(rt, gate, config.ledger.drain_grace)
     await server.stop(grace=1.0)
     http.should_exit = True
     await transport.close()
@@ -187,6 +197,27 @@ async def serve(config: Config) -> int:
     logstore.close()
     await objstore.close()
     return 0
+
+
+async def drain(rt: Runtime, gate: Drain, grace_s: float) -> None:
+    """Stop taking proposals, lead nothing, let the taken ones end; at most ``grace_s``.
+
+    The hand-over repeats the preStop hook's (a no-op when that ran): a process
+    stopped without the hook (``enroute cluster``, a plain SIGTERM) still spares
+    its groups an election timeout. A proposal taken before it is forwarded to
+    the new leader and answered here.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    gate.start()
+    log.info("stopping: new proposals refused; %d in flight; handing over leadership "
+             "(ledger.drain_grace %.0f s)", gate.in_flight, grace_s)  # fmt: skip
+    moved = await transfer_leadership(rt, min(TRANSFER_TIMEOUT_S, grace_s))
+    if await gate.drained(deadline - loop.time()):
+        log.info("drained: %s", " ".join(f"{k}={v}" for k, v in moved.items()))
+    else:
+        log.warning("%d proposals still open after ledger.drain_grace; stopping anyway "
+                    "(their callers retry elsewhere)", gate.in_flight)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

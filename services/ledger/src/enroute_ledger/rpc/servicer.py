@@ -12,6 +12,7 @@ import grpc
 
 from enroute_core.base.errors import EnrouteError, Internal, InvalidArgument
 from enroute_core.base.limits import DEFAULT_LIMITS
+from enroute_core.drain import Drain
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 
 from ..lifecycle import ChangeOut, Lifecycle, SnapshotOut
@@ -31,9 +32,13 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         lifecycle: Lifecycle,
         *,
         stream_proposals_max: int = DEFAULT_LIMITS.ledger_stream_proposals_max,
+        drain: Drain | None = None,
     ) -> None:
         self.lc = lifecycle
         self.stream_proposals_max = stream_proposals_max
+        # SIGTERM (main.py): calls that write or wait on the log are counted, and refused
+        # with UNAVAILABLE once draining, so the compute asks another member
+        self.drain = drain or Drain("ledger")
 
     async def Activate(
         self, request: ledger_pb2.ActivateRequest, context: Ctx
@@ -43,7 +48,8 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
             head: bytes | None = None
             if request.create == ledger_pb2.CREATE_MODE_EXPLICIT:
                 head = request.head or b"refs/heads/main"
-            got = await self.lc.activate(request.repo, create, head)
+            with self.drain.call():
+                got = await self.lc.activate(request.repo, create, head)
             if got.created:  # the request id of the call that asked is on the line
                 log.info("created %s incarnation %d", request.repo, got.state.incarnation,
                          extra={"repo": request.repo})  # fmt: skip
@@ -78,7 +84,8 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         self, request: ledger_pb2.DeleteRequest, context: Ctx
     ) -> ledger_pb2.DeleteResponse:
         try:
-            st = await self.lc.delete(request.repo)
+            with self.drain.call():
+                st = await self.lc.delete(request.repo)
             log.info("deleted %s", request.repo, extra={"repo": request.repo})
             if st is None:
                 return ledger_pb2.DeleteResponse()
@@ -88,9 +95,10 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
 
     async def _propose(self, request: ledger_pb2.ProposeRequest) -> ledger_pb2.ProposeResponse:
         # caller's request id (docs/rpc.md, Propose): passed through
-        got = await self.lc.propose(
-            request.repo, request.incarnation, request.command, request.request_id
-        )
+        with self.drain.call():
+            got = await self.lc.propose(
+                request.repo, request.incarnation, request.command, request.request_id
+            )
         log.info("proposal to %s applied at version %d", request.repo, got.version,
                  extra={"repo": request.repo,
                         "proposal_id": request.request_id.hex()})  # fmt: skip
@@ -186,6 +194,8 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
     async def Subscribe(
         self, request: ledger_pb2.SubscribeRequest, context: Ctx
     ) -> AsyncIterator[ledger_pb2.SubscribeResponse]:
+        if self.drain.draining:  # a stopping member: subscribe to another one
+            await abort_with(context, self.drain.refusal())
         events = self.lc.subscribe(request.repo, request.incarnation, request.after_version)
         try:
             # closed with the call: a subscriber that goes (a compute evicting its view)
@@ -206,7 +216,8 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         self, request: ledger_pb2.BarrierRequest, context: Ctx
     ) -> ledger_pb2.BarrierResponse:
         try:
-            st = await self.lc.barrier(request.repo)
+            with self.drain.call():
+                st = await self.lc.barrier(request.repo)
             return ledger_pb2.BarrierResponse(
                 incarnation=st.incarnation, version=st.version, deleted=st.deleted
             )
