@@ -65,6 +65,24 @@ def test_dev_starts_roles_in_order_and_stops_on_sigterm(tmp_path: Path) -> None:
     assert proc.wait(15) == 0
 
 
+def test_dev_supervisor_does_not_keep_the_command_lines_imports(tmp_path: Path) -> None:
+    """The process left supervising is enroute_gitproto.dev (same pid, exec'd): none of
+    the native libraries of gRPC or pydantic (the config models) are mapped
+    in it, which were about 40 MiB of its resident set (docs/services.md)."""
+    proc = _dev(tmp_path)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("enroute ready: ")
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"enroute_gitproto.dev" in cmdline, cmdline
+        for native in ("cygrpc", "_pydantic_core"):
+            assert native not in maps, native
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+
+
 def test_dev_shows_log_of_a_child_that_fails(tmp_path: Path) -> None:
     script = tmp_path / "fake_child.py"
     proc = _dev(tmp_path, "--child-cmd", f"compute={{python}} {script} broken {{config}}")
