@@ -17,8 +17,15 @@ With ``faults=True`` traffic is routed through proxies the tests switch:
 * every ledger and compute reaches S3 through its own :class:`FaultProxy`
   (503s, delays, resets; :meth:`Cluster.s3_outage`).
 
-Processes are also killed (SIGKILL), paused (SIGSTOP/SIGCONT), restarted,
-and have their data directories wiped. ``up`` leaves them running detached
+Every process runs the production configuration of internal calls: one
+shared token (``DIR/internal-token``, ``auth.internal_token_file``, as
+``enroute dev`` writes it; docs/security.md, "Internal calls") on every gRPC
+call, and as the admin bearer token of ``/status?repo=``. gitproto's
+operator port (``listen.ops``) is a port of its own.
+
+Processes are also killed (SIGKILL), stopped gracefully (SIGTERM: each role
+drains, docs/reliability.md "Graceful drain"), paused (SIGSTOP/SIGCONT),
+restarted, and have their data directories wiped. ``up`` leaves them running detached
 and records pids and ports in ``DIR/cluster.json``; ``down`` stops them by
 pid. The proxies live in the process that started the cluster, so a
 detached cluster (the CLI) has none.
@@ -30,6 +37,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -61,6 +69,8 @@ from enroute_testing.s3servers import (
 
 BUCKET = "enroute"
 STATE_FILE = "cluster.json"
+TOKEN_FILE = "internal-token"
+"""Under the cluster directory: the internal token every process reads (mode 0600)."""
 READY = re.compile(r"^enroute (\w+) ready: (.*)$", re.MULTILINE)
 START_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
@@ -87,6 +97,8 @@ class Member:
     directory: Path
     http_port: int
     grpc_port: int = 0
+    ops_port: int = 0
+    """gitproto only: ``listen.ops`` (/metrics, /status)."""
     pid: int = 0
     process: subprocess.Popen[bytes] | None = None
     skew_s: float = 0.0
@@ -166,9 +178,18 @@ def readyz(http: str, timeout_s: float = 2.0) -> int | None:
         return None
 
 
-def get_json(url: str, timeout_s: float = 5.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout_s) as r:
+def get_json(url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None) -> Any:
+    request = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(request, timeout=timeout_s) as r:
         return json.loads(r.read())
+
+
+def write_token(path: Path) -> None:
+    """A fresh internal token at ``path`` unless one is there (kept across restarts)."""
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
 
 
 def _child_env(skew_s: float) -> dict[str, str]:
@@ -257,8 +278,18 @@ class Cluster:
         cluster.s3 = S3Process(root / "s3", {n: free_port() for n in _SEAWEED_PORTS})
         for name in NAMES:
             grpc = 0 if name == GITPROTO else free_port()
-            cluster.members[name] = Member(name, root / name, free_port(), grpc)
+            ops = free_port() if name == GITPROTO else 0
+            cluster.members[name] = Member(name, root / name, free_port(), grpc, ops)
         return cluster
+
+    @property
+    def token_path(self) -> Path:
+        return self.root / TOKEN_FILE
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """The internal token as a bearer token: ``/status?repo=`` of computes and ledgers."""
+        return {"Authorization": f"Bearer {self.token_path.read_text().strip()}"}
 
     def start(self, *, timeout_s: float = START_TIMEOUT_S) -> Cluster:
         """S3, proxies, configs, then every process; returns once each printed its ready line."""
@@ -267,6 +298,7 @@ class Cluster:
             self.s3.start()
             if self.faults:
                 self._start_proxies()
+            write_token(self.token_path)
             for member in self.members.values():
                 member.directory.mkdir(parents=True, exist_ok=True)
                 member.data_dir.mkdir(exist_ok=True)
@@ -344,12 +376,14 @@ class Cluster:
                 "ledger": {"members": [self._addr(name, v) for v in LEDGERS]},
             }
         else:
+            listen["ops"] = f"127.0.0.1:{member.ops_port}"
             config = {
                 "node": {"id": name},
                 "compute": {"members": [self._addr(name, c) for c in COMPUTES]},
                 "auth": {"anonymous": "write"},
                 "listen": listen,
             }
+        config.setdefault("auth", {})["internal_token_file"] = str(self.token_path)
         for key, value in self.extra_config.get(member.role, {}).items():
             config.setdefault(key, {}).update(value)
         return config
@@ -523,7 +557,8 @@ class Cluster:
         """A voter's /status; with ``repo``, every group of that repository (the plain
         answer lists only the most active groups)."""
         query = "" if repo is None else "?" + urllib.parse.urlencode({"repo": repo})
-        status: dict[str, Any] = get_json(f"http://{self.members[name].http}/status{query}")
+        url = f"http://{self.members[name].http}/status{query}"
+        status: dict[str, Any] = get_json(url, headers=self.admin_headers)
         return status
 
     def leader_of(self, repo: str) -> str | None:
@@ -545,6 +580,7 @@ class Cluster:
         for m in self.members.values():
             up = m.alive()
             addresses = f"http={m.http}" + (f" grpc={m.grpc}" if m.grpc_port else "")
+            addresses += f" ops=127.0.0.1:{m.ops_port}" if m.ops_port else ""
             rows.append((m.name, m.pid, up, readyz(m.http) if up else None, addresses))
         return rows
 
@@ -560,6 +596,7 @@ class Cluster:
                     "pid": m.pid,
                     "http": m.http_port,
                     "grpc": m.grpc_port,
+                    "ops": m.ops_port,
                     "dir": str(m.directory),
                 }
                 for m in self.members.values()
@@ -579,7 +616,12 @@ class Cluster:
         cluster.s3 = S3Process(Path(s3["dir"]), dict(s3["ports"]), int(s3["pid"]))
         for name, m in state["members"].items():
             cluster.members[name] = Member(
-                name, Path(m["dir"]), int(m["http"]), int(m["grpc"]), int(m["pid"])
+                name,
+                Path(m["dir"]),
+                int(m["http"]),
+                int(m["grpc"]),
+                int(m.get("ops", 0)),
+                int(m["pid"]),
             )
         return cluster
 
