@@ -10,16 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+from enroute_compute.fetch import Fetcher
 from enroute_compute.host import DEFAULT_HEAD, VIEW_FIXED_BYTES, RepositoryHost
 from enroute_compute.ledger_port import BarrierPoint, CreateMode
 from enroute_compute.local_ledger import LocalLedger
+from enroute_compute.push import Pusher
 from enroute_core.base.clock import FixedClock
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
-from enroute_core.state import Commit, RefUpdate
+from enroute_core.git.pktline import FLUSH_PKT, pkt_line
+from enroute_core.state import Commit, LayerKind, RefUpdate
+from enroute_core.storage.layers import LayerService
+from enroute_core.storage.objectstore import StoreOptions
+from enroute_core.storage.objectstore.file import FileStore
+from enroute_testing.repogen import RepoSpec, generate_repo, pack_objects
 
 IDLE_MS = 1000
 
@@ -141,3 +153,126 @@ async def test_a_read_waiting_on_an_evicted_view_opens_it_again() -> None:
         assert snap.state.version == version and host.reopens == 1
     finally:
         await host.close()
+
+
+# -- an evicted view's stored layers are closed in the layer service --------------------
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+async def stored_hosting(
+    tmp_path: Path,
+    names: list[str],
+    *,
+    disk_budget_bytes: int | None = None,
+    node: Path | None = None,
+) -> tuple[RepositoryHost, LayerService, dict[str, bytes]]:
+    """A host whose pushes all go to stored layers (``inline_max_bytes=0``) over a
+    ``file://`` store, each of ``names`` pushed once; answers the host, its layer
+    service and each name's tip. Local copies are links unless ``node`` is on another
+    filesystem."""
+    repo = generate_repo(tmp_path / "src.git", RepoSpec(seed=19, commits=6, files=8, branches=0))
+    tip = repo.refs[b"refs/heads/main"].decode()
+    pack = pack_objects(repo.path)
+    store = FileStore(str(tmp_path / "store"), StoreOptions(fsync=False))
+    layers = LayerService(store, node or tmp_path / "node", disk_budget_bytes=disk_budget_bytes)
+    clock = FixedClock(now_us=1_000_000)
+    host = RepositoryHost(LocalLedger(), layers, clock, wait_s=5.0, limits=limits(),
+                          inline_max_bytes=0)  # fmt: skip
+    line = f"{'0' * 40} {tip} refs/heads/main\x00report-status ofs-delta\n".encode()
+    body = pkt_line(line) + FLUSH_PKT + pack
+    for name in names:
+        report = b"".join([p async for p in Pusher(host).receive_pack(name, _once(body))])
+        assert b"ok refs/heads/main" in report, report
+        snap = await host.read(name)
+        assert [e.kind for e in snap.state.manifest] == [LayerKind.STORED]
+    return host, layers, {name: bytes.fromhex(tip) for name in names}
+
+
+async def clone(host: RepositoryHost, name: str, tip: bytes) -> bytes:
+    """The whole answer to a protocol v0 clone of ``name`` (want the tip, done)."""
+    want = pkt_line(b"want " + tip.hex().encode() + b" ofs-delta side-band-64k\n")
+    body = want + FLUSH_PKT + pkt_line(b"done\n")
+    return b"".join([c async for c in Fetcher(host).upload_pack(name, "", body)])
+
+
+@pytest.mark.asyncio
+async def test_eviction_closes_the_views_stored_layers(tmp_path: Path) -> None:
+    """Seed 004, "Files and tiers" (storage keeps opened layers for reuse) and
+    "Metadata is always local" (an open layer's metadata stays in memory): an evicted
+    view must not leave its layers open (issue 19, docs/fleet.md), and a re-open opens
+    them again from the local copy, loading metadata only."""
+    host, layers, tips = await stored_hosting(tmp_path, ["a", "b"])
+    try:
+        before = await clone(host, "a", tips["a"])
+        assert b"PACK" in before
+        assert layers.layers_open == 2
+        gets = layers.stats().gets
+        assert isinstance(host.clock, FixedClock)
+        host.clock.advance_us(IDLE_MS * 1000)
+        assert host.evict(host.clock.now_us()) == 2
+        assert layers.layers_open == 0 and layers.stats().layers_closed == 2
+        after = await clone(host, "a", tips["a"])
+        assert after == before, "a clone after the re-open differs"
+        assert layers.layers_open == 1  # a's layer again; b's stays closed
+        assert layers.stats().gets == gets, "the re-open read the store: the copy is local"
+    finally:
+        await host.close()
+        await layers.close()
+
+
+@pytest.mark.asyncio
+async def test_a_pinned_layer_is_closed_when_its_last_read_ends(tmp_path: Path) -> None:
+    host, layers, _tips = await stored_hosting(tmp_path, ["a"])
+    try:
+        snap = await host.read("a")
+        assert isinstance(host.clock, FixedClock)
+        with host.pin_reads(snap):
+            host._evict(host._repos["a"])  # a read still uses the view (a fetch streaming)
+            assert layers.layers_open == 1, "closed under a read that pins it"
+            assert snap.view.read(next(iter(snap.state.refs.values())).oid) is not None
+        assert layers.layers_open == 0, "the last pin went: the layer must close"
+        # a view re-opened while a read pins the old one's layers keeps them open
+        snap = await host.read("a")
+        with host.pin_reads(snap):
+            host._evict(host._repos["a"])
+            again = await host.read("a")
+        assert (
+            layers.layers_open == 1
+            and again.view.read(next(iter(again.state.refs.values())).oid) is not None
+        )
+    finally:
+        await host.close()
+        await layers.close()
+
+
+@pytest.mark.asyncio
+async def test_under_a_disk_budget_a_closed_layers_copy_goes(tmp_path: Path) -> None:
+    """Seed 004, "Disk budget": a closed copy would leave the budget while its bytes
+    stay on disk, so it goes with its layer; the re-open is one ranged read of the
+    metadata ("Metadata is always local") and serves the same clone."""
+    node = Path("/dev/shm") / f"enroute-{uuid.uuid4().hex}"  # another filesystem: no link
+    try:
+        host, layers, tips = await stored_hosting(
+            tmp_path, ["a"], disk_budget_bytes=64 << 20, node=node
+        )
+        try:
+            before = await clone(host, "a", tips["a"])
+            name = next(iter(layers._opening))
+            record = layers.catalog.get(name)
+            assert record is not None and not record.linked
+            assert isinstance(host.clock, FixedClock)
+            host.clock.advance_us(IDLE_MS * 1000)
+            assert host.evict(host.clock.now_us()) == 1 and layers.layers_open == 0
+            assert layers.catalog.get(name) is None
+            assert not os.path.exists(layers.path_of(name))
+            gets = layers.stats().gets
+            assert await clone(host, "a", tips["a"]) == before
+            assert layers.stats().gets > gets  # the metadata, then what the clone read
+        finally:
+            await host.close()
+            await layers.close()
+    finally:
+        shutil.rmtree(node, ignore_errors=True)

@@ -102,3 +102,53 @@ def test_publishing_the_same_layer_twice_is_fine_and_another_one_is_refused(
         await service.close()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("linked", "budget"), [(True, None), (False, None), (True, 1 << 20), (False, 1 << 20)]
+)
+def test_close_layer_keeps_the_copy_and_a_reopen_loads_metadata_only(
+    tmp_path: Path, shm_dir: Path, linked: bool, budget: int | None
+) -> None:
+    """``close_layer`` (a view went: docs/fleet.md): the reader, its metadata and pool file
+    go ("Files and tiers": opened layers are kept for reuse, not for good); the local copy
+    stays and the re-open reads its metadata from it, without a request to the store
+    ("Metadata is always local"). Under a disk budget a non-linked copy goes with its
+    layer ("Disk budget": a closed copy would hold disk the budget no longer counts),
+    and the re-open is one ranged read. Publishing under a budget with links on opens
+    nothing (it held a descriptor and a budget registration per layer, and the first
+    open then failed: "registered already")."""
+    data, sealed = make_layer(2)
+    local = tmp_path / "node" if linked else shm_dir / "node"
+
+    async def run() -> None:
+        service = LayerService(FileStore(tmp_path / "store"), local, disk_budget_bytes=budget)
+        await service.publish("r", KEY, data)
+        assert service.layers_open == 0
+        if service.budget is not None:
+            assert service.budget.stats().files == 0, "publish left a copy registered"
+        opened = await service.open_layer("r", KEY, sealed.file_size, sealed.meta_size)
+        pins = await service.load(opened, ranges=[(0, sealed.file_size - sealed.meta_size)])
+        first_entry = opened.reader.entry_bytes(0)
+        pins.release()
+        assert service.layers_open == 1
+        name = service.name_of("r", KEY)
+        assert service.close_layer("r", KEY)
+        assert service.layers_open == 0 and service.stats().layers_closed == 1
+        assert service.layer_named(name) is None
+        if service.budget is not None:
+            assert service.budget.stats().files == 0
+        goes = budget is not None and not linked
+        assert Path(service.path_of(name)).exists() is not goes
+        assert (service.catalog.get(name) is None) is goes
+        gets = service.stats().gets
+        again = await service.open_layer("r", KEY, sealed.file_size, sealed.meta_size)
+        assert again is not opened and service.layers_open == 1
+        assert service.stats().gets == gets + (1 if goes else 0)
+        pins = await service.load(again, ranges=[(0, sealed.file_size - sealed.meta_size)])
+        assert again.reader.entry_bytes(0) == first_entry
+        pins.release()
+        assert service.close_layer("r", "repos/r/layers/never-opened")
+        await service.close()
+
+    asyncio.run(run())

@@ -23,7 +23,7 @@ import contextvars
 import logging
 import threading
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import partial
@@ -199,6 +199,9 @@ class RepositoryHost:
         """Stored layers that left a manifest here: (segment, key) -> when (clock us)."""
         self._read_pins: Counter[tuple[str, str]] = Counter()
         """Reads in flight per stored layer: a pinned layer's local copy stays."""
+        self._closing: dict[tuple[str, str], str] = {}
+        """Stored layers of evicted views that reads still pinned when their view went:
+        (segment, key) -> repository, closed once the last pin goes (:meth:`_close_layers`)."""
         self._swept_leftovers: set[str] = set()
         """Repositories whose copies left by a previous run were looked for once."""
         self.state_listeners: list[Callable[[str], None]] = []
@@ -317,6 +320,8 @@ class RepositoryHost:
         limits = self.limits
         idle_us = limits.view_idle_ms_max * 1000
         evicted = 0
+        for item in [k for k in self._closing if self._read_pins.get(k, 0) <= 0]:
+            self._close_layers(self._closing[item], [item])  # were being opened: again
         for _ in range(len(self._repos)):  # each view looked at once at most
             name = next(iter(self._repos), None)
             if name is None:
@@ -354,7 +359,30 @@ class RepositoryHost:
             del self._evicted_names[next(iter(self._evicted_names))]
         if repo.task is not None:
             repo.task.cancel()  # ends the Subscribe call (GrpcLedger.subscribe's finally)
+        self._close_layers(repo.name, _stored_keys(repo.name, repo.state))
         asyncio.get_running_loop().create_task(self._notify(repo))
+
+    def _close_layers(self, name: str, keys: Iterable[tuple[str, str]]) -> None:
+        """Close the stored layers ``keys`` of ``name`` in the layer service, now or once
+        the last read pinning one lets go; never while a view of ``name`` is hosted
+        (a re-opened view shares them).
+
+        An evicted view must leave nothing behind (issue 19, docs/fleet.md): the layer
+        service keeps every layer it opened (seed 004, "Files and tiers") with its
+        metadata in memory ("Metadata is always local"). A read or push that still
+        uses the evicted view holds read pins on its layers (:meth:`pin_reads`), so a
+        pinned layer is closed when its last pin goes instead; a re-open opens it again
+        from its local copy, loading its metadata only.
+        """
+        if self.layers is None:
+            return
+        for item in dict.fromkeys(keys):
+            if name in self._repos:
+                self._closing.pop(item, None)  # hosted again: the new view uses it
+            elif self._read_pins.get(item, 0) > 0 or not self.layers.close_layer(*item):
+                self._closing[item] = name  # read, or being opened: later
+            else:
+                self._closing.pop(item, None)
 
     def _start_evictor(self) -> None:
         if self._evictor is None or self._evictor.done():
@@ -632,10 +660,12 @@ class RepositoryHost:
         return LoadingSnapshot(view, self.layers, asyncio.get_running_loop(), self.limits)
 
     async def ref_snapshot_loaded(self, snap: Snapshot | None) -> RefSnapshot:
-        """:meth:`ref_snapshot` with the tags it peels loaded first."""
+        """:meth:`ref_snapshot` with the tags it peels loaded first (its layers pinned:
+        an eviction meanwhile does not close them under it)."""
         if snap is None or not snap.state.live:
             return RefSnapshot((), None)
-        return await self.run_read(snap.view, partial(self.ref_snapshot, snap), kind="refs")
+        with self.pin_reads(snap):
+            return await self.run_read(snap.view, partial(self.ref_snapshot, snap), kind="refs")
 
     async def read(self, name: str) -> Snapshot:
         """A snapshot after a read barrier (DESIGN "Read path").
@@ -757,9 +787,12 @@ class RepositoryHost:
             if self._in_use[snap.name] <= 0:
                 del self._in_use[snap.name]
             self._read_pins.subtract(keys)
-            for k in set(keys):  # a manifest may name one file twice (identical pushes)
-                if self._read_pins[k] <= 0:
-                    del self._read_pins[k]
+            unpinned = [k for k in set(keys) if self._read_pins[k] <= 0]
+            for k in unpinned:  # a manifest may name one file twice (identical pushes)
+                del self._read_pins[k]
+            closing = [k for k in unpinned if k in self._closing]
+            if closing:  # their views were evicted while this read used them
+                self._close_layers(snap.name, closing)
 
     @property
     def retired_copies(self) -> int:

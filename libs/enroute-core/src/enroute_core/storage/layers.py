@@ -85,6 +85,10 @@ class LayerStats:
     loaded_chunks: dict[str, int] | None = None
     """Chunks reads loaded (seed 004, "Machines"), by request kind (:data:`LOAD_KIND`)."""
     loaded_bytes: dict[str, int] | None = None
+    layers_open: int = 0
+    """Stored layers open here (reader, metadata, pool file): what an idle node holds."""
+    layers_closed: int = 0
+    """Stored layers closed by :meth:`LayerService.close_layer` (their views went)."""
 
 
 class OpenLayer:
@@ -182,6 +186,7 @@ class LayerService:
         self._linking = True
         self._links = 0
         self._hydrations = 0
+        self._closed = 0
         self.loaded_chunks: Counter[str] = Counter()
         """Chunks :meth:`load` found missing and fetched, by request kind (:data:`LOAD_KIND`)."""
         self.loaded_bytes: Counter[str] = Counter()
@@ -220,8 +225,8 @@ class LayerService:
         path = self.path_of(name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         copy = await self._existing(name, key, path, file_size, meta_size)
-        if copy is None and self._linking:
-            copy = await self._link(name, key, path, file_size)
+        if copy is None and self._linking and await self._link(name, key, path, file_size):
+            copy = self._linked(name, path, file_size)
         if copy is not None:
             reader = await self._open_reader(copy, meta_size, name)
             if reader is None:
@@ -320,23 +325,24 @@ class LayerService:
         if await self._store.same_file(key, path):
             self._links += 1  # the link is there already
             return self._linked(name, path, size)
-        if self._linking:
-            copy = await self._link(name, key, path, size)
-            if copy is not None:
-                return copy
+        if self._linking and await self._link(name, key, path, size):
+            return self._linked(name, path, size)
         log.warning("%s: the linked copy is not the stored file any more; it goes", name)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         self.catalog.remove(name)
         return None
 
-    async def _link(self, name: str, key: str, path: str, size: int) -> LocalCopy | None:
+    async def _link(self, name: str, key: str, path: str, size: int) -> bool:
+        """Link the stored file to ``path`` and record it; False when it cannot be.
+        Opening the link is the caller's (:meth:`_linked`): a publish does not open it
+        (it held a descriptor and a budget registration per published layer for good)."""
         scratch = os.path.join(self._scratch, scratch_name("link"))
         try:
             if not await self._store.link_local(key, scratch):
                 if not getattr(self._store, "linking", False):
                     self._linking = False  # EXDEV, or a store that cannot link at all
-                return None
+                return False
             os.replace(scratch, path)
         finally:
             # a link made before a failure or a cancellation (shutdown) goes; so does the
@@ -345,7 +351,7 @@ class LayerService:
                 os.unlink(scratch)
         self.catalog.put(name, size, b"", True)
         self._links += 1
-        return self._linked(name, path, size)
+        return True
 
     async def _fetch_meta(self, key: str, copy: LocalCopy, meta_size: int) -> None:
         """One ranged read of the metadata into the sparse copy ("Metadata is always local")."""
@@ -498,7 +504,7 @@ class LayerService:
             found = await self._store.head(key)
             if found is None or found.size != size:
                 raise
-        if self._linking and await self._link(name, key, path, size) is not None:
+        if self._linking and await self._link(name, key, path, size):
             with contextlib.suppress(FileNotFoundError):
                 if not isinstance(sealed, bytes):
                     os.unlink(sealed)
@@ -532,12 +538,57 @@ class LayerService:
                 return None
             del self._opening[name]
             if not fut.cancelled() and fut.exception() is None:
-                layer = fut.result()
-                for task in list(self._hydrating):
-                    if task.get_name() == f"hydrate:{name}":
-                        task.cancel()
-                layer.reader.close()  # pool: its pages go
-                self._discard(name, layer.copy)
+                self._close_open(name, fut.result(), record=False)
+        return self._unlink(name)
+
+    def close_layer(self, repo: str, key: str) -> bool:
+        """Close an open stored layer whose views went; answers False while it is being
+        opened (the caller tries again later), True when it is closed or was not open.
+
+        Seed 004, "Files and tiers": storage keeps opened layers for reuse, and "a
+        local copy can go a while after its layer closes"; "Metadata is always
+        local" holds for open layers only, so a closed one holds no memory here
+        (reader, metadata, pool file, loader) and a later :meth:`open_layer` loads
+        its metadata again: from the local copy, or by one ranged read.
+
+        The copy stays on disk with its catalog record, except under a disk budget:
+        closing takes a copy out of the budget ("Disk budget": what it counts is
+        what is on disk), so a budgeted copy goes with its layer and a re-open
+        starts it sparse again. Linked copies are outside the budget and stay.
+
+        The caller makes sure that no reader uses the layer any more (read pins,
+        loads in flight): a closed reader's reads fail.
+        """
+        name = self.name_of(repo, key)
+        fut = self._opening.get(name)
+        if fut is None:
+            return True
+        if not fut.done():
+            return False
+        del self._opening[name]
+        if fut.cancelled() or fut.exception() is not None:
+            return True
+        layer = fut.result()
+        budgeted = isinstance(layer.copy, BudgetedCopy)
+        self._close_open(name, layer, record=not budgeted)
+        self._closed += 1
+        if budgeted:
+            self._unlink(name)
+        return True
+
+    def _close_open(self, name: str, layer: OpenLayer, *, record: bool = True) -> None:
+        """Close a layer taken out of ``_opening``: its hydration stops, its pool pages
+        go and its copy leaves the budget, its bitmap recorded when ``record``."""
+        for task in list(self._hydrating):
+            if task.get_name() == f"hydrate:{name}":
+                task.cancel()
+        layer.reader.close()  # pool: its pages go
+        if record and isinstance(layer.copy, BudgetedCopy):
+            self.catalog.update_bitmap(name, layer.copy.bitmap())
+        self._discard(name, layer.copy)
+
+    def _unlink(self, name: str) -> int:
+        """Delete a closed copy's file and catalog record; answers the bytes freed."""
         path = self.path_of(name)
         freed = 0
         try:
@@ -570,16 +621,7 @@ class LayerService:
         """Delete a copy named by :meth:`leftover_copies` (never opened here)."""
         if name in self._opening:
             return 0
-        path = self.path_of(name)
-        freed = 0
-        try:
-            st = os.stat(path)
-            freed = 0 if st.st_nlink > 1 else st.st_blocks * 512
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        self.catalog.remove(name)
-        return freed
+        return self._unlink(name)
 
     # -- status -----------------------------------------------------------------------------
 
@@ -599,7 +641,14 @@ class LayerService:
             disk_budget=None if self.budget is None else self.budget.stats(),
             loaded_chunks=dict(self.loaded_chunks),
             loaded_bytes=dict(self.loaded_bytes),
+            layers_open=self.layers_open,
+            layers_closed=self._closed,
         )
+
+    @property
+    def layers_open(self) -> int:
+        """Stored layers open here, or being opened."""
+        return len(self._opening)
 
     async def close(self) -> None:
         for t in list(self._hydrating):
@@ -607,11 +656,7 @@ class LayerService:
         await asyncio.gather(*self._hydrating, return_exceptions=True)
         for name, fut in self._opening.items():
             if fut.done() and not fut.cancelled() and fut.exception() is None:
-                copy = fut.result().copy
-                fut.result().reader.close()  # pool: its pages go
-                if isinstance(copy, BudgetedCopy):
-                    self.catalog.update_bitmap(name, copy.bitmap())
-                self._discard(name, copy)
+                self._close_open(name, fut.result())
         self._opening.clear()
 
 
