@@ -76,6 +76,10 @@ def test_dev_supervisor_does_not_keep_the_command_lines_imports(tmp_path: Path) 
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
         assert b"enroute_gitproto.dev" in cmdline, cmdline
+        # its arguments (the user's config among them) are in a 0600 file, not argv
+        args_file = tmp_path / "d" / "config" / "dev-args.json"
+        assert cmdline[-2] == str(args_file).encode(), cmdline
+        assert args_file.stat().st_mode & 0o777 == 0o600
         for native in ("cygrpc", "_pydantic_core"):
             assert native not in maps, native
     finally:

@@ -28,7 +28,8 @@ from enroute_core.base.errors import InvalidArgument
 from enroute_core.config import load_config
 from enroute_gitproto.auth import parse_tokens, repos_glob_problem
 from enroute_gitproto.cli_api import commit, repo_app, table
-from enroute_gitproto.dev import ROLES, merge, role_config
+from enroute_gitproto.cli_ledger import ledger_app
+from enroute_gitproto.dev import DEV_ARGS_FILE, ROLES, merge, role_config
 from enroute_gitproto.observe import VERSION
 
 app = typer.Typer(
@@ -40,6 +41,7 @@ app = typer.Typer(
 token_app = typer.Typer(no_args_is_help=True, help="Access tokens")
 app.add_typer(token_app, name="token")
 app.add_typer(repo_app, name="repo")
+app.add_typer(ledger_app, name="ledger")
 app.command("commit")(commit)
 
 
@@ -129,10 +131,17 @@ def dev(
     data = data.resolve()
     args = {"data": str(data), "listen": listen, "user_config": user, "templates": templates,
             "start_timeout_s": start_timeout, "drains": _drains(data, listen, user)}  # fmt: skip
+    # The arguments go through a file of the data directory, not the command line,
+    # which any user can read (ps): the user's config may hold the store's keys.
+    (data / "config").mkdir(parents=True, exist_ok=True)
+    path = data / "config" / DEV_ARGS_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(args, f)
     sys.stdout.flush()
     sys.stderr.flush()
     # The lean supervisor takes this process over (enroute_gitproto.dev explains why).
-    os.execv(sys.executable, [sys.executable, "-m", "enroute_gitproto.dev", json.dumps(args)])
+    os.execv(sys.executable, [sys.executable, "-m", "enroute_gitproto.dev", str(path)])
 
 
 def _read_tokens_file(path: Path) -> dict[str, Any]:

@@ -14,8 +14,8 @@ children (port 0) and read from their ready lines, gitproto on ``--listen`` with
 anonymous write. It prints ``enroute ready: http://HOST:PORT`` and forwards
 SIGTERM/SIGINT to the children, then exits when they have.
 
-Usage (from cli.py only): ``python -m enroute_gitproto.dev JSON`` with the keys of
-``run_dev``'s arguments.
+Usage (from cli.py only): ``python -m enroute_gitproto.dev FILE``, FILE a JSON
+object of ``run_dev``'s arguments (``DIR/config/dev-args.json``, mode 0600).
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from typing import Any
 
 import yaml
 
+DEV_ARGS_FILE = "dev-args.json"
+"""Under ``--data``/config: what ``enroute dev`` hands this module (see main)."""
 READY = re.compile(r"^enroute (\w+) ready: (.*)$")
 ROLES = ("ledger", "compute", "gitproto")
 STOP_GRACE_S = 10.0
@@ -225,7 +227,8 @@ def run_dev(data: Path, listen: str, user_config: dict[str, Any], templates: dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = json.loads((sys.argv[1:] if argv is None else argv)[0])
+    path = Path((sys.argv[1:] if argv is None else argv)[0])
+    args = json.loads(path.read_text(encoding="utf-8"))
     return run_dev(Path(args["data"]), args["listen"], args["user_config"], args["templates"],
                    args["start_timeout_s"], drains=args["drains"])  # fmt: skip
 
