@@ -59,6 +59,7 @@ from enroute_testing.scrape import series_count
 ROLES = (*LEDGERS, *COMPUTES, GITPROTO)
 PAGE = 1000
 PROGRESS_EVERY = 500
+ATTEMPTS = 3
 RSS_TARGET_KIB = 2.0
 CPU_TARGET = 0.02
 
@@ -73,8 +74,9 @@ def get(url: str) -> bytes:
     return body
 
 
-def grow(cluster: Cluster, seed: Seed, span: range, jobs: int) -> float:
-    """Create, push and clone the repositories numbered in ``span``; the seconds it took."""
+def grow(cluster: Cluster, seed: Seed, span: range, jobs: int) -> tuple[float, list[str]]:
+    """Create, push and clone the repositories numbered in ``span``: (the seconds it
+    took, the steps retried)."""
 
     def progress(done: int) -> None:
         if done % PROGRESS_EVERY == 0:
@@ -82,8 +84,12 @@ def grow(cluster: Cluster, seed: Seed, span: range, jobs: int) -> float:
 
     t = time.perf_counter()
     address = cluster.members[GITPROTO].http
-    populate(address, [name(k) for k in span], seed, jobs, progress)
-    return time.perf_counter() - t
+    made = populate(
+        address, [name(k) for k in span], seed, jobs, progress=progress, attempts=ATTEMPTS
+    )
+    for line in made.retries:
+        print(f"  retried {line}", flush=True)
+    return time.perf_counter() - t, made.retries
 
 
 def http_of(cluster: Cluster, role: str) -> str:
@@ -184,9 +190,11 @@ def revision() -> str:
 class Step:
     """The figures of every role once ``repos`` repositories are idle."""
 
-    def __init__(self, repos: int, took_s: float, samples: dict[str, Sample]) -> None:
+    def __init__(
+        self, repos: int, grown: tuple[float, list[str]], samples: dict[str, Sample]
+    ) -> None:
         self.repos = repos
-        self.took_s = took_s
+        self.took_s, self.retries = grown
         self.samples = samples
         self.load = os.getloadavg()[0]
 
@@ -211,6 +219,8 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
     first, last = steps[0], steps[-1]
     counts = " / ".join(f"{s.repos:,}" for s in steps)
     made = sum(s.took_s for s in steps)
+    errors = [r for s in steps for r in s.retries]
+    retried = f"{len(errors)}" + (f", the first {errors[0]!r}" if errors else "")
     lines = [
         f"{last.repos:,} repositories on 3 ledger voters, 2 computes and gitproto "
         f"(`enroute_testing.cluster`, SeaweedFS store), measured at {counts}: each created "
@@ -218,7 +228,8 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
         f"(`enroute_testing.fleet`: the pack git makes, sent as git sends it; "
         f"{made:.0f} s in all, {last.repos / made:.1f} repositories a second), then idle "
         f"{idle_s:.0f} s before each measurement (computes evict views idle "
-        f"{view_idle_s:.0f} s: `limits.view_idle_ms_max`). Servers at commit {rev}. "
+        f"{view_idle_s:.0f} s: `limits.view_idle_ms_max`). Steps retried (a request "
+        f"failed, tried again up to {ATTEMPTS} times): {retried}. Servers at commit {rev}. "
         f"Hibernated groups per voter at {last.repos:,}: "
         f"{' / '.join(f'{x:,}' for x in asleep)}.",
         "",
@@ -306,10 +317,12 @@ def main() -> None:
             steps: list[Step] = []
             for i in range(1, points + 1):
                 span = range(n * (i - 1) // points, n * i // points)
-                took = grow(cluster, seed, span, args.concurrency)
-                print(f"{span.stop:,} repositories ({took:.0f} s); idle {args.idle_seconds:.0f} s")
-                steps.append(Step(span.stop, took, observe(cluster, args.idle_seconds,
-                                                           args.cpu_seconds)))  # fmt: skip
+                grown = grow(cluster, seed, span, args.concurrency)
+                print(
+                    f"{span.stop:,} repositories ({grown[0]:.0f} s); idle {args.idle_seconds:.0f} s"
+                )
+                steps.append(Step(span.stop, grown, observe(cluster, args.idle_seconds,
+                                                            args.cpu_seconds)))  # fmt: skip
                 for role, a in steps[-1].samples.items():  # kept in the log should it stop
                     print(
                         f"  {role}: RSS {a.rss_kib / 1024:.1f} MiB, CPU {a.cpu * 100:.2f}%, "

@@ -29,6 +29,7 @@ import hashlib
 import http.client
 import json
 import struct
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -86,17 +87,26 @@ def _request(
         conn.close()
 
 
-def create(address: str, repo: str) -> None:
-    """Create ``repo`` through the REST API of gitproto at ``address`` (HOST:PORT)."""
+def create(address: str, repo: str, *, again: bool = False) -> None:
+    """Create ``repo`` through the REST API of gitproto at ``address`` (HOST:PORT);
+    ``again``: a retry, which may find it made by the attempt that failed."""
     body = json.dumps({"name": repo}).encode()
     status, answer = _request(address, "POST", "/api/v1/repos", body, "application/json")
-    assert status == 201, f"create {repo}: HTTP {status} {answer[:300]!r}"
+    assert status == 201 or (again and status == 409), (
+        f"create {repo}: HTTP {status} {answer[:300]!r}"
+    )
 
 
-def push(address: str, repo: str, seed: Seed) -> None:
-    """Push the seed's pack to the empty ``repo`` as ``refs/heads/main``."""
+def push(address: str, repo: str, seed: Seed, *, again: bool = False) -> None:
+    """Push the seed's pack to the empty ``repo`` as ``refs/heads/main``; ``again``: a
+    retry, which may find ``main`` already there (the failed attempt's answer was lost
+    after the ledger took it), and then is done."""
     status, answer = push_file(address, repo, seed.head, seed.pack)
     assert status == 200, f"push {repo}: HTTP {status} {answer[:300]!r}"
+    if again and b"ng refs/heads/main" in answer:
+        refs = _request(address, "GET", f"/{repo}.git/info/refs?service=git-upload-pack", b"", "")
+        if seed.head + b" refs/heads/main" in refs[1]:
+            return
     assert b"unpack ok" in answer and b"ok refs/heads/main" in answer, (
         f"push {repo}: {answer[:300]!r}"
     )
@@ -139,24 +149,57 @@ def fetch(address: str, repo: str, seed: Seed) -> None:
     assert hashlib.sha1(pack[:-20]).digest() == pack[-20:], f"clone {repo}: bad trailer"
 
 
+class Populated:
+    """What :func:`populate` did: repositories made, and the steps it had to retry."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.retries: list[str] = []
+        """One line per retried step: the repository and the first line of its error."""
+
+
 def populate(
     address: str,
     repos: Iterable[str],
     seed: Seed,
     workers: int,
+    *,
     progress: Callable[[int], None] | None = None,
-) -> int:
-    """Create, push and clone each of ``repos``, ``workers`` at a time; how many."""
+    attempts: int = 1,
+) -> Populated:
+    """Create, push and clone each of ``repos``, ``workers`` at a time.
+
+    Each step is tried up to ``attempts`` times (a benchmark on a loaded machine may
+    see a push refused with ``ng ... no ledger member answered in time``); a test
+    keeps the default, one, and fails on the first error."""
+    out = Populated()
+
+    def step(repo: str, fn: Callable[[bool], None]) -> None:
+        for attempt in range(attempts):
+            try:
+                fn(attempt > 0)
+                return
+            except (AssertionError, OSError) as e:
+                if attempt + 1 == attempts:
+                    raise
+                out.retries.append(f"{repo}: {str(e).splitlines()[0][:200]}")
+                time.sleep(1.0 + attempt)
 
     def one(repo: str) -> None:
-        create(address, repo)
-        push(address, repo, seed)
-        fetch(address, repo, seed)
+        step(repo, lambda again: create(address, repo, again=again))
+        step(repo, lambda again: push(address, repo, seed, again=again))
+        step(repo, lambda _again: fetch(address, repo, seed))
 
-    done = 0
     with ThreadPoolExecutor(workers) as ex:
         for _ in ex.map(one, repos):
-            done += 1
+            out.done += 1
             if progress is not None:
-                progress(done)
-    return done
+                progress(out.done)
+    return out
+
+
+def clone_contents(clone: Path) -> bytes:
+    """What a clone holds: its refs and every object reachable from them."""
+    refs = run_git(["for-each-ref", "--format=%(objectname) %(refname)"], cwd=clone)
+    objects = run_git(["rev-list", "--objects", "--all"], cwd=clone)
+    return refs + b"\n" + b"\n".join(sorted(objects.splitlines()))
