@@ -375,7 +375,11 @@ def test_scenario(path: Path, world: World) -> None:
     run_file(path, world.run)
 
 
-def test_the_scenarios_are_there() -> None:
+def test_the_scenarios_are_there_and_cite_their_seed() -> None:
+    for path in SCENARIOS:  # the leading comment names the seed 001 section it checks
+        lines = path.read_text(encoding="utf-8").split("\n")
+        header = " ".join(line for line in lines[: lines.index("")] if line.startswith("#"))
+        assert "seed 001, " in header.lower(), path.name
     names = {p.stem for p in SCENARIOS}
     assert {
         "delete_recreate_stale_push",
