@@ -2,7 +2,8 @@
 
 With ``limits.view_idle_ms_max`` short, repositories pushed and cloned with git go idle;
 the compute evicts every view and ends its subscription (the ledger's open Subscribe
-streams drop to 0 and its groups hibernate). A clone of an evicted repository then
+streams drop to 0 and its groups hibernate) and closes the view's stored layers (every
+push here makes one: ``layers.inline_max`` 0). A clone of an evicted repository then
 re-opens the view and gets exactly what it got before, and a push to a re-opened, then
 evicted again, repository is what the next clone sees: a re-opened view is current.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from enroute_testing.devserver import DevServer, role_http, running_dev
+from enroute_testing.fleet import clone_contents
 from enroute_testing.gitcli import run_git
 from enroute_testing.scrape import sample_value
 
@@ -31,13 +33,6 @@ def scrape(base: str) -> str:
     with urllib.request.urlopen(f"{base}/metrics", timeout=20) as r:
         text: str = r.read().decode()
     return text
-
-
-def everything(clone: Path) -> bytes:
-    """What a clone holds: its refs and every object reachable from them."""
-    refs = run_git(["for-each-ref", "--format=%(objectname) %(refname)"], cwd=clone)
-    objects = run_git(["rev-list", "--objects", "--all"], cwd=clone)
-    return refs + b"\n" + b"\n".join(sorted(objects.splitlines()))
 
 
 class Dev:
@@ -85,6 +80,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     config = {
         "ledger": {"hibernate_after": "1s"},
         "limits": {"view_idle_ms_max": IDLE_MS},
+        "layers": {"inline_max": 0},  # every push a stored layer: eviction closes them
     }
     with running_dev(root, config) as server:
         yield Dev(server, root)
@@ -96,12 +92,16 @@ def test_idle_views_are_evicted_and_a_later_clone_and_push_see_the_latest(
 ) -> None:
     for k in range(REPOS):
         run_git(["push", "-q", dev.url(k), "main"], cwd=dev.work)
-    before = {k: everything(dev.clone(k)) for k in range(REPOS)}
+    before = {k: clone_contents(dev.clone(k)) for k in range(REPOS)}
     assert dev.metric("compute", "enroute_compute_hosted_repositories") == REPOS
     assert dev.metric("ledger", "enroute_ledger_subscriptions_open") == REPOS
+    assert dev.metric("compute", "enroute_layer_open") == REPOS
 
     dev.wait_evicted()
     assert dev.metric("compute", "enroute_compute_view_evictions_total") >= REPOS
+    # the evicted views' stored layers are closed: no metadata left open for them
+    assert dev.metric("compute", "enroute_layer_open") == 0
+    assert dev.metric("compute", "enroute_layer_closes_total") >= REPOS
     deadline = time.monotonic() + WAIT_S  # nobody parked on them: the groups sleep
     while dev.metric("ledger", "enroute_ledger_groups_hibernated") < REPOS:
         assert time.monotonic() < deadline, "groups of evicted views did not hibernate"
@@ -109,8 +109,9 @@ def test_idle_views_are_evicted_and_a_later_clone_and_push_see_the_latest(
 
     # a clone re-opens the view and gets exactly what it got before
     reopens = dev.metric("compute", "enroute_compute_view_reopens_total")
-    assert everything(dev.clone(0)) == before[0]
+    assert clone_contents(dev.clone(0)) == before[0]
     assert dev.metric("compute", "enroute_compute_view_reopens_total") == reopens + 1
+    assert dev.metric("compute", "enroute_layer_open") == 1  # opened again from its copy
 
     # a push to an evicted repository, evicted again, then cloned: the latest state
     head = dev.commit("b")
@@ -121,4 +122,4 @@ def test_idle_views_are_evicted_and_a_later_clone_and_push_see_the_latest(
     run_git(["fsck", "--strict"], cwd=got)
     # and the others are what they were
     for k in (2, 3):
-        assert everything(dev.clone(k)) == before[k]
+        assert clone_contents(dev.clone(k)) == before[k]
