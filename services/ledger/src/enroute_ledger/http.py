@@ -39,6 +39,7 @@ from enroute_core.base.errors import EnrouteError
 from enroute_core.base.ids import NodeId
 from enroute_proto.peer_token import admin_authorized
 
+from .membership import MembershipDriver, admin, members_view
 from .runtime import Group, Runtime
 
 Scope = MutableMapping[str, Any]
@@ -81,6 +82,7 @@ def _group_row(rt: Runtime, g: Group) -> dict[str, object]:
         "applied_index": g.applied,
         "version": g.version,  # these views never wake a hibernated group
         "deleted": g.deleted,
+        "voters": sorted(int(n) for n in rt.mr.voters_of(g.gid)),  # as applied here
     }
 
 
@@ -288,8 +290,10 @@ async def transfer_leadership(rt: Runtime, timeout_s: float) -> dict[str, int]:
 
 
 class StatusApp:
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, membership: MembershipDriver | None = None) -> None:
         self.rt = rt
+        self.membership = membership
+        """/status carries a change's progress; /membership serves ``enroute ledger``."""
         self.ready = False
         self.registry = CollectorRegistry()
         self.registry.register(LedgerCollector(rt))
@@ -328,10 +332,13 @@ class StatusApp:
             if repo is not None and not admin_authorized(_header(scope, b"authorization")):
                 await _reply(send, 401, "text/plain", ADMIN_REFUSED)
                 return
-            body = json.dumps(
-                status(self.rt, self.ready, repo=repo, after=after), sort_keys=True
-            ).encode()
+            doc = status(self.rt, self.ready, repo=repo, after=after)
+            if self.membership is not None:
+                doc["membership"] = self.membership.status()
+            body = json.dumps(doc, sort_keys=True).encode()
             await _reply(send, 200, "application/json", body)
+        elif path == "/membership" and self.membership is not None:
+            await serve_membership(self.membership, scope, receive, send)
         elif path == "/metrics":
             text = generate_latest(self.registry)
             await _reply(send, 200, "text/plain; version=0.0.4; charset=utf-8", text)
@@ -342,6 +349,39 @@ class StatusApp:
             await _reply(send, code, "text/plain", b"ready\n" if self.ready else b"starting\n")
         else:
             await _reply(send, 404, "text/plain", b"not found\n")
+
+
+async def serve_membership(
+    driver: MembershipDriver, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """``GET /membership`` (every voter, health, lag, the open change) and ``POST``
+    (a step of a change: docs/raft.md, "Membership changes"); both need the token."""
+    if not admin_authorized(_header(scope, b"authorization")):  # docs/security.md
+        await _reply(send, 401, "text/plain", ADMIN_REFUSED)
+        return
+    try:
+        if scope.get("method", "GET") == "POST":
+            raw = b""
+            while True:
+                msg = await receive()
+                raw += msg.get("body", b"")
+                if not msg.get("more_body") or len(raw) > 65536:
+                    break
+            try:
+                request = json.loads(raw or b"{}")
+            except ValueError:
+                request = None
+            if not isinstance(request, dict):
+                await _reply(send, 400, "text/plain", b"a JSON object, please\n")
+                return
+            answer = await admin(driver.store, request)
+        else:
+            answer = await members_view(driver.store, driver.wall_clock_us())
+    except EnrouteError as e:
+        doc = {"code": e.code, "message": e.message, "details": e.details}
+        await _reply(send, 409, "application/json", json.dumps(doc, default=str).encode())
+        return
+    await _reply(send, 200, "application/json", json.dumps(answer, sort_keys=True).encode())
 
 
 ADMIN_REFUSED = b"this needs the internal token as a bearer token (docs/security.md)\n"

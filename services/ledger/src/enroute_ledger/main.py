@@ -40,6 +40,7 @@ from .http import TRANSFER_TIMEOUT_S, StatusApp, transfer_leadership
 from .identity import establish
 from .lifecycle import Lifecycle
 from .logstore import open_log_store
+from .membership import MembershipDriver, Record, founding_record, load_or_found, resolve
 from .rpc.servicer import LedgerServicer, RaftTransportServicer
 from .runtime import Runtime, RuntimeConfig
 from .transport import GrpcTransport
@@ -56,43 +57,41 @@ def split_hostport(value: str, default: str) -> tuple[str, int]:
         raise InvalidArgument(f"not HOST:PORT: {value!r}", value=value) from None
 
 
-def membership(config: Config, grpc_addr: str) -> tuple[NodeId, dict[NodeId, str]]:
-    """Raft ids: member i of ``ledger.members`` is id i + 1; ``node.id`` digits pick ours.
+def membership(
+    config: Config,
+    grpc_addr: str,
+    record: Record | None = None,
+    stored: NodeId | None = None,
+) -> tuple[NodeId, dict[NodeId, str]]:
+    """This node's Raft id and its peers' addresses (docs/raft.md, "Membership changes").
 
-    Empty members (or only this node) make a single voter with id 1.
+    ``record``: the ledger's membership record (None: the one ``ledger.members`` founds,
+    member i is id i + 1); ``stored``: the id the data directory holds. Refuses a member
+    list the record denies. Empty members (or only this node) make a single voter, id 1.
     """
     members = list(config.ledger.members)
-    nid = config.node.id
-    if nid.isdigit() and int(nid) >= 1:
-        me = int(nid)
-    elif grpc_addr in members:
-        me = members.index(grpc_addr) + 1
-    else:
-        me = 1
-    if len(members) <= 1:
-        return NodeId(me), {}
-    if not 1 <= me <= len(members):
-        raise InvalidArgument("node.id is not a position in ledger.members", id=nid)
-    peers = {NodeId(i + 1): a for i, a in enumerate(members) if i + 1 != me}
-    if len(members) % 2 == 0:
+    rec = record if record is not None else founding_record(members)
+    me, peers = resolve(rec, members, config.node.id, grpc_addr, stored)
+    if len(rec.view) % 2 == 0:
         log.warning(
-            "ledger.members lists %d voters: a majority of an even count tolerates no more "
+            "the ledger has %d voters: a majority of an even count tolerates no more "
             "failures than one voter fewer, and with 2 a voter that loses its disk cannot be "
             "readmitted (docs/raft.md, 'A voter that lost its disk'); use 3 or 5",
-            len(members),
+            len(rec.view),
         )
-    return NodeId(me), peers
+    return me, peers
 
 
 async def serve(config: Config) -> int:
     ghost, gport = split_hostport(config.listen.grpc, "127.0.0.1:7000")
     hhost, hport = split_hostport(config.listen.http, "127.0.0.1:9100")
-    node_id, peers = membership(config, config.listen.grpc)
     data = Path(config.node.data_dir)
     data.mkdir(parents=True, exist_ok=True)
     limits = config.resource_limits()  # the `limits:` section of the configuration
     logstore = open_log_store(data / "log", clock=time.monotonic, limits=limits)
     objstore = open_store(config.store.url, config.store.store_options(), env=os.environ)
+    record = await load_or_found(objstore, list(config.ledger.members))
+    node_id, peers = membership(config, config.listen.grpc, record, logstore.node_identity())
     life = await establish(
         data,
         logstore,
@@ -122,6 +121,15 @@ async def serve(config: Config) -> int:
         rt.mr, peers, wake=rt.wake, message_bytes_max=limits.rpc_message_bytes_max
     )
     rt.transport = transport
+    driver = MembershipDriver(
+        rt,
+        objstore,
+        record,
+        set_peers=transport.set_peers,
+        addresses=peers,
+        clock=time.monotonic,
+        wall_clock_us=lambda: time.time_ns() // 1000,
+    )
     lc = Lifecycle(
         rt,
         objstore,
@@ -154,6 +162,7 @@ async def serve(config: Config) -> int:
         raise InvalidArgument("cannot bind listen.grpc", value=f"{ghost}:{gport}")
     await server.start()
     transport.start()
+    member_task = asyncio.get_running_loop().create_task(driver.run())
     await lc.startup()
     cp = Checkpointer(
         lc,
@@ -163,7 +172,7 @@ async def serve(config: Config) -> int:
     )
     cp_task = asyncio.get_running_loop().create_task(cp.run())
 
-    app = StatusApp(rt)
+    app = StatusApp(rt, driver)
     sock = socket.socket(socket.AF_INET6 if ":" in hhost else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((hhost, hport))
@@ -192,8 +201,9 @@ async def serve(config: Config) -> int:
     http.should_exit = True
     await transport.close()
     cp.stop()
+    driver.stop()
     rt.stop()
-    await asyncio.wait({loop_task, http_task, cp_task}, timeout=5.0)
+    await asyncio.wait({loop_task, http_task, cp_task, member_task}, timeout=5.0)
     logstore.close()
     await objstore.close()
     return 0

@@ -693,6 +693,18 @@ class Runtime:
 
     # -- groups ------------------------------------------------------------------------------
 
+    def set_founding_voters(self, voters: frozenset[NodeId]) -> None:
+        """The members a group founded from now on boots with (docs/raft.md, "Membership
+        changes"): the ledger's committed membership, or the one a change moves to."""
+        self.voters = voters
+        self._boot_meta = SnapshotMetadata(LogIndex(1), Term(1), ConfState(voters=voters))
+        self._boot_snapshot = Snapshot(self._boot_meta)
+
+    @property
+    def founding(self) -> int:
+        """Groups whose boot rows are being written (they boot with the members of before)."""
+        return len(self._hosting)
+
     def _storage_for(self, gid: GroupId, voters: frozenset[NodeId]) -> Storage:
         return self._pending_storage.pop(gid)
 
@@ -853,6 +865,7 @@ class Runtime:
     async def _found(self, gid: GroupId, repo: str, campaign: bool) -> Group:
         """Write ``gid``'s boot rows, then install it (see :meth:`host`)."""
         meta, hs = self._boot_meta, self._boot_hard_state  # shared by every group
+        boot = self._boot_snapshot  # taken now: a membership change may replace it meanwhile
         # a group of a repository that existed when this node came back with a wiped
         # disk may remember it as a voter: join it blank (docs/raft.md)
         blank = self.blank_id if not campaign and repo in self.blank_repos else 0
@@ -863,7 +876,7 @@ class Runtime:
             batch.put_state(store_gid(gid), _BLANK_ROW, blank.to_bytes(8, "big"))
         await asyncio.wrap_future(self.store.submit(batch))
         mem = MemoryStorage()
-        mem.apply_snapshot(self._boot_snapshot)
+        mem.apply_snapshot(boot)
         mem.set_hard_state(hs)
         g = self._install(gid, mem, 1, blank)
         if campaign or not self.config.peers:

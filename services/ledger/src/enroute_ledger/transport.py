@@ -135,6 +135,7 @@ class GrpcTransport:
             n: asyncio.Queue(SNAPSHOTS_QUEUED_MAX) for n in addresses
         }
         self._tasks: list[asyncio.Task[None]] = []
+        self._links: dict[NodeId, tuple[asyncio.Task[None], asyncio.Task[None]]] = {}
         self.dropped = 0
         self.snapshots_sent = 0
         self.snapshots_failed = 0
@@ -150,8 +151,29 @@ class GrpcTransport:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         for node in self.addresses:
-            self._tasks.append(loop.create_task(self._run(node)))
-            self._tasks.append(loop.create_task(self._run_snapshots(node)))
+            link = (loop.create_task(self._run(node)), loop.create_task(self._run_snapshots(node)))
+            self._links[node] = link
+            self._tasks.extend(link)
+
+    def set_peers(self, addresses: dict[NodeId, str]) -> None:
+        """Follow a membership change: links to new voters open, links to removed ones
+        close (docs/raft.md, "Membership changes"); a known voter keeps its link."""
+        loop = asyncio.get_running_loop()
+        for node, address in addresses.items():
+            if node in self._queues:
+                continue
+            self.addresses[node] = address
+            self._queues[node] = asyncio.Queue(QUEUE_MAX)
+            self._snaps[node] = asyncio.Queue(SNAPSHOTS_QUEUED_MAX)
+            if self._tasks:  # started: a new voter gets its link at once
+                self._links[node] = (
+                    loop.create_task(self._run(node)),
+                    loop.create_task(self._run_snapshots(node)),
+                )
+        for node in [n for n in self._queues if n not in addresses]:
+            del self._queues[node], self._snaps[node], self.addresses[node]
+            for t in self._links.pop(node, ()):
+                t.cancel()
 
     def send(self, batch: Batch) -> None:
         q = self._queues.get(batch.to_node)
@@ -245,6 +267,7 @@ class GrpcTransport:
             await channel.close()
 
     async def close(self) -> None:
+        self._tasks = [t for link in self._links.values() for t in link]
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:

@@ -351,6 +351,7 @@ def test_4_1_one_conf_change_at_a_time() -> None:
     r = new_raft(1, [1, 2, 3])
     r.step(hup(1))
     r.step(msg(MT.VOTE_RESP, 2, 1, term=r.term))
+    r.step(msg(MT.APP_RESP, 2, 1, term=r.term, index=r.log.last_index()))  # its empty entry
     _commit_all(r)
     r.step(_conf(1, ConfChange(ConfChangeType.ADD_NODE, NodeId(4))))
     with pytest.raises(ProposalDropped) as err:
@@ -359,6 +360,25 @@ def test_4_1_one_conf_change_at_a_time() -> None:
     r.step(msg(MT.APP_RESP, 2, 1, term=r.term, index=r.log.last_index()))
     _commit_all(r)
     r.step(_conf(1, ConfChange(ConfChangeType.ADD_NODE, NodeId(5))))
+
+
+def test_4_1_a_leader_commits_an_entry_of_its_term_before_a_change() -> None:
+    """Ongaro's correction to single-server changes (raft-dev, "bug in single-server
+    membership changes", 2015; docs/raft.md, "Membership changes"): until an entry of
+    its own term commits, a new leader may lack a change an earlier leader appended,
+    and a second change beside it could let two disjoint majorities decide."""
+    r = new_raft(1, [1, 2, 3])
+    r.step(hup(1))
+    r.step(msg(MT.VOTE_RESP, 2, 1, term=r.term))
+    _commit_all(r)
+    assert r.log.term_or_zero(r.log.committed) != r.term  # its empty entry is not committed
+    with pytest.raises(ProposalDropped) as err:
+        r.step(_conf(1, ConfChange(ConfChangeType.ADD_NODE, NodeId(4))))
+    assert err.value.details["reason"] == "conf_change_pending"
+    r.step(msg(MT.APP_RESP, 2, 1, term=r.term, index=r.log.last_index()))
+    _commit_all(r)
+    r.step(_conf(1, ConfChange(ConfChangeType.ADD_NODE, NodeId(4))))
+    assert r.pending_conf_index == r.log.last_index()
 
 
 def test_4_1_new_leader_waits_for_unapplied_conf_changes() -> None:

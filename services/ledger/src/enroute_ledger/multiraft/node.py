@@ -254,6 +254,29 @@ class MultiRaft:
     def active_count(self) -> int:
         return len(self._active)
 
+    def voters_of(self, group: GroupId) -> frozenset[NodeId]:
+        """The members ``group`` has applied here, without waking a hibernated group."""
+        h = self._sleeping.get(group)
+        if h is not None:
+            return h.voters
+        return self._get(group).raft.tracker.voters
+
+    def set_peers(self, peers: Iterable[NodeId]) -> None:
+        """The other voters of the ledger after a membership change (docs/raft.md,
+        "Membership changes"): batches go to and are taken from these nodes only. A new
+        peer counts as alive until its liveness timeout says otherwise."""
+        new = tuple(sorted(set(peers) - {self.id}))
+        for p in new:
+            if p not in self._alive:
+                self._last_heard[p] = self._ticks
+                self._last_sent[p] = 0
+                self._alive[p] = True
+                self._lead_counts.setdefault(p, 0)
+        for p in self.peers:
+            if p not in new:
+                del self._last_heard[p], self._last_sent[p], self._alive[p]
+        self.peers = new
+
     def is_alive(self, node: NodeId) -> bool:
         return node == self.id or self._alive.get(node, False)
 

@@ -498,6 +498,11 @@ class Raft:
             if len(conf_at) > 1 or self.pending_conf_index > self.log.applied:
                 # §4.1: one change at a time; the previous one must have applied.
                 raise dropped(DropReason.CONF_CHANGE_PENDING, pending=self.pending_conf_index)
+            if self.log.term_or_zero(self.log.committed) != self.term:
+                # Ongaro's fix of single-server changes (raft-dev, 2015): a new leader
+                # first commits an entry of its own term, so no change of an earlier
+                # term that it does not hold can still commit beside its own.
+                raise dropped(DropReason.CONF_CHANGE_PENDING, pending=self.log.committed)
             self._check_conf_change(m.entries[conf_at[0]].data)
         if not self._append_entries(m.entries):
             raise dropped(DropReason.UNCOMMITTED_BYTES, uncommitted_bytes=self.uncommitted_bytes)
@@ -985,6 +990,10 @@ class Raft:
         False: it stays a plain follower that keeps time, as after a restart.
         """
         log = self.log
+        tr = self.tracker
+        # the members as applied when it slept (conf changes after the snapshot, which a
+        # woken group's driver does not apply again), whether or not the role comes back
+        tr.voters, tr.learners = h.voters, h.learners
         if log.last_index() >= h.commit and log.term_or_zero(h.commit) == h.last_term:
             log.commit_to(LogIndex(max(h.commit, log.committed)))
             log.applied_to(h.commit)
@@ -992,8 +1001,6 @@ class Raft:
             return False
         if log.committed != h.commit or log.applied != h.commit:
             return False
-        tr = self.tracker
-        tr.voters, tr.learners = h.voters, h.learners  # conf changes after the snapshot
         if h.lead != self.id:
             self.become_follower(self.term, h.lead)
             self.quiesced = True

@@ -1,0 +1,579 @@
+"""The ledger's membership: the cluster-wide record, and the driver that moves every group.
+
+docs/raft.md, "Membership changes". The voters of the ledger are one record in the
+object store, ``ledger/membership`` (JSON, written with compare-and-swap)::
+
+    {"format": 1, "epoch": 3, "voters": {"1": "ADDR", ...}, "target": null,
+     "next_id": 5, "founders": 3, "retired": [4]}
+
+* ``voters``: the committed membership, by Raft id. Every group has these voters
+  once no change is open; a group founded now boots with them.
+* ``target``: a change being applied, one voter added or one removed (so any
+  majority of ``voters`` meets any majority of ``target``). Groups founded while
+  it is open boot with ``target``.
+* ``next_id`` only grows and ``retired`` lists every removed id: an id is never
+  given twice, so a replaced machine never speaks under its predecessor's name.
+* ``founders``: the ids 1..n of the first member list; their addresses come from
+  ``ledger.members`` by position (as before membership changes existed), the
+  addresses of voters added later from the record.
+
+Every voter reads the record every ``POLL_S``; with a change open, each one
+proposes the single-server change to every group whose applied members here
+differ from ``target`` (a follower's proposal is forwarded to the group's
+leader), a bounded number per round. The operator's ``enroute ledger`` command
+opens the change, waits until every voter of ``target`` has taken it and reports
+no group off target, then closes it: ``voters`` becomes ``target``. Any step may
+be repeated after a crash; each is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from enroute_core.base.errors import (
+    CorruptData,
+    EnrouteError,
+    InvalidArgument,
+    NotFound,
+    PreconditionFailed,
+)
+from enroute_core.base.ids import NodeId
+from enroute_core.storage.objectstore import ObjectStore
+
+from .multiraft import GroupId
+from .raft import ConfChange, ConfChangeType, Role
+from .runtime import Runtime
+
+log = logging.getLogger("enroute.ledger.membership")
+
+MEMBERSHIP_KEY = "ledger/membership"
+POLL_S = 1.0
+"""How often a voter reads the record (one GET per voter per second)."""
+PROPOSALS_PER_ROUND = 256
+"""Conf changes one voter proposes per round: the bounded batch a change advances by."""
+PROGRESS_EVERY_S = 5.0
+"""A voter rewrites its unchanged progress this often: a report older than
+HEALTHY_S says the voter is down (or cut off from the store)."""
+HEALTHY_S = 15.0
+PROGRESS_PREFIX = "ledger/membership-progress/"
+_CAS_ATTEMPTS = 20
+
+
+def progress_key(node: int) -> str:
+    return f"{PROGRESS_PREFIX}{node}"
+
+
+@dataclass(frozen=True)
+class Record:
+    """``ledger/membership`` (module docstring)."""
+
+    epoch: int
+    voters: dict[int, str]
+    next_id: int
+    founders: int
+    target: dict[int, str] | None = None
+    retired: tuple[int, ...] = field(default=())
+
+    @property
+    def view(self) -> dict[int, str]:
+        """The members a group founded now boots with, and the voters this node talks to."""
+        return self.target if self.target is not None else self.voters
+
+    def encode(self) -> bytes:
+        doc = {
+            "format": 1,
+            "epoch": self.epoch,
+            "voters": {str(k): v for k, v in sorted(self.voters.items())},
+            "target": None
+            if self.target is None
+            else {str(k): v for k, v in sorted(self.target.items())},
+            "next_id": self.next_id,
+            "founders": self.founders,
+            "retired": sorted(self.retired),
+        }
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> Record:
+        try:
+            doc = json.loads(data)
+            if doc["format"] != 1:
+                raise ValueError(f"format {doc['format']}")
+            target = doc["target"]
+            rec = Record(
+                epoch=int(doc["epoch"]),
+                voters={int(k): str(v) for k, v in doc["voters"].items()},
+                next_id=int(doc["next_id"]),
+                founders=int(doc["founders"]),
+                target=None if target is None else {int(k): str(v) for k, v in target.items()},
+                retired=tuple(int(i) for i in doc["retired"]),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CorruptData(f"{MEMBERSHIP_KEY}: {e}", section="ledger-membership") from None
+        if not rec.voters or any(i >= rec.next_id for i in rec.view):
+            raise CorruptData(f"{MEMBERSHIP_KEY}: bad ids", section="ledger-membership")
+        return rec
+
+    def as_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(self.encode())
+        return doc
+
+    def change_text(self) -> str:
+        """The open change in words ("" when none)."""
+        if self.target is None:
+            return ""
+        added = sorted(set(self.target) - set(self.voters))
+        removed = sorted(set(self.voters) - set(self.target))
+        if added:
+            return f"add {added[0]} ({self.target[added[0]]})"
+        return f"remove {removed[0]}" if removed else "no-op"
+
+
+def founding_record(members: list[str]) -> Record:
+    """The first record: ``ledger.members`` position i is id i + 1 (as before changes)."""
+    voters = {i + 1: a for i, a in enumerate(members)} or {1: ""}
+    return Record(epoch=1, voters=voters, next_id=len(voters) + 1, founders=len(voters))
+
+
+async def read_record(store: ObjectStore) -> tuple[Record, str] | None:
+    try:
+        data, etag = await store.get_with_etag(MEMBERSHIP_KEY)
+    except NotFound:
+        return None
+    return Record.decode(data), etag
+
+
+async def load_or_found(store: ObjectStore, members: list[str]) -> Record:
+    """The record; written from ``members`` if there is none yet (the first start)."""
+    for _ in range(_CAS_ATTEMPTS):
+        got = await read_record(store)
+        if got is not None:
+            return got[0]
+        rec = founding_record(members)
+        try:
+            await store.put(MEMBERSHIP_KEY, rec.encode(), if_none_match=True)
+        except PreconditionFailed:
+            continue  # another founder wrote it first: read that one
+        log.info("ledger membership recorded: voters %s", sorted(rec.voters))
+        return rec
+    raise PreconditionFailed("membership record keeps changing", key=MEMBERSHIP_KEY)
+
+
+async def update(store: ObjectStore, change: Callable[[Record], Record]) -> Record:
+    """Apply ``change`` to the record with compare-and-swap, retried while others write."""
+    for _ in range(_CAS_ATTEMPTS):
+        got = await read_record(store)
+        if got is None:
+            raise NotFound("no ledger membership record yet", key=MEMBERSHIP_KEY)
+        rec, etag = got
+        new = change(rec)
+        if new == rec:
+            return rec
+        try:
+            await store.put(MEMBERSHIP_KEY, new.encode(), if_match=etag)
+        except PreconditionFailed:
+            continue
+        return new
+    raise PreconditionFailed("membership record keeps changing", key=MEMBERSHIP_KEY)
+
+
+# -- the steps of a change (pure: Record -> Record; idempotent) -------------------------------
+
+
+def _busy(rec: Record) -> InvalidArgument:
+    return InvalidArgument(
+        f"a membership change is open ({rec.change_text()}): finish it first by running "
+        "the same `enroute ledger` command again",
+        epoch=rec.epoch,
+    )
+
+
+def begin_add(rec: Record, address: str) -> Record:
+    """Open "add a voter at ``address``" under a new id; a no-op if it is open or done."""
+    if not address or ":" not in address:
+        raise InvalidArgument("not HOST:PORT", address=address)
+    if address in rec.view.values():
+        return rec
+    if rec.target is not None:
+        raise _busy(rec)
+    nid = rec.next_id
+    return replace(
+        rec,
+        epoch=rec.epoch + 1,
+        next_id=nid + 1,
+        target={**rec.voters, nid: address},
+    )
+
+
+def begin_remove(rec: Record, node: int) -> Record:
+    """Open "remove voter ``node``"; a no-op if it is open or done."""
+    if rec.target is not None and node not in rec.target and node in rec.voters:
+        return rec
+    if node in rec.retired and rec.target is None:
+        return rec
+    if node not in rec.view:
+        raise InvalidArgument("no such voter", id=node, voters=sorted(rec.view))
+    if rec.target is not None:
+        raise _busy(rec)
+    if len(rec.voters) <= 1:
+        raise InvalidArgument("the last voter cannot be removed", id=node)
+    target = {i: a for i, a in rec.voters.items() if i != node}
+    return replace(rec, epoch=rec.epoch + 1, target=target)
+
+
+def finish(rec: Record) -> Record:
+    """Close the open change: the target is the committed membership."""
+    if rec.target is None:
+        return rec
+    removed = set(rec.voters) - set(rec.target)
+    return replace(
+        rec,
+        epoch=rec.epoch + 1,
+        voters=rec.target,
+        target=None,
+        retired=tuple(sorted({*rec.retired, *removed})),
+    )
+
+
+# -- a voter's start -----------------------------------------------------------------------------
+
+
+def resolve(
+    rec: Record, members: list[str], node_id: str, grpc_addr: str, stored: NodeId | None
+) -> tuple[NodeId, dict[NodeId, str]]:
+    """This node's id and its peers' addresses; refuses a member list the record denies.
+
+    The id is the one the data directory holds, else ``node.id`` (digits), else the
+    position of ``listen.grpc`` in ``ledger.members``.
+    """
+    if stored is not None:
+        me = int(stored)
+    elif node_id.isdigit() and int(node_id) >= 1:
+        me = int(node_id)
+    elif grpc_addr in members:
+        me = members.index(grpc_addr) + 1
+    else:
+        me = 1
+    if me in rec.retired:
+        raise InvalidArgument(
+            f"node {me} was removed from the ledger and its id is never used again: wipe "
+            "its data directory and join it as a new voter with `enroute ledger add ADDRESS`",
+            id=me,
+        )
+    view = rec.view
+    counts = {len(rec.voters), len(view)}
+    configured = max(1, len(members))
+    if configured not in counts:
+        raise InvalidArgument(
+            f"ledger.members lists {configured} voters but the ledger's committed membership "
+            f"has {len(rec.voters)} ({_listed(rec.voters)}): change the membership online with "
+            "`enroute ledger add ADDRESS` or `enroute ledger remove ID` first, then list "
+            "the members it reports (docs/raft.md, 'Membership changes')",
+            configured=configured,
+            committed=len(rec.voters),
+        )
+    if me not in view:
+        raise InvalidArgument(
+            f"node {me} is not a voter of the ledger ({_listed(view)}): add it with "
+            "`enroute ledger add ADDRESS` and start it with the node.id that command prints",
+            id=me,
+        )
+    peers: dict[NodeId, str] = {}
+    for i, addr in view.items():
+        if i == me:
+            continue
+        # the configured route to a founder (a proxy, say) wins over the recorded address
+        peers[NodeId(i)] = members[i - 1] if i <= min(rec.founders, len(members)) else addr
+    return NodeId(me), peers
+
+
+def _listed(voters: dict[int, str]) -> str:
+    return ", ".join(f"{i}={a}" for i, a in sorted(voters.items()))
+
+
+# -- the driver in each voter ----------------------------------------------------------------
+
+
+class MembershipDriver:
+    """Follows the record and moves this node's groups toward the open change's target."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        store: ObjectStore,
+        record: Record,
+        *,
+        set_peers: Callable[[dict[NodeId, str]], None],
+        addresses: dict[NodeId, str],
+        clock: Callable[[], float],
+        wall_clock_us: Callable[[], int],
+        poll_s: float = POLL_S,
+        proposals_per_round: int = PROPOSALS_PER_ROUND,
+    ) -> None:
+        self.rt = rt
+        self.clock = clock
+        self.wall_clock_us = wall_clock_us
+        self.store = store
+        self.record = record
+        self._set_peers = set_peers
+        self._addresses = dict(addresses)  # the configured routes to founders win
+        self.poll_s = poll_s
+        self.proposals_per_round = proposals_per_round
+        self.off_target = 0
+        """Hosted groups whose applied members differ from the open change's target."""
+        self.proposed = 0
+        """Conf changes proposed here (a follower's are forwarded to the leader)."""
+        self.rounds = 0
+        self._cursor = 0
+        self._published: tuple[int, ...] = ()
+        self._published_at = -PROGRESS_EVERY_S
+        self._stop = asyncio.Event()
+        self._apply_view()
+
+    @property
+    def me(self) -> NodeId:
+        return self.rt.config.node_id
+
+    def _apply_view(self) -> None:
+        view = self.record.view
+        self.rt.set_founding_voters(frozenset(NodeId(i) for i in view))
+        peers = {
+            NodeId(i): self._addresses.get(NodeId(i), a) for i, a in view.items() if i != self.me
+        }
+        self.rt.mr.set_peers(peers)
+        self._set_peers(peers)
+
+    def status(self) -> dict[str, Any]:
+        """This voter's part of ``/status`` and of ``enroute ledger members``."""
+        rec = self.record
+        return {
+            "epoch": rec.epoch,
+            "voters": {str(k): v for k, v in sorted(rec.voters.items())},
+            "target": None
+            if rec.target is None
+            else {str(k): v for k, v in sorted(rec.target.items())},
+            "change": rec.change_text(),
+            "groups": len(self.rt.groups),
+            "off_target": self.off_target,
+            "founding": self.rt.founding,
+            "proposed": self.proposed,
+            "rounds": self.rounds,
+        }
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.poll()
+            except EnrouteError as e:
+                log.warning("membership round failed: %s", e)
+            except Exception:  # a bug here must not end the rounds for good
+                log.exception("membership round failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.poll_s)
+
+    async def poll(self) -> None:
+        got = await read_record(self.store)
+        if got is not None and got[0].epoch != self.record.epoch:
+            old, self.record = self.record, got[0]
+            log.warning(
+                "ledger membership epoch %d -> %d: voters %s, target %s",
+                old.epoch,
+                self.record.epoch,
+                sorted(self.record.voters),
+                None if self.record.target is None else sorted(self.record.target),
+            )
+            self._apply_view()
+        self.reconcile()
+        await self._publish()
+
+    async def _publish(self) -> None:
+        """Write this voter's progress where every voter (and the change's end) reads it:
+        when it changed, and every PROGRESS_EVERY_S as a sign of life."""
+        now = self.clock()
+        mine = (self.record.epoch, self.off_target, len(self.rt.groups), self.rt.founding)
+        if mine == self._published and now - self._published_at < PROGRESS_EVERY_S:
+            return
+        body = {
+            "id": int(self.me),
+            "epoch": mine[0],
+            "off_target": mine[1],
+            "groups": mine[2],
+            "founding": mine[3],
+            "leading": sum(1 for g in self.rt.groups.values() if self.rt.is_leader(g)),
+            "apply_lag_entries": self.rt.apply_lag_entries(),
+            "at_us": self.wall_clock_us(),
+        }
+        await self.store.put(progress_key(int(self.me)), json.dumps(body).encode())
+        self._published, self._published_at = mine, now
+
+    def reconcile(self) -> None:
+        """One bounded round: count off-target groups, propose the next step for some."""
+        self.rounds += 1
+        target = self.record.target
+        want = frozenset(NodeId(i) for i in (target if target is not None else self.record.voters))
+        gids = list(self.rt.groups)
+        off = 0
+        budget = self.proposals_per_round
+        n = len(gids)
+        start = self._cursor % n if n else 0
+        for k in range(n):
+            gid = gids[(start + k) % n]
+            try:
+                have = self.rt.mr.voters_of(gid)
+            except NotFound:
+                continue
+            if have == want or self.me not in have:
+                continue
+            off += 1
+            if target is None or budget == 0:
+                continue
+            if self._step(gid, have, want):
+                budget -= 1
+                self._cursor = start + k + 1
+        self.off_target = off
+
+    def _step(self, gid: GroupId, have: frozenset[NodeId], want: frozenset[NodeId]) -> bool:
+        """Propose the next single-server change of ``gid`` (wakes it); True if proposed."""
+        mr = self.rt.mr
+        try:
+            node = mr.raw_node(gid)  # wakes a hibernated group: bounded by the budget
+            r = node.raft
+            added = sorted(want - have)
+            removed = sorted(have - want)
+            if r.role is Role.LEADER and removed and removed[0] == self.me and not added:
+                # the leader leaves last: it hands the group to a voter that stays first
+                last = r.log.last_index()
+                for p in sorted(want):
+                    pr = r.tracker.progress.get(p)
+                    if pr is not None and pr.match == last and r.lead_transferee is None:
+                        mr.transfer_leader(gid, p)
+                        return True
+                return False
+            if r.role is not Role.LEADER and r.lead is None:
+                return False
+            if r.role is Role.LEADER and (
+                r.pending_conf_index > r.log.applied
+                or r.log.term_or_zero(r.log.committed) != r.term
+            ):
+                return False
+            if added:
+                cc = ConfChange(ConfChangeType.ADD_NODE, added[0])
+            else:
+                cc = ConfChange(ConfChangeType.REMOVE_NODE, removed[0])
+            mr.propose_conf_change(gid, cc)
+        except EnrouteError as e:  # dropped (pending, no leader), or the group went away
+            log.debug("conf change of %r not proposed: %s", gid, e)
+            return False
+        self.proposed += 1
+        self.rt.wake()
+        return True
+
+
+# -- the operator's view and commands (``/membership`` of every voter) -------------------------
+
+
+async def read_progress(store: ObjectStore, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Each voter's last progress report (a voter that never wrote one is missing)."""
+    out: dict[int, dict[str, Any]] = {}
+    for i in ids:
+        try:
+            data = await store.get(progress_key(i))
+        except NotFound:
+            continue
+        with contextlib.suppress(ValueError, TypeError):
+            doc = json.loads(data)
+            if isinstance(doc, dict):
+                out[i] = doc
+    return out
+
+
+def change_done(rec: Record, progress: dict[int, dict[str, Any]]) -> list[str]:
+    """Why the open change cannot be closed yet ([] when it can): every voter of the
+    target has taken this epoch, founds no group with the members of before, and
+    hosts no group whose members differ from the target."""
+    assert rec.target is not None
+    waiting: list[str] = []
+    for i in sorted(rec.target):
+        p = progress.get(i)
+        if p is None or p.get("epoch") != rec.epoch:
+            waiting.append(f"voter {i} has not taken epoch {rec.epoch}")
+        elif p.get("off_target") or p.get("founding"):
+            waiting.append(f"voter {i}: {p.get('off_target')} groups still to change")
+    return waiting
+
+
+async def members_view(store: ObjectStore, now_us: int) -> dict[str, Any]:
+    """The record, and each voter's address, health, groups and lag (``enroute ledger members``)."""
+    got = await read_record(store)
+    if got is None:
+        raise NotFound("no ledger membership record yet", key=MEMBERSHIP_KEY)
+    rec = got[0]
+    ids = sorted(set(rec.voters) | set(rec.target or {}))
+    progress = await read_progress(store, ids)
+    rows = []
+    for i in ids:
+        p = progress.get(i, {})
+        age_s = (now_us - int(p.get("at_us", 0))) / 1e6 if p else None
+        rows.append(
+            {
+                "id": i,
+                "address": rec.view.get(i) or rec.voters.get(i, ""),
+                "voter": i in rec.voters,
+                "joining": rec.target is not None and i in rec.target and i not in rec.voters,
+                "leaving": rec.target is not None and i not in rec.target,
+                "healthy": age_s is not None and age_s < HEALTHY_S,
+                "report_age_s": None if age_s is None else round(age_s, 1),
+                "groups": p.get("groups"),
+                "leading": p.get("leading"),
+                "off_target": p.get("off_target"),
+                "apply_lag_entries": p.get("apply_lag_entries"),
+                "epoch": p.get("epoch"),
+            }
+        )
+    out: dict[str, Any] = {"record": rec.as_json(), "members": rows, "change": rec.change_text()}
+    if rec.target is not None:
+        out["waiting"] = change_done(rec, progress)
+        out["off_target"] = sum(int(progress.get(i, {}).get("off_target") or 0) for i in rec.target)
+    return out
+
+
+async def admin(store: ObjectStore, request: dict[str, Any]) -> dict[str, Any]:
+    """``POST /membership``: ``{"op": "add", "address"}``, ``{"op": "remove", "id"}`` or
+    ``{"op": "finish", "epoch"}``; answers the record after the step."""
+    op = request.get("op")
+    if op == "add":
+        address = str(request.get("address", ""))
+        rec = await update(store, lambda r: begin_add(r, address))
+        nid = next((i for i, a in rec.view.items() if a == address), None)
+        log.warning("membership change: add %s as voter %s (epoch %d)", address, nid, rec.epoch)
+        return {"record": rec.as_json(), "id": nid}
+    if op == "remove":
+        node = int(request.get("id", 0))
+        rec = await update(store, lambda r: begin_remove(r, node))
+        log.warning("membership change: remove voter %s (epoch %d)", node, rec.epoch)
+        return {"record": rec.as_json(), "id": node}
+    if op == "finish":
+        epoch = int(request.get("epoch", 0))
+        got = await read_record(store)
+        target = None if got is None else got[0].target
+        if got is None or target is None:
+            return {"record": None if got is None else got[0].as_json(), "finished": False}
+        rec = got[0]
+        if rec.epoch != epoch:
+            raise InvalidArgument("the open change is not the one checked", epoch=rec.epoch)
+        waiting = change_done(rec, await read_progress(store, sorted(target)))
+        if waiting:
+            raise InvalidArgument("the change has not reached every group: " + "; ".join(waiting))
+        rec = await update(store, lambda r: finish(r) if r.epoch == epoch else r)
+        log.warning("membership change done: voters %s (epoch %d)", sorted(rec.voters), rec.epoch)
+        return {"record": rec.as_json(), "finished": True}
+    raise InvalidArgument("op is add, remove or finish", op=op)
