@@ -34,7 +34,8 @@ _PLAIN = [b"a", b"b", b"a-b", b"a.b", b"a0", b"src", b"README", b"x" * 16, b"a b
 _ODD = [b"x" * 17, b"", b".", b"..", b".git", b".GIT", b"git~1", b"GIT~1", b".gitmodules",
         b".GitModules", b"gitmod", b"GITMO~1", b"gi7eba~1", b"a\\b", b"a/b", b"\xe2\x80\x8c.git",
         b"caf\xc3\xa9", b"~", b"a~", b".keep", b".gitattributes", b"GITATT~1",
-        b"gi7d29~1"]  # fmt: skip
+        b"gi7d29~1", b".github", b".GitHub", b".gi", b"...", b".git.", b".git ", b".git:x",
+        b".gitmodules ", b".Gitattributes.", b".gitignore", b".mailmap", b".a"]  # fmt: skip
 NAMES = st.sampled_from(_PLAIN) | st.sampled_from(_PLAIN) | st.sampled_from(_ODD)
 _GIT_MODES = [b"40000", b"100644", b"100755", b"120000", b"160000"]
 MODES = st.sampled_from(_GIT_MODES) | st.sampled_from([b"040000", b"100664", b"644", b"1"])
@@ -42,12 +43,13 @@ _USUAL_OID = bytes(range(1, 21))
 OIDS = st.just(_USUAL_OID) | st.sampled_from(
     [bytes(20), b"\x00" * 19 + b"\x01", b" 0\x00" * 6 + b"zz"]
 )
-# Names fsck has nothing to say of, as the compiled test reads them.
+# Names fsck has nothing to say of, as the compiled test reads them: a dotfile too, but
+# not '.', '..' or one starting with '.git' in any case (the reference decides those).
 _PLAIN_NAMES = (
     st.text(st.characters(min_codepoint=1, max_codepoint=127, exclude_characters="/~\\"),
             min_size=1, max_size=16)
     .map(str.encode)
-    .filter(lambda n: n[:1] != b".")
+    .filter(lambda n: n not in (b".", b"..") and not n.lower().startswith(b".git"))
 )  # fmt: skip
 
 

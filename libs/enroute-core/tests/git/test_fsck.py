@@ -750,10 +750,10 @@ def test_memo_does_not_take_a_cut_tree_for_a_whole_one() -> None:
 
 
 def test_memo_stays_within_its_bound() -> None:
-    """With names the compiled clean test leaves to Python (a leading '.'), so that the memo
+    """With names the compiled clean test leaves to Python (a '~'), so that the memo
     is asked."""
     memo = fsck_module.TreeCheckMemo(2000)
     for i in range(200):
-        fsck_module.check_tree(OID, tree((b"100644", b".f%d" % i)), memo=memo)
+        fsck_module.check_tree(OID, tree((b"100644", b"f~%d" % i)), memo=memo)
         assert memo._bytes <= 2000
     assert 0 < len(memo._items) < 200

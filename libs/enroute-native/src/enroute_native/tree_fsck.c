@@ -6,12 +6,14 @@
  * enroute_core.git.fsck.check_tree is the reference. This answers True only
  * for a tree the reference reads as the usual tree and finds no problem in:
  * every entry `MODE SP NAME NUL OID` with a mode git writes (40000, 100644,
- * 100755, 120000, 160000), a name of ASCII bytes without '/', that does not
- * start with '.' and holds no '~' or '\', and is at most name_max bytes (every
- * ASCII spelling of '.', '..', '.git', '.gitmodules' and '.gitattributes' fsck
- * knows starts with '.' or holds '~' or '\': the NTFS short names GIT~1,
- * GITMOD~1, GI7EBA~1, GITATT~1, GI7D29~1;
- * HFS+ spellings hold non-ASCII code points); entries in
+ * 100755, 120000, 160000), a name of ASCII bytes without '/' that holds no '~'
+ * or '\', is at most name_max bytes, is not '.' or '..' and, when it starts
+ * with '.', does not start with '.git' in any case (every ASCII spelling of
+ * '.git', '.gitmodules' and '.gitattributes' fsck knows (fsck.c
+ * fsck_tree, path.c is_ntfs_dotgit and is_ntfs_dot_generic) starts with
+ * '.git' in some case or holds '~' or '\': the NTFS short names GIT~1,
+ * GITMOD~1, GI7EBA~1, GITATT~1, GI7D29~1; HFS+ spellings hold non-ASCII code
+ * points; so a dotfile like '.keep' or '.github' is decided here); entries in
  * git's order (a tree's name compared as if it ended in '/') with no name
  * twice; no object id of zeros; at most entries_max entries. Anything else
  * answers False and the reference judges it, so this never finds a problem,
@@ -38,8 +40,16 @@ mode_kind(const unsigned char *p, Py_ssize_t n)
 static int
 plain_name(const unsigned char *name, Py_ssize_t n, Py_ssize_t name_max)
 {
-    if (n == 0 || n > name_max || name[0] == '.')
+    if (n == 0 || n > name_max)
         return 0;
+    if (name[0] == '.') {
+        /* '.', '..' (hasDot, hasDotdot) and any '.git...' (hasDotgit, its NTFS tails, the
+         * special blobs): the reference's. */
+        if (n == 1 || (n == 2 && name[1] == '.'))
+            return 0;
+        if (n >= 4 && (name[1] | 0x20) == 'g' && (name[2] | 0x20) == 'i' && (name[3] | 0x20) == 't')
+            return 0;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         unsigned char c = name[i];
         if (c >= 0x80 || c == '/' || c == '~' || c == '\\')

@@ -1370,9 +1370,9 @@ def check_tree(
 
     First, compiled code (``enroute_native.tree_fsck``, docs/native.md) tells a
     clean tree, one with plain names in git's order that holds no problem and
-    names no :class:`SpecialBlob` (every spelling starts with '.' or holds '~'
-    or a non-ASCII byte, which it never calls clean), without a Python object per entry; every other
-    tree is judged here.
+    names no :class:`SpecialBlob` (every spelling starts with '.git' in some case or
+    holds '~' or a non-ASCII byte, which it never calls clean; nor '.' or '..'), without
+    a Python object per entry; every other tree is judged here.
     """
     if tree_clean(body, limits.tree_entries_max, limits.tree_entry_name_bytes_max):
         return []
