@@ -442,9 +442,18 @@ class Cluster:
 
     def terminate(self, name: str, grace_s: float = STOP_GRACE_S) -> int | None:
         """SIGTERM, then SIGKILL after ``grace_s``; the exit status (None: killed)."""
+        self.begin_stop(name)
+        return self.wait_exit(name, grace_s)
+
+    def begin_stop(self, name: str) -> None:
+        """SIGTERM only: the process drains (docs/reliability.md, "Graceful drain")."""
         member = self.members[name]
         self._signal(member, signal.SIGCONT)
         self._signal(member, signal.SIGTERM)
+
+    def wait_exit(self, name: str, grace_s: float = STOP_GRACE_S) -> int | None:
+        """The exit status once ``name`` ended by itself; SIGKILL after ``grace_s`` (None)."""
+        member = self.members[name]
         if member.process is not None:
             try:
                 return member.process.wait(grace_s)

@@ -664,7 +664,10 @@ class TcpProxy(_ServerThread):
         while True:
             data = await reader.read(self._chunk_bytes)
             if not data:
-                writer.transport.abort()
+                # a close passes on as a close: the bytes still buffered here are
+                # delivered first (a reset would drop the end of a response that the
+                # server sent just before closing, e.g. a draining gitproto's)
+                writer.close()
                 return
             with self._lock:
                 mode, delay_s = self._mode, self._delay_s
