@@ -303,6 +303,7 @@ async def serve(config: Config) -> None:
     await host.close()
     await ledger.close()
     await layers.close()
+    await store.close()  # its HTTP sessions: an exit without it logs "Unclosed client session"
 
 
 def main(argv: list[str] | None = None) -> int:
