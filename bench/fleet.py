@@ -60,6 +60,7 @@ ROLES = (*LEDGERS, *COMPUTES, GITPROTO)
 PAGE = 1000
 PROGRESS_EVERY = 500
 ATTEMPTS = 3
+SETTLE_POLL_S = 5.0
 RSS_TARGET_KIB = 2.0
 CPU_TARGET = 0.02
 
@@ -112,11 +113,28 @@ class Sample:
         self.followed = int(st.get("views", {}).get("open", st.get("subscriptions_open", 0)))
 
 
-def observe(cluster: Cluster, idle_s: float, cpu_s: float) -> dict[str, Sample]:
-    """After ``idle_s`` of idleness: RSS, CPU over ``cpu_s``, series, /status size."""
+def following(cluster: Cluster) -> int:
+    """Views open on the computes plus Subscribe streams open on the voters."""
+    total = 0
+    for role in (*LEDGERS, *COMPUTES):
+        st = json.loads(get(f"{http_of(cluster, role)}/status"))
+        total += int(st.get("views", {}).get("open", st.get("subscriptions_open", 0)))
+    return total
+
+
+def observe(
+    cluster: Cluster, idle_s: float, cpu_s: float, settle_s: float
+) -> tuple[float, dict[str, Sample]]:
+    """After ``idle_s`` of idleness, and then until no view or stream is open (at most
+    ``settle_s`` more: on a loaded machine eviction lags): RSS, CPU over ``cpu_s``,
+    series, /status size; and the seconds waited in all."""
+    t0 = time.perf_counter()
     for role in ROLES:  # the first scrape of a role makes its own ops series
         get(f"{http_of(cluster, role)}/metrics")
     time.sleep(max(idle_s - cpu_s, 0.0))
+    deadline = time.perf_counter() + settle_s
+    while following(cluster) and time.perf_counter() < deadline:
+        time.sleep(SETTLE_POLL_S)
     pids = [cluster.members[r].pid for r in ROLES]
     before = [cpu_ticks(p) for p in pids]
     t = time.perf_counter()
@@ -128,7 +146,7 @@ def observe(cluster: Cluster, idle_s: float, cpu_s: float) -> dict[str, Sample]:
         text = get(f"{http_of(cluster, role)}/metrics").decode()
         status = get(f"{http_of(cluster, role)}/status")
         out[role] = Sample(memory(pid), share, series_count(text), status)
-    return out
+    return time.perf_counter() - t0, out
 
 
 def listing(cluster: Cluster) -> tuple[int, list[float]]:
@@ -191,11 +209,11 @@ class Step:
     """The figures of every role once ``repos`` repositories are idle."""
 
     def __init__(
-        self, repos: int, grown: tuple[float, list[str]], samples: dict[str, Sample]
+        self, repos: int, grown: tuple[float, list[str]], idle: tuple[float, dict[str, Sample]]
     ) -> None:
         self.repos = repos
         self.took_s, self.retries = grown
-        self.samples = samples
+        self.idle_s, self.samples = idle
         self.load = os.getloadavg()[0]
 
 
@@ -215,6 +233,7 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
     view_idle_s: float,
     rev: str,
     jobs: int,
+    settle_s: float,
 ) -> list[str]:
     first, last = steps[0], steps[-1]
     counts = " / ".join(f"{s.repos:,}" for s in steps)
@@ -227,8 +246,10 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
         f"through the API, pushed (3 commits) and cloned once, {jobs} at a time "
         f"(`enroute_testing.fleet`: the pack git makes, sent as git sends it; "
         f"{made:.0f} s in all, {last.repos / made:.1f} repositories a second), then idle "
-        f"{idle_s:.0f} s before each measurement (computes evict views idle "
-        f"{view_idle_s:.0f} s: `limits.view_idle_ms_max`). Steps retried (a request "
+        f"at least {idle_s:.0f} s before each measurement, and until the computes had "
+        f"evicted every view or {settle_s:.0f} s more had passed (computes evict views idle "
+        f"{view_idle_s:.0f} s: `limits.view_idle_ms_max`; idle "
+        f"{' / '.join(f'{s.idle_s:.0f}' for s in steps)} s). Steps retried (a request "
         f"failed, tried again up to {ATTEMPTS} times): {retried}. Servers at commit {rev}. "
         f"Hibernated groups per voter at {last.repos:,}: "
         f"{' / '.join(f'{x:,}' for x in asleep)}.",
@@ -300,6 +321,12 @@ def main() -> None:
     ap.add_argument("--points", type=int, default=4, help="measured after each of this many steps")
     ap.add_argument("--idle-seconds", type=float, default=60.0)
     ap.add_argument("--cpu-seconds", type=float, default=10.0)
+    ap.add_argument(
+        "--settle-max-seconds",
+        type=float,
+        default=600.0,
+        help="after the idle time, wait up to this long more for every view to be evicted",
+    )
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--view-idle-seconds", type=float, default=30.0)
     ap.add_argument("--reopen-repos", type=int, default=20)
@@ -318,11 +345,12 @@ def main() -> None:
             for i in range(1, points + 1):
                 span = range(n * (i - 1) // points, n * i // points)
                 grown = grow(cluster, seed, span, args.concurrency)
-                print(
-                    f"{span.stop:,} repositories ({grown[0]:.0f} s); idle {args.idle_seconds:.0f} s"
+                print(f"{span.stop:,} repositories ({grown[0]:.0f} s); idle", flush=True)
+                idle = observe(
+                    cluster, args.idle_seconds, args.cpu_seconds, args.settle_max_seconds
                 )
-                steps.append(Step(span.stop, grown, observe(cluster, args.idle_seconds,
-                                                            args.cpu_seconds)))  # fmt: skip
+                steps.append(Step(span.stop, grown, idle))
+                print(f"  measured after {idle[0]:.0f} s idle", flush=True)
                 for role, a in steps[-1].samples.items():  # kept in the log should it stop
                     print(
                         f"  {role}: RSS {a.rss_kib / 1024:.1f} MiB, CPU {a.cpu * 100:.2f}%, "
@@ -342,6 +370,7 @@ def main() -> None:
                 args.view_idle_seconds,
                 rev,
                 args.concurrency,
+                args.settle_max_seconds,
             )
     finally:
         shutil.rmtree(work, ignore_errors=True)
