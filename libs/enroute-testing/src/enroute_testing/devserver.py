@@ -24,12 +24,10 @@ from typing import Any
 import yaml
 
 from enroute_testing.env import service_env
+from enroute_testing.ready import latest_ready, ready_in_log
 
 ENROUTE_BIN = Path(sys.executable).parent / "enroute"
 READY_LINE = re.compile(rb"enroute ready: (http://\S+)")
-ROLE_READY = re.compile(r"enroute (ledger|compute) ready: .*http=(\S+)")
-COMPUTE_READY = re.compile(r"enroute compute ready: grpc=\S+ http=(\S+)")
-GITPROTO_OPS = re.compile(r"enroute gitproto ready: .*ops=(\S+)")
 ROLE_START_TIMEOUT_S = 60.0
 """`enroute dev --start-timeout`: how long each role may take to print its ready line."""
 READY_TIMEOUT_S = 3 * ROLE_START_TIMEOUT_S + 30.0
@@ -73,32 +71,31 @@ class DevServer:
         return compute_status(self.log_path.parent)
 
 
+def role_log(root: Path, role: str) -> str:
+    """The log `enroute dev` under ``root`` keeps of ``role`` (every start, ready lines too)."""
+    return (root / "data" / "logs" / f"{role}.log").read_text(errors="replace")
+
+
 def role_http(root: Path) -> dict[str, str]:
     """The HTTP base URL of the ledger and the compute of the `enroute dev` under ``root``
     (their first start)."""
     out = {}
     for role in ("ledger", "compute"):
-        text = (root / "data" / "logs" / f"{role}.log").read_text(errors="replace")
-        m = ROLE_READY.search(text)
-        assert m, f"no ready line in the {role} log"
-        out[role] = f"http://{m.group(2)}"
+        starts = ready_in_log(role_log(root, role), role)
+        assert starts, f"no ready line in the {role} log"
+        out[role] = f"http://{starts[0]['http']}"
     return out
 
 
 def gitproto_ops(root: Path) -> str:
     """``http://HOST:PORT`` of the operator port of the gitproto under ``root`` (latest start)."""
-    log = (root / "data" / "logs" / "gitproto.log").read_text(errors="replace")
-    found = GITPROTO_OPS.findall(log)
-    assert found, "no gitproto ready line with ops="
-    return f"http://{found[-1]}"
+    return f"http://{latest_ready(role_log(root, 'gitproto'), 'gitproto')['ops']}"
 
 
 def compute_status(root: Path) -> dict[str, Any]:
     """``/status`` of the compute of the `enroute dev` under ``root`` (its latest start)."""
-    log = (root / "data" / "logs" / "compute.log").read_text(errors="replace")
-    found = COMPUTE_READY.findall(log)
-    assert found, "no compute ready line"
-    with urllib.request.urlopen(f"http://{found[-1]}/status", timeout=20) as r:
+    http = latest_ready(role_log(root, "compute"), "compute")["http"]
+    with urllib.request.urlopen(f"http://{http}/status", timeout=20) as r:
         status: dict[str, Any] = json.loads(r.read())
     return status
 

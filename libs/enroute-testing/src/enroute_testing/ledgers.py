@@ -25,9 +25,7 @@ from enroute_proto.channels import channel_options
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
 from enroute_testing.env import service_env
 from enroute_testing.ports import free_port
-
-READY_PREFIX = "enroute ledger ready: "
-START_TIMEOUT_S = 120.0  # generous: a loaded CI machine starts Python slowly
+from enroute_testing.ready import START_TIMEOUT_S, read_ready
 
 
 @dataclass
@@ -60,16 +58,14 @@ class LedgerProc:
 
     def wait_ready(self) -> LedgerProc:
         assert self.proc is not None and self.proc.stdout is not None
-        line: list[str] = []
-        out = self.proc.stdout
-        t = threading.Thread(target=lambda: line.append(out.readline()), daemon=True)
-        t.start()
-        t.join(START_TIMEOUT_S)
-        if not line or not line[0].startswith(READY_PREFIX):
+        try:
+            fields = read_ready(
+                self.proc.stdout, "ledger", START_TIMEOUT_S, lambda: "".join(self.stderr)[-3000:]
+            )
+        except AssertionError:
             self.kill()
-            raise AssertionError(f"ledger did not start: {line} {''.join(self.stderr)[-3000:]}")
-        parts = dict(p.split("=", 1) for p in line[0][len(READY_PREFIX) :].split())
-        self.grpc_addr, self.http_addr = parts["grpc"], parts["http"]
+            raise
+        self.grpc_addr, self.http_addr = fields["grpc"], fields["http"]
         # the message bound a compute's channel has (a subscribed change can be large)
         bound = DEFAULT_LIMITS.rpc_message_bytes_max
         self.channel = grpc.insecure_channel(self.grpc_addr, options=channel_options(bound))
