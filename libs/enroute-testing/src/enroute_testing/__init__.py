@@ -8,7 +8,11 @@
   tools.
 - ``enroute_testing.jgit``: find JGit and its dependencies in the local Maven
   repository (``find_jgit_classpath``), for the JGit interop tests.
-- ``enroute_testing.ledgers``: real ledger processes on 127.0.0.1.
+- ``enroute_testing.ledgers``: real ledger processes on 127.0.0.1
+  (``start_three``: the three-voter cluster every multi-ledger test uses).
+- ``enroute_testing.ready``: a role's ready line, read from its stdout or log.
+- ``enroute_testing.waiting``: ``wait_until``/``until``, the bounded wait on a condition
+  that tests use instead of a fixed sleep.
 
 Production code never imports this package.
 """
