@@ -132,6 +132,21 @@ async def test_a_view_in_use_is_not_evicted() -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_maintenance_read_is_not_a_use() -> None:
+    """Layer maintenance reads with ``use=False``: its visits (a flush, a sweep minutes
+    after the push) must not keep an idle view open."""
+    _ledger, host, clock = await hosting(["a"])
+    try:
+        await host.read("a")
+        clock.advance_us(IDLE_MS * 1000 - 1)
+        await host.read("a", use=False)
+        clock.advance_us(1)
+        assert host.evict(clock.now_us()) == 1
+    finally:
+        await host.close()
+
+
+@pytest.mark.asyncio
 async def test_a_read_waiting_on_an_evicted_view_opens_it_again() -> None:
     ledger, host, _clock = await hosting(["a"], views_open_max=1)
     try:

@@ -223,12 +223,19 @@ class RepositoryHost:
     def hosted(self) -> tuple[str, ...]:
         return tuple(sorted(self._repos))
 
-    async def open(self, name: str, create: CreateMode = CreateMode.NONE) -> _Repo:
-        """The hosted repository, activating and following it first when needed."""
+    async def open(
+        self, name: str, create: CreateMode = CreateMode.NONE, *, use: bool = True
+    ) -> _Repo:
+        """The hosted repository, activating and following it first when needed.
+
+        ``use=False`` (layer maintenance) leaves an open view where it is in the
+        least-recently-used order: background work does not keep an idle view open.
+        """
         check_repo_name(name)
         repo = self._repos.get(name)
         if repo is not None and not repo.dead:
-            self._touch(repo)
+            if use:
+                self._touch(repo)
             if repo.state is MISSING:  # another caller is still loading it: its first state
                 loading = repo
                 await self._wait_until(
@@ -314,8 +321,9 @@ class RepositoryHost:
         view counts as used now. Eviction ends
         the follower, and with it the Subscribe call: the ledger member's stream ends and
         its group hibernates with nobody parked on it (docs/raft.md, "Parked
-        subscriptions"). Nothing of the view's layers is retired: their local copies stay
-        in the disk cache, which has its own budget, for the next open.
+        subscriptions"). Its stored layers are closed in the layer service
+        (:meth:`_close_layers`) but not retired: their local copies stay on disk for the
+        next open, which loads their metadata only.
         """
         limits = self.limits
         idle_us = limits.view_idle_ms_max * 1000
@@ -667,23 +675,23 @@ class RepositoryHost:
         with self.pin_reads(snap):
             return await self.run_read(snap.view, partial(self.ref_snapshot, snap), kind="refs")
 
-    async def read(self, name: str) -> Snapshot:
+    async def read(self, name: str, *, use: bool = True) -> Snapshot:
         """A snapshot after a read barrier (DESIGN "Read path").
 
         A view evicted while the read waited is opened again (its new subscription
         starts with the current state): a read never answers from a view that stopped
-        following.
+        following. ``use``: as for :meth:`open`.
         """
         for attempt in range(READ_REOPENS_MAX + 1):
             try:
-                return await self._read_once(name)
+                return await self._read_once(name, use)
             except _Evicted:
                 if attempt == READ_REOPENS_MAX:
                     raise
         raise AssertionError("unreachable")
 
-    async def _read_once(self, name: str) -> Snapshot:
-        repo = await self.open(name)
+    async def _read_once(self, name: str, use: bool) -> Snapshot:
+        repo = await self.open(name, use=use)
         point = await self.ledger.barrier(name)
         if point.deleted:
             self.drop(name)
@@ -692,7 +700,7 @@ class RepositoryHost:
             raise _Evicted(f"view of {name} was evicted", name=name)
         if point.incarnation != repo.state.incarnation:
             self.drop(name)
-            repo = await self.open(name)
+            repo = await self.open(name, use=use)
         await self._wait_version(repo, point.version)
         return repo.snapshot()
 

@@ -151,6 +151,11 @@ class _NodeCollector:
                      0 if s is None else s.hydrations_active)  # fmt: skip
         yield _gauge("enroute_layer_loads_in_flight", "store loads running",
                      0 if s is None else s.loads_in_flight)  # fmt: skip
+        yield _gauge("enroute_layer_open", "stored layers open (metadata in memory): the "
+                     "layers of open views and of reads in flight (docs/fleet.md)",
+                     0 if s is None else s.layers_open)  # fmt: skip
+        yield _counter("enroute_layer_closes", "stored layers closed because their views "
+                       "were evicted", 0 if s is None else s.layers_closed)  # fmt: skip
         yield _counter("enroute_layer_loads", "ranged GETs issued to the object store",
                        0 if s is None else s.gets)  # fmt: skip
         yield _counter("enroute_layer_fetched_bytes", "bytes loaded from the object store",

@@ -8,6 +8,9 @@ those whose view took a new state since their last visit (the host tells, see
 ``Maintainer.changed``), and those whose sweep, merge back-off or lease retry
 came due (a timer heap). An idle repository is visited once after it goes idle
 and then not again, so a pass costs nothing per idle repository (issue 19).
+Its reads are not a use of the view (``RepositoryHost.read(use=False)``): a visit
+does not keep an idle view from being evicted (docs/fleet.md), and a repository
+whose view went is not visited (it is looked at again when it changes).
 Per repository, under its maintenance lease (``RepoMaintainer``):
 
 1. Merges: plan on the state of a read snapshot; load the stretch's stored
@@ -337,7 +340,7 @@ class Maintainer:
                     lease_us = self.config.settings.lease_duration_us
                     self._schedule(name, self.clock.now_us() + lease_us)
                     return
-                snap = await self.host.read(name)
+                snap = await self.host.read(name, use=False)
                 snap = await self._merges_backing_off(m, snap)
                 self._note_layers(name, len(snap.state.manifest))
                 await self._sweep(m, snap)
@@ -380,7 +383,7 @@ class Maintainer:
                 wait / _US,
                 exc,
             )
-            return await self.host.read(name)
+            return await self.host.read(name, use=False)
         self.backoff.pop(name, None)
         return snap
 
@@ -392,7 +395,7 @@ class Maintainer:
             version = await self._merge(m, snap, stretch)
             if version is not None:
                 await self.host.wait_applied(snap.name, version)
-            snap = await self.host.read(snap.name)
+            snap = await self.host.read(snap.name, use=False)
         return snap
 
     async def _sweep(self, m: RepoMaintainer, snap: Snapshot) -> None:
