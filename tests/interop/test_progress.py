@@ -17,25 +17,25 @@
 
 from __future__ import annotations
 
-import itertools
 import os
-import random
 import re
-import socket
 import subprocess
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import h11
 import pytest
 
 from enroute_compute.push import KEEPALIVE_S
-from enroute_core.git.pktline import FLUSH_PKT, pkt_line
+from enroute_core.git.pktline import FLUSH_PKT
 from enroute_core.git.sideband import RECEIVE_KEEPALIVE
 from enroute_testing.devserver import running_dev
 from enroute_testing.gitcli import git_env
+from enroute_testing.keepalive import (
+    busy_source,
+    drill_body,
+    gaps_after_body,
+    push_body,
+    timed_push,
+)
 
 pytestmark = [pytest.mark.interop]
 
@@ -129,100 +129,10 @@ def test_clone_with_progress_shows_upload_pack_phases(
 # -- keepalive, on the wire -----------------------------------------------------------------
 
 
-def packets(buffer: bytearray) -> Iterator[bytes]:
-    """Whole pkt-lines taken off the front of ``buffer`` (the response is side-band)."""
-    while len(buffer) >= 4:
-        size = int(buffer[:4], 16)
-        if size == 0:
-            del buffer[:4]
-            yield FLUSH_PKT
-            continue
-        if len(buffer) < size:
-            return
-        packet = bytes(buffer[:size])
-        del buffer[:size]
-        yield packet
-
-
-def timed_push(url: str, body: bytes) -> list[tuple[float, bytes]]:
-    """POST ``body`` to git-receive-pack; each response packet with its time after the
-    body was sent (seconds)."""
-    parts = urlsplit(url)
-    assert parts.hostname is not None and parts.port is not None
-    conn = h11.Connection(h11.CLIENT)
-    sock = socket.create_connection((parts.hostname, parts.port), timeout=120)
-    request = h11.Request(
-        method="POST",
-        target=parts.path + "/git-receive-pack",
-        headers=[
-            ("Host", parts.netloc),
-            ("Content-Type", "application/x-git-receive-pack-request"),
-            ("Accept", "application/x-git-receive-pack-result"),
-            ("Content-Length", str(len(body))),
-        ],
-    )
-    sock.sendall(
-        conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
-    )
-    sent = time.monotonic()
-    timed: list[tuple[float, bytes]] = []
-    buffer = bytearray()
-    try:
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                conn.receive_data(sock.recv(65536))
-                continue
-            if isinstance(event, h11.Response):
-                assert event.status_code == 200, event
-            elif isinstance(event, h11.Data):
-                now = time.monotonic() - sent
-                buffer.extend(event.data)
-                timed.extend((now, p) for p in packets(buffer))
-            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
-                return timed
-    finally:
-        sock.close()
-
-
-def push_body(src: Path, home: Path, caps: str) -> bytes:
-    tip = git(["rev-parse", "main"], src, home).stdout.decode().strip()
-    pack = subprocess.run(["git", "pack-objects", "--revs", "--stdout", "-q"], cwd=src,
-                          env=git_env(home), input=b"main\n", capture_output=True,
-                          timeout=GIT_TIMEOUT_S, check=True).stdout  # fmt: skip
-    command = f"{ZERO} {tip} refs/heads/main\0{caps} object-format=sha1 agent=test".encode()
-    return pkt_line(command) + FLUSH_PKT + pack
-
-
-def busy_source(path: Path, home: Path, blobs: int, seed: int, big_bytes: int = 0) -> None:
-    """A commit of ``blobs`` small distinct files in directories of 1000, written by
-    ``git fast-import``: a pack whose ingest takes seconds for its object count; and
-    incompressible 4 MiB files of ``big_bytes`` in all."""
-    git(["init", "-q", "-b", "main", str(path)], path.parent, home)
-    rng = random.Random(seed)
-    stream = bytearray(b"commit refs/heads/main\ncommitter t <t@t> 0 +0000\ndata 4\nbig\n")
-    for i in range(blobs):
-        data = b"%d %x\n" % (i, rng.getrandbits(64))
-        stream += b"M 100644 inline d%04d/f%04d\ndata %d\n%s\n" % (
-            i // 1000,
-            i % 1000,
-            len(data),
-            data,
-        )
-    for i in range(big_bytes // (4 << 20)):
-        data = rng.randbytes(4 << 20)
-        stream += b"M 100644 inline big%04d.bin\ndata %d\n%s\n" % (i, len(data), data)
-    done = subprocess.run(["git", "fast-import", "--quiet"], cwd=path, env=git_env(home),
-                          input=bytes(stream), capture_output=True, timeout=GIT_TIMEOUT_S,
-                          check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-
-
 def keepalive_gaps(url: str, src: Path, home: Path, caps: str) -> tuple[list[float], bytes, int]:
     """Gaps between packets from the body's end on, the report, the keepalive count."""
     timed = timed_push(url, push_body(src, home, caps))
-    times = [0.0] + [t for t, _ in timed]
-    gaps = [b - a for a, b in itertools.pairwise(times)]
+    gaps = gaps_after_body(timed)
     report = b"".join(p[5:] for _, p in timed if p[4:5] == b"\x01")
     return gaps, report, sum(p == RECEIVE_KEEPALIVE for _, p in timed)
 
@@ -261,17 +171,13 @@ def test_drill_a_pack_of_at_least_200_mb(tmp_path: Path, home: Path) -> None:
     wire after the body at most 5 s (with progress on, as git asks from a terminal)."""
     seed = int(os.environ.get("ENROUTE_SEED", "23"))
     print(f"ENROUTE_SEED={seed}")
-    src = tmp_path / "src"
-    busy_source(src, home, 200_000, seed, big_bytes=200 << 20)
+    body = drill_body(tmp_path / "src", home, seed)
     root = tmp_path / "dev"
     root.mkdir()
     with running_dev(root) as dev:
-        body = push_body(src, home, "report-status side-band-64k")
-        assert len(body) >= 200_000_000
         timed = timed_push(f"{dev.url}/keepalive/drill.git", body)
-    times = [0.0] + [t for t, _ in timed]
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    print(f"pack {len(body)} bytes; after the body: {times[-1]:.1f} s, "
+    gaps = gaps_after_body(timed)
+    print(f"pack {len(body)} bytes; after the body: {timed[-1][0]:.1f} s, "
           f"{len(timed)} packets, largest gap {max(gaps):.2f} s")  # fmt: skip
     assert max(gaps) <= KEEPALIVE_GAP_S_MAX, gaps
 
