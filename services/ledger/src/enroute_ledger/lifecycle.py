@@ -57,6 +57,9 @@ log = logging.getLogger("enroute.ledger.lifecycle")
 LIST_LIMIT_DEFAULT = 100
 LIST_LIMIT_MAX = 1000
 CLAIM_ATTEMPTS_MAX = 8
+ENDED_GROUPS_KEPT_MAX = 4096
+"""Incarnations a peer's messages named that the state object says ended, remembered so
+that the next message is dropped without reading the object again (oldest forgotten)."""
 
 
 @dataclass(slots=True)
@@ -119,6 +122,7 @@ class Lifecycle:
         self._names: list[str] = []  # sorted names of known repositories
         self._ended: dict[str, RepoState] = {}  # names known deleted without a hosted log
         self._joining: set[GroupId] = set()
+        self._refused: dict[GroupId, None] = {}  # ended: never joined (ENDED_GROUPS_KEPT_MAX)
         self._locks: dict[str, _NameLock] = {}
         runtime.on_unknown_group = self._on_unknown_group
 
@@ -190,6 +194,11 @@ class Lifecycle:
     def _on_unknown_group(self, gid: GroupId) -> None:
         if gid in self._joining:
             return
+        if gid in self._refused:
+            # ended for good (incarnations never come back): a leader that still probes
+            # this node (its group cannot quiesce without us) costs no object read each
+            self.rt.forget_orphans(gid)
+            return
         self._joining.add(gid)
         asyncio.get_running_loop().create_task(self._join(gid))
 
@@ -201,7 +210,14 @@ class Lifecycle:
             check_repo_name(repo)
             obj = await self.read_object(repo)
             if obj is None or obj.state.incarnation != gid.incarnation or obj.state.deleted:
-                return  # never join an ended (or unknown) incarnation
+                # never join an ended (or unknown) incarnation
+                if obj is not None and RepoState(incarnation=gid.incarnation).is_ended_by(
+                    obj.state
+                ):
+                    if len(self._refused) >= ENDED_GROUPS_KEPT_MAX:
+                        del self._refused[next(iter(self._refused))]
+                    self._refused[gid] = None
+                return
             self._drop_older(repo, obj.state.incarnation)
             await self.rt.host(repo, gid.incarnation)
             joined = True
@@ -469,36 +485,44 @@ class Lifecycle:
             yield SnapshotOut(got.incarnation, got.version, encode_state(got), ())
             return
         g = got
-        incarnation = incarnation or g.incarnation  # 0: the current one
-        if incarnation > g.incarnation:
-            raise NotFound("no such incarnation here", repo=repo, incarnation=incarnation)
-        oldest = g.history[0][0] if g.history else g.state.version + 1
-        sent = after_version
-        if after_version == 0 or incarnation != g.incarnation or after_version + 1 < oldest:
-            snap = await self._snapshot(g, g.state)
-            sent = snap.version
-            yield snap
-            del snap  # parked below: hold no snapshot bytes (docs/raft.md)
-            if g.deleted and sent >= g.version:
-                return
-        while True:
-            if g.dropped:
-                return  # the caller follows again
-            ev = g.changed
-            for version, change in list(g.history):
-                if version > sent:
-                    yield ChangeOut(version, change)
-                    sent = version
-            change = b""  # parked below: hold no change's bytes (docs/raft.md)
-            if g.state.deleted and sent >= g.state.version:
-                return
-            if g.history and g.history[0][0] > sent + 1:
+        try:
+            incarnation = incarnation or g.incarnation  # 0: the current one
+            if incarnation > g.incarnation:
+                raise NotFound("no such incarnation here", repo=repo, incarnation=incarnation)
+            oldest = g.history[0][0] if g.history else g.state.version + 1
+            sent = after_version
+            if after_version == 0 or incarnation != g.incarnation or after_version + 1 < oldest:
                 snap = await self._snapshot(g, g.state)
                 sent = snap.version
                 yield snap
-                del snap
-                continue
-            await ev.wait()
+                del snap  # parked below: hold no snapshot bytes (docs/raft.md)
+                if g.deleted and sent >= g.version:
+                    return
+            while True:
+                if g.dropped:
+                    return  # the caller follows again
+                ev = g.changed
+                for version, change in list(g.history):
+                    if version > sent:
+                        yield ChangeOut(version, change)
+                        sent = version
+                change = b""  # parked below: hold no change's bytes (docs/raft.md)
+                if g.state.deleted and sent >= g.state.version:
+                    return
+                if g.history and g.history[0][0] > sent + 1:
+                    snap = await self._snapshot(g, g.state)
+                    sent = snap.version
+                    yield snap
+                    del snap
+                    continue
+                await ev.wait()
+        finally:
+            # the stream ended (a compute evicted its view, or went away): leave no
+            # change event on the group. Parked on, it would stay on the hibernated
+            # group until its next change, some 0.8 KiB an idle repository
+            # (docs/fleet.md); its other waiters wake, find nothing new and wait on a
+            # fresh one
+            g.notify()
 
     async def _snapshot(self, g: Group, st: RepoState) -> SnapshotOut:
         """The checkpoint of ``st`` and the bytes of its inline layers, read at their pins."""
