@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.client
 import json
 import random
-import re
 import socket
 import time
 import urllib.request
@@ -28,8 +27,9 @@ import pytest
 from enroute_core.git.objects import ObjectType, object_id
 from enroute_core.git.packwrite import PackWriter
 from enroute_core.git.pktline import DELIM_PKT, FLUSH_PKT, pkt_line
-from enroute_testing.devserver import DevServer, running_dev
+from enroute_testing.devserver import DevServer, role_log, running_dev
 from enroute_testing.procmem import MiB, memory, role_pid
+from enroute_testing.ready import latest_ready
 
 pytestmark = pytest.mark.slow
 
@@ -134,10 +134,8 @@ def _status(url: str) -> dict[str, object]:
 
 
 def _compute_url(dev: DevServer) -> str:
-    log = (dev.log_path.parent / "data" / "logs" / "compute.log").read_text()
-    found = re.search(r"enroute compute ready: grpc=\S+ http=(\S+)", log)
-    assert found is not None, log
-    return "http://" + found.group(1)
+    log = role_log(dev.log_path.parent, "compute")
+    return "http://" + latest_ready(log, "compute")["http"]
 
 
 def _in_flight(dev: DevServer, compute_url: str) -> tuple[object, object]:

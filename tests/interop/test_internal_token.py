@@ -12,7 +12,6 @@ the same token as an admin bearer token.
 from __future__ import annotations
 
 import json
-import re
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,10 +24,9 @@ import pytest
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 from enroute_proto.peer_token import TOKEN_KEY
-from enroute_testing.devserver import DevServer, running_dev
+from enroute_testing.devserver import DevServer, role_log, running_dev
 from enroute_testing.gitcli import run_git
-
-READY = re.compile(r"enroute (ledger|compute) ready: grpc=(\S+) http=(\S+)")
+from enroute_testing.ready import ready_in_log
 
 
 class Dev:
@@ -39,9 +37,8 @@ class Dev:
         self.grpc: dict[str, str] = {}
         self.http: dict[str, str] = {}
         for role in ("ledger", "compute"):
-            m = READY.search((self.logs / f"{role}.log").read_text(errors="replace"))
-            assert m, f"no ready line in the {role} log"
-            self.grpc[role], self.http[role] = m.group(2), f"http://{m.group(3)}"
+            ready = ready_in_log(role_log(root, role), role)[0]  # the first start
+            self.grpc[role], self.http[role] = ready["grpc"], f"http://{ready['http']}"
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ trash marker go after a short retention; a re-created name's files stay while it
 from __future__ import annotations
 
 import json
-import re
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -16,13 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from enroute_testing.devserver import running_dev
+from enroute_testing.devserver import compute_status, running_dev
 from enroute_testing.gitcli import run_git
 from enroute_testing.repogen import list_refs
 
 pytestmark = pytest.mark.interop
 
-COMPUTE_READY = re.compile(r"enroute compute ready: grpc=\S+ http=(\S+)")
 CONFIG = """\
 layers:
   inline_max: 0
@@ -45,12 +43,7 @@ class Dev:
         return self.root / "data" / "store"
 
     def status(self) -> dict[str, Any]:
-        log = (self.root / "data" / "logs" / "compute.log").read_text(errors="replace")
-        match = COMPUTE_READY.search(log)
-        assert match, log[-2000:]
-        with urllib.request.urlopen(f"http://{match.group(1)}/status", timeout=10) as r:
-            answer: dict[str, Any] = json.loads(r.read())
-        return answer
+        return compute_status(self.root)
 
     def layer_files(self, name: str) -> list[str]:
         """The stored layer files of ``name`` (the file store keeps a key as ``<key>~``)."""

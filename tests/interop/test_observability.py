@@ -23,13 +23,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from enroute_gitproto.observe import VERSION
-from enroute_testing.devserver import running_dev
+from enroute_testing.devserver import role_http, running_dev
 from enroute_testing.gitcli import run_git
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "docs" / "status.schema.json"
 DASHBOARD = ROOT / "charts" / "enroute" / "dashboards" / "enroute.json"
-ROLE_READY = re.compile(r"enroute (ledger|compute) ready: .*http=(\S+)")
 
 # Families each role must export (names as the parser gives them: no _total).
 REQUIRED: dict[str, set[str]] = {
@@ -168,14 +167,8 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A running `enroute dev`: the operator base URL of each role (gitproto's listen.ops),
     and its Git base URL as ``git``."""
     root = tmp_path_factory.mktemp("observe-dev")
-    data = root / "data"
     with running_dev(root) as server:
-        urls = {"gitproto": server.ops_url}
-        for role in ("ledger", "compute"):
-            text = (data / "logs" / f"{role}.log").read_text(errors="replace")
-            m = ROLE_READY.search(text)
-            assert m, f"no ready line in the {role} log"
-            urls[role] = f"http://{m.group(2)}"
+        urls = {"gitproto": server.ops_url, **role_http(root)}
         yield {**urls, "git": server.url}
 
 

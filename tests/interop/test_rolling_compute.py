@@ -24,6 +24,7 @@ import pytest
 from enroute_testing.env import service_env
 from enroute_testing.gitcli import run_git
 from enroute_testing.ledgers import LedgerProc, write_config
+from enroute_testing.ready import START_TIMEOUT_S, read_ready
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -40,9 +41,7 @@ def _spawn(role: str, config: Path) -> tuple[subprocess.Popen[str], dict[str, st
         env=service_env(),
     )
     assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    assert line.startswith(f"enroute {role} ready:"), line
-    return proc, dict(p.split("=", 1) for p in line.split(": ", 1)[1].split())
+    return proc, read_ready(proc.stdout, role, START_TIMEOUT_S)
 
 
 @pytest.fixture

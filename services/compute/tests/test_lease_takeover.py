@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -34,12 +33,12 @@ import pytest
 
 from enroute_testing.env import service_env
 from enroute_testing.gitcli import run_git
+from enroute_testing.ready import START_TIMEOUT_S, read_ready
 from enroute_testing.repogen import list_refs
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 SEED = int(os.environ.get("ENROUTE_SEED", "23"))
-READY = re.compile(r"enroute compute ready: grpc=(\S+) http=(\S+)")
 LEASE_S = 3.0
 MAX_PUSHES = 24
 CATCH_S = 60.0
@@ -88,10 +87,10 @@ def _start(node: str, ledger: str, store: Path, tmp_path: Path) -> Compute:
         env=service_env(),
     )
     assert process.stdout is not None
-    line = process.stdout.readline()
-    match = READY.search(line)
-    assert match, f"{node} not ready: {line!r} {(tmp_path / f'{node}.log').read_text()[-2000:]}"
-    return Compute(node, process, match.group(1), match.group(2), data)
+    ready = read_ready(
+        process.stdout, "compute", START_TIMEOUT_S, (tmp_path / f"{node}.log").read_text
+    )
+    return Compute(node, process, ready["grpc"], ready["http"], data)
 
 
 @pytest.fixture

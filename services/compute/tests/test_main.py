@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 from enroute_testing.env import service_env
+from enroute_testing.ready import START_TIMEOUT_S, read_ready
 
 
 def test_process_serves_ops_endpoints_and_stops_on_sigterm(tmp_path: Path) -> None:
@@ -28,9 +29,9 @@ def test_process_serves_ops_endpoints_and_stops_on_sigterm(tmp_path: Path) -> No
     )
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline().strip()
-        assert line.startswith("enroute compute ready: grpc=127.0.0.1:"), line
-        http = line.split("http=")[1]
+        ready = read_ready(proc.stdout, "compute", START_TIMEOUT_S)
+        assert ready["grpc"].startswith("127.0.0.1:"), ready
+        http = ready["http"]
         assert not http.endswith(":0")
         with urllib.request.urlopen(f"http://{http}/readyz", timeout=5) as r:
             assert r.status == 200

@@ -19,6 +19,7 @@ import pytest
 
 from enroute_testing.env import service_env
 from enroute_testing.kubeapi import NS, ThreadedKubeApi, endpoint_slice
+from enroute_testing.ready import START_TIMEOUT_S, read_ready
 
 SERVICE = "enroute-compute"
 
@@ -64,9 +65,8 @@ def test_gitproto_follows_compute_endpoint_slices(tmp_path: Path) -> None:
         )
         try:
             assert proc.stdout is not None
-            line = proc.stdout.readline().strip()
-            assert line.startswith("enroute gitproto ready: http="), line
-            base = line.split("ops=", 1)[1]  # /status: the operator port
+            # /status: the operator port
+            base = read_ready(proc.stdout, "gitproto", START_TIMEOUT_S)["ops"]
             _until(base, ["10.0.0.1:7000", "10.0.0.2:7000"])
             api.call(
                 lambda s: s.put(
