@@ -32,6 +32,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <zlib.h>
@@ -64,6 +66,8 @@ typedef struct {
     int base_depth;
     PyObject *base_body; /* owned */
 } Pending;
+
+typedef struct Pipe Pipe;
 
 typedef struct {
     /* the caller's */
@@ -105,6 +109,8 @@ typedef struct {
     Pending *stack;
     int stack_n, stack_cap;
     int *scratch; /* one list reversed */
+    /* the worker threads' queue (threads > 1), or NULL: all in the calling thread */
+    Pipe *pipe;
 } Run;
 
 static PyObject *str_update, *str_digest;
@@ -486,13 +492,13 @@ read_size(const unsigned char *d, Py_ssize_t n, Py_ssize_t *pos, unsigned long l
     return 1;
 }
 
+/* A delta's header checked against its base before anything is written (_check_header):
+ * DONE with the result's size and where the instructions start, or GAVE_UP. */
 static int
-apply_delta(Run *r, PyObject *base_obj, PyObject *delta_obj, PyObject **out)
+delta_header(const Run *r, const unsigned char *d, Py_ssize_t n, Py_ssize_t base_len,
+             unsigned long long *dst_size_out, Py_ssize_t *pos_out)
 {
-    *out = NULL;
-    const unsigned char *base = (const unsigned char *)PyBytes_AS_STRING(base_obj);
-    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(delta_obj);
-    Py_ssize_t base_len = PyBytes_GET_SIZE(base_obj), n = PyBytes_GET_SIZE(delta_obj), pos = 0;
+    Py_ssize_t pos = 0;
     unsigned long long src_size, dst_size;
     if (n < 4 || !read_size(d, n, &pos, &src_size) || !read_size(d, n, &pos, &dst_size))
         return GAVE_UP;
@@ -508,10 +514,18 @@ apply_delta(Run *r, PyObject *base_obj, PyObject *delta_obj, PyObject **out)
         if (dst_size > rest * per_byte)
             return GAVE_UP;
     }
-    PyObject *target = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)dst_size);
-    if (target == NULL)
-        return FAILED;
-    unsigned char *dst = (unsigned char *)PyBytes_AS_STRING(target);
+    *dst_size_out = dst_size;
+    *pos_out = pos;
+    return DONE;
+}
+
+/* The instructions ``d[pos:n]`` applied to ``base`` (``src_size`` bytes) into ``dst``: 1 when
+ * they write exactly ``dst_size`` bytes as git's patch-delta.c allows, 0 otherwise. No
+ * Python object: a worker thread runs it without the interpreter lock. */
+static int
+apply_raw(const unsigned char *base, unsigned long long src_size, const unsigned char *d,
+          Py_ssize_t n, Py_ssize_t pos, unsigned char *dst, unsigned long long dst_size)
+{
     unsigned long long written = 0;
     while (pos < n) {
         unsigned char op = d[pos++];
@@ -520,41 +534,57 @@ apply_delta(Run *r, PyObject *base_obj, PyObject *delta_obj, PyObject **out)
             for (int b = 0; b < 4; b++) {
                 if (op & (1 << b)) {
                     if (pos >= n)
-                        goto bad;
+                        return 0;
                     offset |= (unsigned long long)d[pos++] << (8 * b);
                 }
             }
             for (int b = 0; b < 3; b++) {
                 if (op & (0x10 << b)) {
                     if (pos >= n)
-                        goto bad;
+                        return 0;
                     length |= (unsigned long long)d[pos++] << (8 * b);
                 }
             }
             if (length == 0)
                 length = 0x10000;
             if (offset + length > src_size || length > dst_size - written)
-                goto bad;
+                return 0;
             memcpy(dst + written, base + offset, (size_t)length);
             written += length;
         }
         else if (op) {
             if ((Py_ssize_t)op > n - pos || op > dst_size - written)
-                goto bad;
+                return 0;
             memcpy(dst + written, d + pos, op);
             pos += op;
             written += op;
         }
         else
-            goto bad;
+            return 0;
     }
-    if (written != dst_size)
-        goto bad;
+    return written == dst_size;
+}
+
+static int
+apply_delta(Run *r, PyObject *base_obj, PyObject *delta_obj, PyObject **out)
+{
+    *out = NULL;
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(delta_obj);
+    Py_ssize_t base_len = PyBytes_GET_SIZE(base_obj), n = PyBytes_GET_SIZE(delta_obj), pos;
+    unsigned long long dst_size;
+    if (delta_header(r, d, n, base_len, &dst_size, &pos) != DONE)
+        return GAVE_UP;
+    PyObject *target = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)dst_size);
+    if (target == NULL)
+        return FAILED;
+    if (!apply_raw((const unsigned char *)PyBytes_AS_STRING(base_obj),
+                   (unsigned long long)base_len, d, n, pos,
+                   (unsigned char *)PyBytes_AS_STRING(target), dst_size)) {
+        Py_DECREF(target);
+        return GAVE_UP;
+    }
     *out = target;
     return DONE;
-bad:
-    Py_DECREF(target);
-    return GAVE_UP;
 }
 
 /* -- resolution ------------------------------------------------------------------------------ */
@@ -722,9 +752,10 @@ hash_streamed(Run *r, long long pos, unsigned long long size, unsigned char *oid
  * Store what entry ``index`` resolved to (the reference's _record); ``*waiting`` gets the
  * head of the deltas that waited on it, linked through next[]: by entry, then by oid.
  * ``body`` NULL: a streamed blob, its oid and size already recorded (hash_streamed).
+ * ``hashed``: its oid is in oids[] already (a worker hashed it).
  */
 static int
-record(Run *r, int index, int type_num, PyObject *body, int depth, int *waiting)
+record(Run *r, int index, int type_num, PyObject *body, int depth, int hashed, int *waiting)
 {
     *waiting = NONE;
     if (depth) {
@@ -739,7 +770,7 @@ record(Run *r, int index, int type_num, PyObject *body, int depth, int *waiting)
     }
     unsigned char *oid = r->oids + (size_t)index * OID_BYTES;
     if (body != NULL) {
-        if (hash_object(r, type_num, body, oid) != DONE)
+        if (!hashed && hash_object(r, type_num, body, oid) != DONE)
             return FAILED;
         r->object_sizes[index] = (unsigned long long)PyBytes_GET_SIZE(body);
         cache_put(r, index, body);
@@ -802,10 +833,10 @@ push_children(Run *r, int head, int base_type, PyObject *base_body, int base_dep
 
 /* Record a resolved entry, then every delta waiting on it, depth first (_settle). */
 static int
-settle(Run *r, int index, int type_num, PyObject *body, int depth)
+settle_as(Run *r, int index, int type_num, PyObject *body, int depth, int hashed)
 {
     int waiting;
-    int status = record(r, index, type_num, body, depth, &waiting);
+    int status = record(r, index, type_num, body, depth, hashed, &waiting);
     if (status != DONE || waiting == NONE)
         return status;
     PyObject *loaded = NULL;
@@ -827,7 +858,7 @@ settle(Run *r, int index, int type_num, PyObject *body, int depth)
             Py_DECREF(delta);
         }
         if (status == DONE)
-            status = record(r, p.child, p.base_type, target, p.base_depth + 1, &waiting);
+            status = record(r, p.child, p.base_type, target, p.base_depth + 1, 0, &waiting);
         if (status == DONE && waiting != NONE)
             status = push_children(r, waiting, p.base_type, target, p.base_depth + 1);
         Py_XDECREF(target);
@@ -836,6 +867,12 @@ settle(Run *r, int index, int type_num, PyObject *body, int depth)
     while (r->stack_n > floor)
         Py_DECREF(r->stack[--r->stack_n].base_body);
     return status;
+}
+
+static int
+settle(Run *r, int index, int type_num, PyObject *body, int depth)
+{
+    return settle_as(r, index, type_num, body, depth, 0);
 }
 
 /* (type, body) of an oid outside the pack from the caller's store; GAVE_UP when absent. */
@@ -916,6 +953,371 @@ rebuild(Run *r, int index, PyObject **out)
     return DONE;
 }
 
+/* -- worker threads ----------------------------------------------------------------------------
+ *
+ * With ``threads`` > 1 the pass hands the per-object work that needs no Python (applying a
+ * delta to its base, hashing the body) to threads - 1 workers, which run without the
+ * interpreter lock (git's index-pack resolves deltas in threads). The calling thread still
+ * reads and inflates in pack order, charges each delta, and records every object in the
+ * order the one-thread pass does: a task is delivered (recorded, ``on_object`` called,
+ * what waited on it settled) strictly in the order it was queued, and before anything is
+ * decided that a delivery could change (a REF_DELTA's lookup by oid, a base that is
+ * neither resolved nor queued, a streamed blob, the end of the pass) every queued task is
+ * delivered first. So the objects, their order and the result are the one-thread pass's.
+ * Only an entry whose base is resolved or queued, and a full entry, are queued; a worker
+ * whose base is another task's waits for it (tasks are claimed in queue order, so the
+ * base's is claimed first). The queue holds at most TASKS_MAX tasks and about a quarter
+ * of ``cache_max`` bytes of their data, results and bases (at least one task).
+ *
+ * The workers hash with OpenSSL's SHA-1 through the library hashlib itself loaded
+ * (looked up in ``_hashlib``'s module, whose dependency it is; nothing for the build to
+ * find); where it cannot be found, the pass runs in the calling thread alone.
+ */
+
+#define TASKS_MAX 256 /* a power of two */
+#define THREADS_MAX 64
+#define PIPE_SHARE 4 /* the queue's bytes: cache_max / PIPE_SHARE */
+enum { TASK_QUEUED = 0, TASK_DONE = 1, TASK_BAD = 2 };
+
+typedef struct {
+    int index, type_num, depth;
+    int wait_for;   /* the entry whose task makes the base, or NONE */
+    PyObject *data; /* owned: the entry's inflated bytes (a body, or a delta) */
+    PyObject *base; /* owned: a delta's base body (a task's result, possibly not made yet) */
+    PyObject *out;  /* owned: the body (``data`` for a full entry; a delta's, written by a worker) */
+    Py_ssize_t pos; /* a delta's first instruction */
+    long long bytes;
+    unsigned char oid[OID_BYTES];
+    int state;
+} Task;
+
+struct Pipe {
+    pthread_mutex_t lock;
+    pthread_cond_t work, done;
+    pthread_t threads[THREADS_MAX];
+    int started, idle, waiting, stop; /* under lock */
+    Task *ring;
+    int head, claimed, tail; /* queue positions; claimed and tail under lock */
+    long long bytes, bytes_max; /* the calling thread's */
+    unsigned char *ready; /* per entry: its task's state (under lock) */
+    int *task_of;         /* per entry: its queue position + 1 while queued (calling thread) */
+};
+
+typedef void *(*md_fetch_fn)(void *, const char *, const char *);
+typedef void *(*ctx_new_fn)(void);
+typedef void (*ctx_free_fn)(void *);
+typedef int (*digest_init_fn)(void *, const void *, const void *);
+typedef int (*digest_update_fn)(void *, const void *, size_t);
+typedef int (*digest_final_fn)(void *, unsigned char *, unsigned int *);
+
+static struct {
+    int tried;
+    void *md; /* OpenSSL's EVP_MD for SHA-1, fetched once (thread-safe to share) */
+    ctx_new_fn ctx_new;
+    ctx_free_fn ctx_free;
+    digest_init_fn init;
+    digest_update_fn update;
+    digest_final_fn final;
+} evp;
+
+static void *
+symbol(void *handle, const char *name)
+{
+    return dlsym(handle, name);
+}
+
+/* Whether the workers can hash: OpenSSL 3's EVP calls, from the copy hashlib loaded. */
+static int
+load_sha1(void)
+{
+    if (evp.tried)
+        return evp.md != NULL;
+    evp.tried = 1;
+    PyObject *mod = PyImport_ImportModule("_hashlib");
+    PyObject *file = mod == NULL ? NULL : PyObject_GetAttrString(mod, "__file__");
+    const char *path = file != NULL && PyUnicode_Check(file) ? PyUnicode_AsUTF8(file) : NULL;
+    void *handle = path == NULL ? NULL : dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
+    Py_XDECREF(file);
+    Py_XDECREF(mod);
+    PyErr_Clear();
+    if (handle == NULL)
+        return 0;
+    md_fetch_fn fetch;
+    *(void **)&fetch = symbol(handle, "EVP_MD_fetch");
+    *(void **)&evp.ctx_new = symbol(handle, "EVP_MD_CTX_new");
+    *(void **)&evp.ctx_free = symbol(handle, "EVP_MD_CTX_free");
+    *(void **)&evp.init = symbol(handle, "EVP_DigestInit_ex2");
+    *(void **)&evp.update = symbol(handle, "EVP_DigestUpdate");
+    *(void **)&evp.final = symbol(handle, "EVP_DigestFinal_ex");
+    if (fetch == NULL || evp.ctx_new == NULL || evp.ctx_free == NULL || evp.init == NULL ||
+        evp.update == NULL || evp.final == NULL)
+        return 0; /* the handle stays open: the library is hashlib's, loaded for good */
+    evp.md = fetch(NULL, "SHA1", NULL);
+    return evp.md != NULL;
+}
+
+/* sha1(b"<type> <size>\0" + body) into ``oid`` (hash_object's), without Python: 1 when done. */
+static int
+hash_raw(void *ctx, int type_num, const unsigned char *body, size_t size, unsigned char *oid)
+{
+    char head[40];
+    int hlen = snprintf(head, sizeof(head), "%s %zu", type_names[type_num], size) + 1;
+    unsigned int length = 0;
+    return ctx != NULL && evp.init(ctx, evp.md, NULL) == 1 &&
+           evp.update(ctx, head, (size_t)hlen) == 1 && evp.update(ctx, body, size) == 1 &&
+           evp.final(ctx, oid, &length) == 1 && length == OID_BYTES;
+}
+
+static void *
+work(void *arg)
+{
+    Pipe *p = arg;
+    void *ctx = evp.ctx_new();
+    pthread_mutex_lock(&p->lock);
+    while (!p->stop) {
+        if (p->claimed == p->tail) {
+            p->idle++;
+            pthread_cond_wait(&p->work, &p->lock);
+            p->idle--;
+            continue;
+        }
+        Task *t = &p->ring[p->claimed++ & (TASKS_MAX - 1)];
+        while (t->wait_for != NONE && p->ready[t->wait_for] == TASK_QUEUED && !p->stop) {
+            p->waiting++;
+            pthread_cond_wait(&p->done, &p->lock);
+            p->waiting--;
+        }
+        int ok = t->wait_for == NONE || p->ready[t->wait_for] == TASK_DONE;
+        pthread_mutex_unlock(&p->lock);
+        /* The task's objects stay alive and unresized until it is delivered or dropped,
+         * which waits for its state: only their bytes are read and written here. */
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(t->out);
+        size_t size = (size_t)PyBytes_GET_SIZE(t->out);
+        if (ok && t->base != NULL)
+            ok = apply_raw((const unsigned char *)PyBytes_AS_STRING(t->base),
+                           (unsigned long long)PyBytes_GET_SIZE(t->base),
+                           (const unsigned char *)PyBytes_AS_STRING(t->data),
+                           PyBytes_GET_SIZE(t->data), t->pos, out, size);
+        if (ok)
+            ok = hash_raw(ctx, t->type_num, out, size, t->oid);
+        pthread_mutex_lock(&p->lock);
+        t->state = ok ? TASK_DONE : TASK_BAD;
+        p->ready[t->index] = (unsigned char)t->state;
+        if (p->waiting)
+            pthread_cond_broadcast(&p->done);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (ctx != NULL)
+        evp.ctx_free(ctx);
+    return NULL;
+}
+
+/* Start threads - 1 workers; with none (or no SHA-1 to give them), the pass stays serial. */
+static int
+pipe_start(Run *r, int threads)
+{
+    if (threads <= 1 || r->count < 2 || !load_sha1())
+        return DONE;
+    if (threads > THREADS_MAX)
+        threads = THREADS_MAX;
+    Pipe *p = PyMem_Calloc(1, sizeof(Pipe));
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return FAILED;
+    }
+    p->ring = PyMem_Calloc(TASKS_MAX, sizeof(Task));
+    p->ready = PyMem_Calloc((size_t)r->count, 1);
+    p->task_of = PyMem_Calloc((size_t)r->count, sizeof(int));
+    if (p->ring == NULL || p->ready == NULL || p->task_of == NULL) {
+        PyMem_Free(p->ring);
+        PyMem_Free(p->ready);
+        PyMem_Free(p->task_of);
+        PyMem_Free(p);
+        PyErr_NoMemory();
+        return FAILED;
+    }
+    p->bytes_max = r->cache_max / PIPE_SHARE;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->done, NULL);
+    for (int i = 0; i < threads - 1; i++) {
+        if (pthread_create(&p->threads[p->started], NULL, work, p) != 0)
+            break; /* fewer workers: the results are the same */
+        p->started++;
+    }
+    r->pipe = p;
+    return DONE;
+}
+
+/* Stop the workers and drop the tasks not delivered (an error, or giving up). */
+static void
+pipe_stop(Run *r)
+{
+    Pipe *p = r->pipe;
+    if (p == NULL)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->work);
+    pthread_cond_broadcast(&p->done);
+    pthread_mutex_unlock(&p->lock);
+    Py_BEGIN_ALLOW_THREADS
+    for (int i = 0; i < p->started; i++)
+        pthread_join(p->threads[i], NULL);
+    Py_END_ALLOW_THREADS
+    for (int seq = p->head; seq < p->tail; seq++) {
+        Task *t = &p->ring[seq & (TASKS_MAX - 1)];
+        Py_CLEAR(t->data);
+        Py_CLEAR(t->base);
+        Py_CLEAR(t->out);
+    }
+    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->work);
+    pthread_mutex_destroy(&p->lock);
+    PyMem_Free(p->ring);
+    PyMem_Free(p->ready);
+    PyMem_Free(p->task_of);
+    PyMem_Free(p);
+    r->pipe = NULL;
+}
+
+/* The oldest task, once its worker is done: recorded with the oid it found, and what waited
+ * on it settled, as the serial pass settles it. */
+static int
+deliver(Run *r)
+{
+    Pipe *p = r->pipe;
+    Task *t = &p->ring[p->head & (TASKS_MAX - 1)];
+    pthread_mutex_lock(&p->lock);
+    int state = t->state;
+    pthread_mutex_unlock(&p->lock);
+    if (state == TASK_QUEUED) {
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&p->lock);
+        while (t->state == TASK_QUEUED) {
+            p->waiting++;
+            pthread_cond_wait(&p->done, &p->lock);
+            p->waiting--;
+        }
+        state = t->state;
+        pthread_mutex_unlock(&p->lock);
+        Py_END_ALLOW_THREADS
+    }
+    if (state != TASK_DONE)
+        return GAVE_UP; /* the delta did not apply: the reference judges */
+    p->head++;
+    p->bytes -= t->bytes;
+    p->task_of[t->index] = 0;
+    memcpy(r->oids + (size_t)t->index * OID_BYTES, t->oid, OID_BYTES);
+    int status = settle_as(r, t->index, t->type_num, t->out, t->depth, 1);
+    Py_CLEAR(t->data);
+    Py_CLEAR(t->base);
+    Py_CLEAR(t->out);
+    return status;
+}
+
+/* Every queued task delivered: the state is the serial pass's at this entry. */
+static int
+drain(Run *r)
+{
+    int status = DONE;
+    while (status == DONE && r->pipe != NULL && r->pipe->head < r->pipe->tail)
+        status = deliver(r);
+    return status;
+}
+
+/* Whether entry ``i`` is resolved, or queued (and so resolved when its task is delivered). */
+static int
+resolved_or_queued(const Run *r, int i)
+{
+    return r->types[i] || (r->pipe != NULL && r->pipe->task_of[i]);
+}
+
+/* Queue entry ``index``: a full entry of ``type_num`` (``base`` NONE) whose body is ``data``,
+ * or a delta ``data`` on entry ``base``, resolved or queued. */
+static int
+schedule(Run *r, int index, int type_num, PyObject *data, int base)
+{
+    Pipe *p = r->pipe;
+    long long need = (long long)PyBytes_GET_SIZE(data);
+    if (base != NONE) {
+        /* its result and base, as the header declares them (checked below) */
+        const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(data);
+        Py_ssize_t pos = 0;
+        unsigned long long src_size = 0, dst_size = 0;
+        if (read_size(d, PyBytes_GET_SIZE(data), &pos, &src_size) &&
+            read_size(d, PyBytes_GET_SIZE(data), &pos, &dst_size) &&
+            src_size <= r->object_bytes_max && dst_size <= r->object_bytes_max)
+            need += (long long)(src_size + dst_size);
+    }
+    /* Room first: a delivery may resolve the base or drop its body from the cache. */
+    while (p->tail - p->head >= TASKS_MAX || (p->tail > p->head && p->bytes + need > p->bytes_max)) {
+        int status = deliver(r);
+        if (status != DONE)
+            return status;
+    }
+    PyObject *base_body = NULL, *out;
+    int depth = 0, wait_for = NONE;
+    Py_ssize_t pos = 0;
+    if (base != NONE) {
+        if (p->task_of[base]) {
+            Task *b = &p->ring[(p->task_of[base] - 1) & (TASKS_MAX - 1)];
+            type_num = b->type_num;
+            depth = b->depth + 1;
+            base_body = b->out;
+            Py_INCREF(base_body);
+            wait_for = base;
+        }
+        else {
+            type_num = r->types[base];
+            depth = r->depths[base] + 1;
+            base_body = cache_get(r, base);
+            if (base_body != NULL)
+                Py_INCREF(base_body);
+            else {
+                int status = rebuild(r, base, &base_body);
+                if (status != DONE)
+                    return status;
+            }
+        }
+        unsigned long long dst_size;
+        if (delta_header(r, (const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
+                         PyBytes_GET_SIZE(base_body), &dst_size, &pos) != DONE) {
+            Py_DECREF(base_body);
+            return GAVE_UP; /* the delta does not apply: the reference judges */
+        }
+        out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)dst_size);
+        if (out == NULL) {
+            Py_DECREF(base_body);
+            return FAILED;
+        }
+    }
+    else {
+        out = data;
+        Py_INCREF(out);
+    }
+    Task *t = &p->ring[p->tail & (TASKS_MAX - 1)];
+    t->index = index;
+    t->type_num = type_num;
+    t->depth = depth;
+    t->wait_for = wait_for;
+    Py_INCREF(data);
+    t->data = data;
+    t->base = base_body;
+    t->out = out;
+    t->pos = pos;
+    t->bytes = need;
+    t->state = TASK_QUEUED;
+    p->task_of[index] = p->tail + 1;
+    p->bytes += need;
+    pthread_mutex_lock(&p->lock);
+    p->tail++;
+    if (p->idle)
+        pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->lock);
+    return DONE;
+}
+
 static int
 lower_bound(const long long *offsets, int n, long long offset)
 {
@@ -978,6 +1380,9 @@ scan(Run *r, long long *pos_out)
         PyObject *data;
         long long used;
         if (h.type_num == OBJ_BLOB && h.size > r->stream_min) {
+            status = drain(r); /* its on_object comes after theirs */
+            if (status != DONE)
+                return status;
             status = hash_streamed(r, pos + h.header_length, h.size,
                                    r->oids + (size_t)index * OID_BYTES, &used);
             if (status != DONE)
@@ -996,7 +1401,10 @@ scan(Run *r, long long *pos_out)
         r->ends[index] = pos;
         r->n = index + 1;
         if (h.type_num < OBJ_OFS_DELTA) {
-            status = settle(r, index, h.type_num, data, 0);
+            if (r->pipe != NULL)
+                status = schedule(r, index, h.type_num, data, NONE);
+            else
+                status = settle(r, index, h.type_num, data, 0);
         }
         else if (charge(r, data) != DONE)
             status = GAVE_UP; /* a delta bomb, or a result over object_bytes_max: the reference says */
@@ -1008,13 +1416,19 @@ scan(Run *r, long long *pos_out)
                     status = GAVE_UP;
             }
             else {
+                status = drain(r); /* the oids of every entry before it */
                 base = lookup_oid(r, r->base_oids + (size_t)index * OID_BYTES);
                 if (base == NONE)
                     base = EXTERNAL_BASE;
             }
+            /* A base neither resolved nor queued waits, unless a delivery resolves it. */
+            if (status == DONE && base >= 0 && !resolved_or_queued(r, base))
+                status = drain(r);
             if (status == DONE) {
                 r->bases[index] = base;
-                if (base >= 0 && r->types[base]) {
+                if (r->pipe != NULL && base >= 0 && resolved_or_queued(r, base))
+                    status = schedule(r, index, 0, data, base);
+                else if (base >= 0 && r->types[base]) {
                     PyObject *body = cache_get(r, base), *target = NULL;
                     if (body != NULL)
                         Py_INCREF(body);
@@ -1037,6 +1451,8 @@ scan(Run *r, long long *pos_out)
         }
         Py_DECREF(data);
     }
+    if (status == DONE)
+        status = drain(r);
     *pos_out = pos;
     return status;
 }
@@ -1091,6 +1507,8 @@ results(Run *r)
     PyObject *objects = PyTuple_New(r->count);
     if (objects == NULL)
         return NULL;
+    /* Half a million tuples would start the collector every 700: none can be in a cycle. */
+    int collecting = PyGC_Disable();
     for (int i = 0; i < r->count; i++) {
         PyObject *base_oid;
         if (r->bases[i] != NO_BASE)
@@ -1107,7 +1525,8 @@ results(Run *r)
             r->depths[i], base_oid, (int)r->entry_types[i], r->hlens[i]);
         if (fields == NULL) {
             Py_DECREF(objects);
-            return NULL;
+            objects = NULL;
+            break;
         }
         /* The NamedTuple's own __new__ is tuple.__new__(cls, fields). */
         PyObject *args = PyTuple_Pack(1, fields);
@@ -1117,10 +1536,13 @@ results(Run *r)
         Py_XDECREF(args);
         if (info == NULL) {
             Py_DECREF(objects);
-            return NULL;
+            objects = NULL;
+            break;
         }
         PyTuple_SET_ITEM(objects, i, info);
     }
+    if (collecting)
+        PyGC_Enable();
     return objects;
 }
 
@@ -1189,7 +1611,7 @@ release(Run *r)
 PyDoc_STRVAR(index_pack_doc,
 "index_pack(read_seq, read_at, check_end, find, on_object, sha1, info_type, count, end,\n"
 "           size_max, object_bytes_max, free_bytes, ratio_max, depth_max, cache_max, window,\n"
-"           expansion_max, stream_min)\n"
+"           expansion_max, stream_min, threads)\n"
 "--\n\n"
 "Every entry of the pack as a tuple of ``info_type`` in pack order, or None\n"
 "when the pack is not the usual one (the caller then runs the reference).\n"
@@ -1198,7 +1620,8 @@ PyDoc_STRVAR(index_pack_doc,
 "``expansion_max`` bounds the result bytes the pack's deltas declare in all,\n"
 "charged as each delta is read, before any is applied. A full blob entry over\n"
 "``stream_min`` bytes is hashed as it inflates, never held: ``on_object`` gets None\n"
-"for its body.");
+"for its body. With ``threads`` over 1, that many less one worker threads apply\n"
+"deltas and hash without the interpreter lock; the result and the calls are the same.");
 
 static PyObject *
 index_pack(PyObject *self, PyObject *args)
@@ -1209,11 +1632,12 @@ index_pack(PyObject *self, PyObject *args)
     Run *r = &run;
     PyObject *check_end;
     long long count;
-    if (!PyArg_ParseTuple(args, "OOOOOOOLLKKKKlLnKK:index_pack", &r->read_seq, &r->read_at,
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOOOOOOLLKKKKlLnKKi:index_pack", &r->read_seq, &r->read_at,
                           &check_end, &r->find, &r->on_object, &r->sha1, &r->info_type, &count,
                           &r->end, &r->size_max, &r->object_bytes_max, &r->free_bytes,
                           &r->ratio_max, &r->depth_max, &r->cache_max, &r->window,
-                          &r->expansion_max, &r->stream_min))
+                          &r->expansion_max, &r->stream_min, &threads))
         return NULL;
     if (!PyType_Check(r->info_type) ||
         !PyType_IsSubtype((PyTypeObject *)r->info_type, &PyTuple_Type)) {
@@ -1228,7 +1652,10 @@ index_pack(PyObject *self, PyObject *args)
     long long pos = 0;
     int status = allocate(r);
     if (status == DONE)
+        status = pipe_start(r, threads);
+    if (status == DONE)
         status = scan(r, &pos);
+    pipe_stop(r); /* drained when the scan is done; otherwise what is queued is dropped */
     if (status == DONE) {
         PyObject *ok = PyObject_CallFunction(check_end, "L", pos);
         if (ok == NULL)

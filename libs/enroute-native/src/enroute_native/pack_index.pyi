@@ -22,5 +22,6 @@ def index_pack(
     window: int,
     expansion_max: int,
     stream_min: int,
+    threads: int,
     /,
 ) -> tuple[_Info, ...] | None: ...

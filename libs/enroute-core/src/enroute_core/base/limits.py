@@ -39,6 +39,10 @@ class Limits:
     # git/packindexer.py: inflated delta bases kept while resolving a pack
     # (git's core.deltaBaseCacheLimit is 96 MiB)
     pack_base_cache_bytes_max: int = 96 * MiB
+    # git/packindexer.py: threads indexing a pack (git's pack.threads): the calling one reads
+    # and inflates in order, the others apply deltas and hash without the interpreter lock;
+    # at most the machine's cores; 1 indexes in the calling thread alone (docs/native.md)
+    pack_index_threads_max: int = 4
     # state/codec.py: log commands and checkpoints of the repository state
     state_command_bytes_max: int = 64 * MiB
     state_checkpoint_bytes_max: int = 4 * GiB

@@ -48,6 +48,7 @@ so it must not mind seeing an object twice.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -195,8 +196,10 @@ class PackIndexer:
         external_base: ExternalBaseFn | None = None,
         on_object: ObjectSink | None = None,
         compiled: bool = True,
+        threads: int | None = None,
     ) -> None:
         self._source = source
+        self._threads = index_threads(limits) if threads is None else threads
         self._limits = limits
         self._header, self._end = scan_bounds(source, limits)
         self._external_base = external_base
@@ -272,6 +275,7 @@ class PackIndexer:
             SCAN_WINDOW_BYTES,
             self._expansion_max,
             limits.pack_stream_threshold_bytes,
+            self._threads,
         )
         if objects is None:
             return None
@@ -495,6 +499,12 @@ class PackIndexer:
         return PackIndexResult(self._header, tuple(objects), external, checksum, compiled=False)
 
 
+def index_threads(limits: Limits) -> int:
+    """The threads the compiled pass uses: ``pack_index_threads_max``, at most the cores this
+    process may run on (more would only take turns)."""
+    return max(1, min(limits.pack_index_threads_max, len(os.sched_getaffinity(0))))
+
+
 def index_pack(
     source: ByteSource,
     *,
@@ -502,10 +512,13 @@ def index_pack(
     external_base: ExternalBaseFn | None = None,
     on_object: ObjectSink | None = None,
     compiled: bool = True,
+    threads: int | None = None,
 ) -> PackIndexResult:
     """Index a whole pack (see the module docstring); raises only typed errors on bad input.
 
-    ``compiled=False`` runs the reference alone (tests compare the two).
+    ``compiled=False`` runs the reference alone (tests compare the two). ``threads`` is the
+    compiled pass's (:func:`index_threads` when None); the result and the ``on_object`` calls
+    do not depend on it.
     """
     return PackIndexer(
         source,
@@ -513,4 +526,5 @@ def index_pack(
         external_base=external_base,
         on_object=on_object,
         compiled=compiled,
+        threads=threads,
     ).run()
