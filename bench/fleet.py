@@ -111,6 +111,9 @@ class Sample:
         st = json.loads(status)
         # a compute's open views, a ledger's open Subscribe streams (docs/fleet.md)
         self.followed = int(st.get("views", {}).get("open", st.get("subscriptions_open", 0)))
+        # a compute's flushes: repositories whose pushed layer maintenance stored before
+        # their view went (a view evicted first is not visited: docs/fleet.md)
+        self.flushes = int(st.get("maintenance", {}).get("flushes", 0))
 
 
 def following(cluster: Cluster) -> int:
@@ -251,6 +254,8 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
         f"{view_idle_s:.0f} s: `limits.view_idle_ms_max`; idle "
         f"{' / '.join(f'{s.idle_s:.0f}' for s in steps)} s). Steps retried (a request "
         f"failed, tried again up to {ATTEMPTS} times): {retried}. Servers at commit {rev}. "
+        "Layers flushed by the computes' maintenance by each step: "
+        f"{' / '.join(f'{sum(s.samples[c].flushes for c in COMPUTES):,}' for s in steps)}. "
         f"Hibernated groups per voter at {last.repos:,}: "
         f"{' / '.join(f'{x:,}' for x in asleep)}.",
         "",
