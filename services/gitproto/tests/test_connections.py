@@ -19,6 +19,7 @@ import pytest
 
 from enroute_gitproto.app import TransportLimits
 from enroute_gitproto.connections import head_bytes
+from enroute_testing.waiting import wait_until
 
 GET = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
 
@@ -108,7 +109,7 @@ def test_head_over_the_bound_is_431(served: Any, sockets: list[Any], pieces: int
         except (BrokenPipeError, ConnectionResetError):
             break  # closed after the 431 while pieces were still going
         if pieces > 1:
-            time.sleep(0.005)
+            time.sleep(0.005)  # the point: a head that arrives in slow pieces
     answer = read_all(sock)
     assert status_of(answer) == 431, answer[:200]
     assert b"(transport.header_max)" in answer
@@ -155,7 +156,7 @@ def test_a_steady_client_is_not_cut_by_the_header_timeout(served: Any, sockets: 
     for _ in range(8):
         sock.sendall(GET + b"\r\n")
         assert status_of(read_response(sock)) == 200
-        time.sleep(0.1)
+        time.sleep(0.1)  # the point: requests spread over longer than the header timeout
 
 
 def test_per_client_connection_cap(served: Any, sockets: list[Any]) -> None:
@@ -172,7 +173,11 @@ def test_per_client_connection_cap(served: Any, sockets: list[Any]) -> None:
     other.sendall(GET + b"Connection: close\r\n\r\n")
     assert status_of(read_all(other)) == 200
     held[0].close()
-    time.sleep(0.2)
+    wait_until(
+        lambda: server.app.connections.by_client.get("127.0.0.1", 0) < 3,
+        5,
+        "the server notices the closed connection",
+    )
     again = connect(server.address)
     sockets.append(again)
     again.sendall(GET + b"Connection: close\r\n\r\n")
@@ -186,13 +191,6 @@ def _hold_request(address: str, source: str = "127.0.0.1") -> socket.socket:
     return sock
 
 
-def _wait(predicate: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 5
-    while not predicate():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-
-
 def test_full_node_closes_the_longest_waiting_connection(served: Any, sockets: list[Any]) -> None:
     """1,100 idle connections used to make every request 503. Now a new connection takes the
     place of the one that has waited longest for a request head; only when every connection
@@ -200,7 +198,7 @@ def test_full_node_closes_the_longest_waiting_connection(served: Any, sockets: l
     server = served(connections_max=4, client_connections_max=0)
     idle = [connect(server.address) for _ in range(4)]
     sockets.extend(idle)
-    _wait(lambda: server.app.connections.open == 4)
+    wait_until(lambda: server.app.connections.open == 4, 5, "4 connections open")
     fresh = connect(server.address)
     sockets.append(fresh)
     fresh.sendall(GET + b"Connection: close\r\n\r\n")
@@ -208,7 +206,11 @@ def test_full_node_closes_the_longest_waiting_connection(served: Any, sockets: l
     assert is_closed(idle[0]) and not is_closed(idle[1], 0.2)
     busy = [_hold_request(server.address) for _ in range(4)]
     sockets.extend(busy)
-    _wait(lambda: server.app.metrics.in_flight_count == 4)
+    wait_until(
+        lambda: server.app.metrics.in_flight_count == 4,
+        5,
+        "server.app.metrics.in_flight_count == 4",
+    )
     refused = connect(server.address)
     sockets.append(refused)
     answer = read_all(refused)
@@ -220,7 +222,11 @@ def test_full_node_closes_the_longest_waiting_connection(served: Any, sockets: l
 def test_per_client_request_cap(served: Any, sockets: list[Any]) -> None:
     server = served(client_requests_max=2, body_idle_timeout_s=30)
     sockets.extend(_hold_request(server.address) for _ in range(2))
-    _wait(lambda: server.app.metrics.in_flight_count == 2)
+    wait_until(
+        lambda: server.app.metrics.in_flight_count == 2,
+        5,
+        "server.app.metrics.in_flight_count == 2",
+    )
     third = connect(server.address)
     sockets.append(third)
     third.sendall(b"GET /api/v1/repos HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")

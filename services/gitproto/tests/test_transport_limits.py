@@ -20,6 +20,7 @@ from enroute_core.base.errors import LimitExceeded
 from enroute_gitproto.app import TransportLimits
 from enroute_gitproto.githttp import GitHttpLimits, PktLineCounter
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
+from enroute_testing.waiting import wait_until
 
 PUSH = "/team/app.git/git-receive-pack"
 FETCH = "/team/app.git/git-upload-pack"
@@ -135,15 +136,6 @@ def read_response(sock: socket.socket, data: bytes = b"") -> tuple[int, bytes]:
     return int(head.split(b" ", 2)[1]), head + b"\r\n\r\n" + rest
 
 
-def wait_for(predicate: Any, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def still_serves(address: str, fake: RecordingCompute) -> None:
     status, _, body = request(address, "POST", PUSH, b"0000")
     assert (status, body) == (200, b"ok:4")
@@ -208,7 +200,7 @@ def test_streamed_body_over_limit_is_413(
 
     status, _, body = request(server.address, "POST", PUSH, chunks())  # type: ignore[arg-type]
     assert status == 200 and body[4:8] == b"ERR " and b"body_bytes_max" in body  # git shows it
-    assert wait_for(fake.released)  # the compute's call is over: it holds nothing
+    wait_until(fake.released, 10, "the compute's call is over: it holds nothing")
     assert fake.answered == 0
     still_serves(server.address, fake)
 
@@ -224,7 +216,8 @@ def test_gzip_bomb_is_413(recording: tuple[RecordingCompute, str], make_gitproto
     status, _, body = request(server.address, "POST", FETCH, bomb,
                               {"Content-Encoding": "gzip"})  # fmt: skip
     assert status == 200 and body[4:8] == b"ERR " and b"transport.gzip_ratio_max" in body
-    assert wait_for(fake.released) and fake.answered == 0
+    wait_until(fake.released, 10, "the compute call released")
+    assert fake.answered == 0
     normal = gzip.compress(_pkts(b"command=ls-refs\n", b""))
     status, _, body = request(server.address, "POST", FETCH, normal, {"Content-Encoding": "gzip"})
     assert (status, body) == (200, b"ok:24")
@@ -243,7 +236,8 @@ def test_too_many_pkt_lines_is_413(
     status, _, body = request(server.address, "POST", FETCH, haves)
     assert status == 200 and body[4:8] == b"ERR "
     assert b"transport.negotiation_pkt_lines_max" in body
-    assert wait_for(fake.released) and fake.answered == 0
+    wait_until(fake.released, 10, "the compute call released")
+    assert fake.answered == 0
     still_serves(server.address, fake)
 
 
@@ -256,7 +250,7 @@ def test_node_concurrency_is_503_with_retry_after(
     fake, member = recording
     server = start(make_gitproto, member, requests_max=2, retry_after_s=7.0)
     held = [open_raw(server.address, f"/r{i}.git/git-receive-pack", 100, b"0") for i in range(2)]
-    assert wait_for(lambda: server.app.admission.total == 2)
+    wait_until(lambda: server.app.admission.total == 2, 10, "two admissions")
     status, headers, body = request(server.address, "POST", "/other.git/git-receive-pack", b"")
     assert status == 503 and headers["retry-after"] == "7"
     assert b"transport.requests_max" in body
@@ -265,7 +259,7 @@ def test_node_concurrency_is_503_with_retry_after(
     assert request(server.address, "GET", "/healthz")[0] == 200  # probes are exempt
     for sock in held:
         sock.close()
-    assert wait_for(lambda: server.app.admission.total == 0)
+    wait_until(lambda: server.app.admission.total == 0, 10, "no admission")
     still_serves(server.address, fake)
 
 
@@ -275,13 +269,17 @@ def test_repository_concurrency_is_503(
     fake, member = recording
     server = start(make_gitproto, member, repo_requests_max=1)
     held = open_raw(server.address, PUSH, 100, b"0")
-    assert wait_for(lambda: server.app.admission.by_repo.get("team/app") == 1)
+    wait_until(
+        lambda: server.app.admission.by_repo.get("team/app") == 1,
+        10,
+        "one admission of team/app",
+    )
     status, headers, body = request(server.address, "POST", FETCH, b"0000")
     assert status == 503 and "retry-after" in headers and b"repo_requests_max" in body
     status, _, _ = request(server.address, "POST", "/team/other.git/git-upload-pack", b"0000")
     assert status == 200  # another repository is served
     held.close()
-    assert wait_for(lambda: server.app.admission.by_repo == {})
+    wait_until(lambda: server.app.admission.by_repo == {}, 10, "no admission of any repository")
     still_serves(server.address, fake)
 
 
@@ -299,9 +297,9 @@ def test_slow_loris_body_is_cut_and_compute_released(
     sock.close()
     assert status == 504 and b"transport.body_idle_timeout" in raw
     assert 0.4 < time.monotonic() - started < 10
-    assert wait_for(fake.released)  # the compute's call is over: it holds nothing
+    wait_until(fake.released, 10, "the compute's call is over: it holds nothing")
     assert fake.answered == 0
-    assert wait_for(lambda: server.app.admission.total == 0)
+    wait_until(lambda: server.app.admission.total == 0, 10, "no admission")
     still_serves(server.address, fake)
 
 
@@ -325,7 +323,7 @@ def test_request_timeout_cuts_a_trickling_body(
     sock.close()
     assert status == 504 and b"transport.request_timeout" in raw
     assert 0.9 < time.monotonic() - started < 6
-    assert wait_for(fake.released)
+    wait_until(fake.released, 10, "the compute call released")
     assert fake.answered == 0
     still_serves(server.address, fake)
 
