@@ -8,7 +8,6 @@ import asyncio
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +21,7 @@ from enroute_compute.host import RepositoryHost
 from enroute_compute.ledger_client import GrpcLedger
 from enroute_compute.ledger_port import LedgerPort
 from enroute_compute.local_ledger import LocalLedger
+from enroute_compute.main import SystemClock
 from enroute_compute.rpc.servicer import ComputeServicer
 from enroute_core.base.errors import ERROR_TABLE
 from enroute_core.base.limits import DEFAULT_LIMITS
@@ -35,14 +35,6 @@ from enroute_testing.env import service_env
 ROOT = Path(__file__).resolve().parents[3]
 LEDGER_MAIN = ROOT / "services/ledger/src/enroute_ledger/__main__.py"
 SERVICES = {"git-upload-pack": 1, "git-receive-pack": 2}
-
-
-class WallClock:
-    def now_us(self) -> int:
-        return time.time_ns() // 1000
-
-    def monotonic_ns(self) -> int:
-        return time.monotonic_ns()
 
 
 @dataclass
@@ -99,7 +91,7 @@ def compute(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ComputeS
         store = open_store(f"file://{tmp_path / 'store'}")
         layers = LayerService(store, tmp_path / "compute")
         ledger: LedgerPort = LocalLedger() if address is None else GrpcLedger((address,))
-        host = RepositoryHost(ledger, layers, WallClock(), inline_max_bytes=16 * 1024)
+        host = RepositoryHost(ledger, layers, SystemClock(), inline_max_bytes=16 * 1024)
         # The production server's message bound (main.py), so tests see what it allows.
         server = grpc.aio.server(options=server_options(DEFAULT_LIMITS.rpc_message_bytes_max))
         compute_pb2_grpc.add_ComputeServicer_to_server(ComputeServicer(host), server)

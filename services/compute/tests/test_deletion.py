@@ -28,6 +28,7 @@ import pytest
 
 from enroute_compute.host import RepositoryHost
 from enroute_compute.ledger_client import GrpcLedger
+from enroute_compute.main import SystemClock
 from enroute_compute.rpc.servicer import ComputeServicer
 from enroute_core.base.clock import Clock
 from enroute_core.git.pktline import pkt_line
@@ -35,18 +36,11 @@ from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import open_store
 from enroute_proto import find_error_detail
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
+from enroute_testing.waiting import wait_until
 
 AUTHOR = compute_pb2.Signature(name=b"A U Thor", email=b"author@example.com")
 WAIT_S = 15.0
 _names = itertools.count()
-
-
-class WallClock:
-    def now_us(self) -> int:
-        return time.time_ns() // 1000
-
-    def monotonic_ns(self) -> int:
-        return time.monotonic_ns()
 
 
 @dataclass
@@ -226,8 +220,8 @@ def start_compute(ledger_address: str, store_dir: Path, data_dir: Path, clock: C
 def pair(ledger_process: str, tmp_path: Path) -> Iterator[tuple[Compute, Compute, TcpProxy]]:
     """Computes A (direct) and B (through a proxy) on one ledger and one store."""
     proxy = TcpProxy(ledger_process)
-    a, stop_a = start_compute(ledger_process, tmp_path / "store", tmp_path / "a", WallClock())
-    b, stop_b = start_compute(proxy.address, tmp_path / "store", tmp_path / "b", WallClock())
+    a, stop_a = start_compute(ledger_process, tmp_path / "store", tmp_path / "a", SystemClock())
+    b, stop_b = start_compute(proxy.address, tmp_path / "store", tmp_path / "b", SystemClock())
     yield a, b, proxy
     stop_b()
     stop_a()
@@ -263,14 +257,6 @@ def error_code(fn: Callable[[], object]) -> str:
     call: Any = info.value  # a failed call is also a grpc.Call
     detail = find_error_detail(call.trailing_metadata())
     return detail.code if detail is not None else str(call.code())
-
-
-def wait_until(what: str, done: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.02)
 
 
 def fetch_want(c: Compute, repo: str, oid: bytes) -> bytes:
@@ -315,8 +301,8 @@ def test_a_deletion_reaching_a_subscription_drops_the_view_and_stops_following(
     followed = b.hosted(name)
     assert followed is not None and followed.task is not None
     a.stub.DeleteRepository(compute_pb2.DeleteRepositoryRequest(repo=name))
-    wait_until("B drops its view", lambda: b.hosted(name) is None)
-    wait_until("B's follower stops", followed.task.done)
+    wait_until(lambda: b.hosted(name) is None, WAIT_S, "B drops its view")
+    wait_until(followed.task.done, WAIT_S, "B's follower stops")
     assert followed.dead and followed.state.deleted
     assert isinstance(followed.error, Exception)
     # "Later requests activate the repository again and find nothing, or the new incarnation."
@@ -368,10 +354,10 @@ def test_a_subscription_that_ends_without_the_deletion_is_followed_again(
     version = viewed.state.version
     proxy.cut()
     second = commit(a, name, first, {b"f": b"two\n"})
-    time.sleep(0.3)  # B's follower fails to subscribe a few times meanwhile
+    time.sleep(0.3)  # the point: B's follower fails to subscribe a few times meanwhile
     assert b.hosted(name) is viewed and not viewed.dead
     proxy.resume()
-    wait_until("B follows again", lambda: viewed.state.version > version)
+    wait_until(lambda: viewed.state.version > version, WAIT_S, "B follows again")
     assert b.hosted(name) is viewed, "the view was re-opened rather than followed again"
     assert viewed.state.refs[b"refs/heads/main"].oid == second
     assert not viewed.task.done()
@@ -397,8 +383,8 @@ def test_a_state_of_another_incarnation_replaces_the_view(
     a.stub.CreateRepository(compute_pb2.CreateRepositoryRequest(repo=name))
     new = commit(a, name, None, {b"new": b"only in E+1\n"})
     proxy.resume()
-    wait_until("B takes E + 1", lambda: viewed.state.incarnation == incarnation + 1)
-    wait_until("B reaches the commit", lambda: b"refs/heads/main" in viewed.state.refs)
+    wait_until(lambda: viewed.state.incarnation == incarnation + 1, WAIT_S, "B takes E + 1")
+    wait_until(lambda: b"refs/heads/main" in viewed.state.refs, WAIT_S, "B reaches the commit")
     assert b.hosted(name) is viewed, "the view was dropped rather than replaced"
     assert viewed.state.refs[b"refs/heads/main"].oid == new
     assert not old_roots & set(viewed.readers), "a reader of E was kept"
@@ -451,7 +437,7 @@ def test_reads_waiting_on_a_view_the_asking_compute_drops_answer_not_found_at_on
         commit(a, name, first, {b"f": b"two\n"})  # B's view is now behind the log
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(lambda: error_code(lambda: refs(b, name)))
-            time.sleep(0.5)
+            time.sleep(0.5)  # the point: the read waits (nothing to wait for but time)
             assert not waiting.done(), "the read did not wait for the view"
             started = time.monotonic()
             b.stub.DeleteRepository(compute_pb2.DeleteRepositoryRequest(repo=name), timeout=WAIT_S)

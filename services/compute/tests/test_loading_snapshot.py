@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +22,7 @@ import pytest
 
 from enroute_compute.host import LoadingSnapshot, RepositoryHost
 from enroute_compute.local_ledger import LocalLedger
+from enroute_compute.main import SystemClock
 from enroute_compute.push import Pusher
 from enroute_core.base.errors import NotLocal
 from enroute_core.base.ids import LogIndex, ObjectId
@@ -112,14 +112,6 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-class _Clock:
-    def now_us(self) -> int:
-        return time.time_ns() // 1000
-
-    def monotonic_ns(self) -> int:
-        return time.monotonic_ns()
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.asyncio
 async def test_ingests_never_hold_the_threads_their_loads_need(
@@ -153,7 +145,7 @@ async def test_ingests_never_hold_the_threads_their_loads_need(
     async def push(node: str, body: bytes) -> tuple[bytes, int]:
         """The report, and the chunks the push loaded."""
         layers = LayerService(store, tmp_path / node, disk_budget_bytes=CHUNK_BYTES)
-        host = RepositoryHost(ledger, layers, _Clock(), inline_max_bytes=1024)
+        host = RepositoryHost(ledger, layers, SystemClock(), inline_max_bytes=1024)
         try:
             out = b"".join([p async for p in Pusher(host).receive_pack("r", _once(body))])
             return out, layers.loaded_chunks["push"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from enroute_compute.host import RepositoryHost
 from enroute_compute.http import OpsServer
 from enroute_compute.local_ledger import LocalLedger
+from enroute_compute.main import SystemClock
 from enroute_compute.push import Pusher
 from enroute_core.base.errors import NotFound
 from enroute_core.config import load_config
@@ -30,14 +30,6 @@ from enroute_core.git.pktline import FLUSH_PKT, pkt_line
 ZERO = b"0" * 40
 IDENT = b"A U Thor <a@example.com> 1700000000 +0000"
 BLOB = b"hello\n"
-
-
-class _Clock:
-    def now_us(self) -> int:
-        return time.time_ns() // 1000
-
-    def monotonic_ns(self) -> int:
-        return time.monotonic_ns()
 
 
 def _oid(type_num: int, body: bytes) -> bytes:
@@ -74,7 +66,7 @@ def _push(
     """Report lines, and the repository's refs after (None: it was not created)."""
 
     async def run() -> tuple[list[bytes], dict[bytes, bytes] | None]:
-        host = RepositoryHost(LocalLedger(), None, _Clock(), fsck=fsck)
+        host = RepositoryHost(LocalLedger(), None, SystemClock(), fsck=fsck)
         try:
             body = _body(commands, pack, caps)
             out = b"".join([p async for p in Pusher(host).receive_pack("r", _once(body))])
@@ -156,7 +148,7 @@ def test_warnings_are_counted_for_metrics_and_logged(caplog: pytest.LogCaptureFi
     pack, tip = _commit_over(b"0100644")
 
     async def run() -> bytes:
-        host = RepositoryHost(LocalLedger(), None, _Clock())
+        host = RepositoryHost(LocalLedger(), None, SystemClock())
         try:
             body = _body([(tip, b"refs/heads/main")], pack, b"report-status")
             async for _ in Pusher(host).receive_pack("r", _once(body)):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 from enroute_compute import push
 from enroute_compute.host import RepositoryHost
 from enroute_compute.local_ledger import LocalLedger
+from enroute_compute.main import SystemClock
 from enroute_compute.push import Pusher
 from enroute_core.base.limits import Limits
 from enroute_core.git.pktline import FLUSH_PKT, pkt_line
@@ -29,14 +29,6 @@ from enroute_core.storage.objectstore import open_store
 from enroute_testing.repogen import RepoSpec, generate_repo, pack_objects
 
 pytestmark = pytest.mark.interop
-
-
-class _Clock:
-    def now_us(self) -> int:
-        return time.time_ns() // 1000
-
-    def monotonic_ns(self) -> int:
-        return time.monotonic_ns()
 
 
 def _request(refs: dict[bytes, bytes], pack: bytes) -> bytes:
@@ -60,7 +52,11 @@ def _push(tmp: Path, body: bytes, *, inline_max: int, limits: Limits | None = No
     async def run() -> tuple[bytes, RepositoryHost]:
         layers = LayerService(open_store(f"file://{tmp / 'store'}"), tmp / "compute")
         host = RepositoryHost(
-            LocalLedger(), layers, _Clock(), inline_max_bytes=inline_max, limits=limits or Limits()
+            LocalLedger(),
+            layers,
+            SystemClock(),
+            inline_max_bytes=inline_max,
+            limits=limits or Limits(),
         )
         try:
             out = b"".join([part async for part in Pusher(host).receive_pack("r", _chunks(body))])

@@ -24,6 +24,7 @@ from enroute_compute.host import RepositoryHost
 from enroute_compute.ledger_client import GrpcLedger
 from enroute_compute.ledger_port import CreateMode, Proposed
 from enroute_compute.local_ledger import LocalLedger
+from enroute_compute.main import SystemClock
 from enroute_compute.push import Pusher
 from enroute_core.base.errors import StaleRef, Unavailable
 from enroute_core.git.pktline import FLUSH_PKT, pkt_line
@@ -38,15 +39,7 @@ from enroute_proto.request_id import (
     request_id_metadata,
 )
 from enroute_testing.repogen import RepoSpec, generate_repo, pack_objects
-
-
-class _Clock:
-    def now_us(self) -> int:
-        return time.time_ns() // 1000
-
-    def monotonic_ns(self) -> int:
-        return time.monotonic_ns()
-
+from enroute_testing.waiting import until
 
 # -- the metadata form ------------------------------------------------------------------
 
@@ -222,7 +215,7 @@ def _replay(
                 for key, got in ledger.done.items():
                     ledger.done[key] = Proposed(got.version, Change(got.change.outcome))
             layers = LayerService(open_store(store), tmp / f"compute{n}")
-            host = RepositoryHost(ledger, layers, _Clock(), inline_max_bytes=1)
+            host = RepositoryHost(ledger, layers, SystemClock(), inline_max_bytes=1)
             try:
                 parts = Pusher(host).receive_pack("r", _chunks(body), rid)
                 out.append(b"".join([p async for p in parts]))
@@ -271,7 +264,7 @@ def _api_replay(tmp: Path, second: CommitRequest, first_id: bytes, replay_id: by
         got: list[Any] = []
         for n, (req, rid) in enumerate(((FIRST, first_id), (second, replay_id))):
             layers = LayerService(open_store(store), tmp / f"compute{n}")
-            host = RepositoryHost(ledger, layers, _Clock(), inline_max_bytes=1)
+            host = RepositoryHost(ledger, layers, SystemClock(), inline_max_bytes=1)
             try:
                 got.append(await Pusher(host).create_commit(req, rid))
             except StaleRef as exc:
@@ -350,7 +343,7 @@ def test_subscriptions_on_a_member_that_went_silent_end_unavailable() -> None:
                 pass
 
         follower = asyncio.ensure_future(follow())
-        await asyncio.sleep(0.05)
+        await until(lambda: paused.calls, 5.0, "the follower asks the paused member")
         assert len(paused.calls) == 1 and not follower.done()
         point = await ledger.barrier("r")  # the paused member does not answer: b does
         await asyncio.wait([follower], timeout=2.0)

@@ -24,6 +24,7 @@ import pytest
 
 from enroute_compute.host import RepositoryHost
 from enroute_compute.ledger_client import GrpcLedger
+from enroute_compute.main import SystemClock
 from enroute_compute.rpc.servicer import ComputeServicer
 from enroute_core.state import LayerKind
 from enroute_core.storage.layers import LayerService
@@ -36,14 +37,6 @@ from enroute_testing.repogen import RepoSpec, generate_repo, list_refs
 pytestmark = pytest.mark.interop
 
 Bridge = Callable[[str], ThreadingHTTPServer]
-
-
-class _Clock:
-    def now_us(self) -> int:
-        return time.time_ns() // 1000
-
-    def monotonic_ns(self) -> int:
-        return time.monotonic_ns()
 
 
 class _Ledger:
@@ -100,7 +93,7 @@ class _Compute:
 
         async def start() -> None:
             layers = LayerService(open_store(store_url), cache)
-            host = RepositoryHost(GrpcLedger((ledger_address,)), layers, _Clock())
+            host = RepositoryHost(GrpcLedger((ledger_address,)), layers, SystemClock())
             server = grpc.aio.server()
             compute_pb2_grpc.add_ComputeServicer_to_server(ComputeServicer(host), server)
             port = server.add_insecure_port("127.0.0.1:0")
