@@ -29,6 +29,7 @@ from enroute_core.storage.objectstore import open_store
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
 from enroute_testing.gitcli import run_git
 from enroute_testing.repogen import list_refs
+from enroute_testing.waiting import wait_until
 
 pytestmark = pytest.mark.interop
 
@@ -124,9 +125,13 @@ def test_many_commits_keep_few_layers_and_rebuild_no_view(
         if i % 20 == 0:
             most = max(most, len(_manifest(compute, name)))
     pushing_s = time.monotonic() - started
-    deadline = time.monotonic() + 30
-    while plan(_manifest(compute, name)) is not None and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(
+        lambda: plan(_manifest(compute, name)) is None,
+        30,
+        "maintenance catches up",
+        poll_s=0.1,
+        explain=m.status,
+    )
     manifest = _manifest(compute, name)
     pushes = COMMITS + 1
     print(
