@@ -13,7 +13,7 @@ entry point of this package, so it exists where the test kit is installed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -85,3 +85,45 @@ def _alive(pid: int) -> bool:
     from enroute_testing.cluster import pid_alive  # noqa: PLC0415
 
     return pid_alive(pid)
+
+
+def _loaded(data: Path) -> Any:
+    from enroute_testing.cluster import STATE_FILE, Cluster  # noqa: PLC0415 (keeps `enroute` fast)
+
+    if not (data / STATE_FILE).exists():
+        typer.echo(f"no cluster in {data}", err=True)
+        raise typer.Exit(1)
+    return Cluster.load(data)
+
+
+@app.command("ledger-add")
+def ledger_add(data: DataOption = DEFAULT_DATA) -> None:
+    """Start one more ledger voter under a new id and add it to every group."""
+    from enroute_testing import cluster_ledger  # noqa: PLC0415
+
+    name = cluster_ledger.ledger_add(_loaded(data), typer.echo)
+    typer.echo(f"{name} added")
+
+
+@app.command("ledger-remove")
+def ledger_remove(
+    node: Annotated[int, typer.Argument(help="voter id (enroute ledger members)")],
+    data: DataOption = DEFAULT_DATA,
+) -> None:
+    """Remove voter NODE from every group, then stop its process."""
+    from enroute_testing import cluster_ledger  # noqa: PLC0415
+
+    name = cluster_ledger.ledger_remove(_loaded(data), node, typer.echo)
+    typer.echo(f"{name} removed and stopped")
+
+
+@app.command("ledger-wipe")
+def ledger_wipe(
+    node: Annotated[int, typer.Argument(help="voter id (enroute ledger members)")],
+    data: DataOption = DEFAULT_DATA,
+) -> None:
+    """Stop voter NODE, delete its data directory and start it again (a lost disk)."""
+    from enroute_testing import cluster_ledger  # noqa: PLC0415
+
+    name = cluster_ledger.ledger_wipe(_loaded(data), node, typer.echo)
+    typer.echo(f"{name} wiped and started again")

@@ -639,6 +639,9 @@ class Cluster:
         for name in reversed(NAMES):
             if name in self.members and self.members[name].alive():
                 self.terminate(name)
+        for name, member in self.members.items():  # voters added later (cluster_ledger)
+            if name not in NAMES and member.alive():
+                self.terminate(name)
         for link in self.links.values():
             link.stop()
         for proxy in self.s3_proxies.values():

@@ -62,6 +62,9 @@ PROGRESS_EVERY_S = 5.0
 HEALTHY_S says the voter is down (or cut off from the store)."""
 HEALTHY_S = 15.0
 PROGRESS_PREFIX = "ledger/membership-progress/"
+ADDED_AHEAD_MAX = 2
+"""Members ``ledger.members`` may list beyond the ledger's voters: the ones an operator is
+adding (a chart grows by two to stay odd); each is refused until ``enroute ledger add``."""
 _CAS_ATTEMPTS = 20
 
 
@@ -267,16 +270,22 @@ def resolve(
             id=me,
         )
     view = rec.view
-    counts = {len(rec.voters), len(view)}
     configured = max(1, len(members))
-    if configured not in counts:
+    if configured < min(len(view), len(rec.voters)):
         raise InvalidArgument(
-            f"ledger.members lists {configured} voters but the ledger's committed membership "
-            f"has {len(rec.voters)} ({_listed(rec.voters)}): change the membership online with "
-            "`enroute ledger add ADDRESS` or `enroute ledger remove ID` first, then list "
-            "the members it reports (docs/raft.md, 'Membership changes')",
+            f"ledger.members lists {configured} voters but the ledger has {len(rec.voters)} "
+            f"({_listed(rec.voters)}): remove voters online with `enroute ledger remove ID` "
+            "before shortening the list (docs/raft.md, 'Membership changes')",
             configured=configured,
-            committed=len(rec.voters),
+            voters=len(rec.voters),
+        )
+    if configured > len(view) + ADDED_AHEAD_MAX:
+        raise InvalidArgument(
+            f"ledger.members lists {configured} voters but the ledger has {len(view)} "
+            f"({_listed(view)}): add voters online with `enroute ledger add ADDRESS`, "
+            "one at a time (docs/raft.md, 'Membership changes')",
+            configured=configured,
+            voters=len(view),
         )
     if me not in view:
         raise InvalidArgument(

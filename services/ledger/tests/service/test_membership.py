@@ -62,9 +62,17 @@ def test_ids_are_never_given_twice_and_steps_are_idempotent() -> None:
 def test_a_member_list_the_record_denies_is_refused_naming_the_command() -> None:
     rec = founding_record(list(MEMBERS))
     five = [*MEMBERS, "10.0.0.4:7000", "10.0.0.5:7000"]
+    six = (*five, "10.0.0.6:7000")
     with pytest.raises(InvalidArgument, match="enroute ledger add ADDRESS") as err:
-        membership(_config(tuple(five)), five[0], rec)
-    assert "lists 5 voters" in err.value.message and "has 3" in err.value.message
+        membership(_config(six), six[0], rec)
+    assert "lists 6 voters" in err.value.message and "has 3" in err.value.message
+    with pytest.raises(InvalidArgument, match="enroute ledger remove ID"):
+        membership(_config(MEMBERS[:2]), MEMBERS[0], rec)
+    # the two a chart adds to stay odd may be listed before they are added; each of
+    # them is refused until `enroute ledger add` gives it its id
+    assert membership(_config(tuple(five)), five[0], rec)[0] == 1
+    with pytest.raises(InvalidArgument, match="is not a voter"):
+        membership(_config(tuple(five)), five[3], rec)
     adding = begin_add(rec, five[3])
     # during the change both sizes start: the voters of before and the new one
     assert membership(_config(MEMBERS), MEMBERS[0], adding)[0] == 1

@@ -1,0 +1,103 @@
+"""Online ledger membership changes under load (docs/raft.md, "Membership changes").
+
+Two clients push and commit without pause while the ledger grows from three
+voters to five (``enroute cluster ledger-add``, twice) and shrinks back to three
+(``ledger-remove``): first the voter that leads most of the load's groups, then
+one more. Every acknowledged write must be there afterwards and the history
+checker must find the ref history linearizable (``cluster_scenario``). CI runs
+one seed; ENROUTE_SEED=N replays one, the nightly sweep runs 20.
+
+Its own module, so its own cluster: the voters it removes stay removed.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+from cluster_scenario import NIGHTLY_SEEDS, run_scenario
+
+from enroute_testing import cluster_ledger
+from enroute_testing.cluster import Cluster
+from enroute_testing.workload import Workload, WorkloadConfig
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+LOAD = WorkloadConfig(
+    seed=0,
+    repos=(),
+    clients=2,
+    duration_s=20.0,
+    ops_max=400,
+    op_timeout_s=30.0,
+    mix=(("push", 45), ("api_commit", 20), ("fetch", 15), ("ls_refs", 20)),
+)
+CHANGE_S = 240.0
+
+
+def drill_seeds() -> list[object]:
+    chosen = os.environ.get("ENROUTE_SEED")
+    if chosen:
+        return [int(chosen)]
+    return [1, *(pytest.param(s, marks=pytest.mark.nightly) for s in NIGHTLY_SEEDS)]
+
+
+def _leaders(c: Cluster, repos: tuple[str, ...]) -> collections.Counter[int]:
+    """How many of ``repos``' groups each voter id leads, as a live voter sees it."""
+    counts: collections.Counter[int] = collections.Counter()
+    for name in cluster_ledger.voter_names(c):
+        if name in c.keep_down or not c.members[name].alive():
+            continue
+        for repo in repos:
+            for g in c.ledger_status(name, repo)["raft_groups"]:
+                if g["leader"]:
+                    counts[int(g["leader"])] += 1
+        return counts
+    return counts
+
+
+@pytest.mark.parametrize("seed", drill_seeds())
+def test_ledger_grows_to_five_and_shrinks_back_under_load(
+    cluster: Cluster, tmp_path: Path, seed: int
+) -> None:
+    said: list[str] = []
+    removed: list[int] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        print(line)
+
+    def fault(c: Cluster, w: Workload, rng: random.Random) -> None:
+        time.sleep(1.0 + rng.random())  # writes under way first
+        started = time.monotonic()
+        for _ in range(2):
+            cluster_ledger.ledger_add(c, say)
+        voters = [int(i) for i in cluster_ledger.members(c)["record"]["voters"]]
+        assert len(voters) == 5, voters
+        # computes reach the ledger through the founders they were configured with:
+        # keep one founder whatever is removed
+        founders = [i for i in voters if i <= 3]
+        leads = _leaders(c, w.config.repos)
+        order = sorted(voters, key=lambda i: (-leads[i], rng.random()))
+        first = next(i for i in order if founders != [i])
+        say(f"removing voter {first}, leader of {leads[first]} of {sum(leads.values())} groups")
+        cluster_ledger.ledger_remove(c, first, say)
+        removed.append(first)
+        rest = [i for i in voters if i != first and [f for f in founders if f != first] != [i]]
+        second = rng.choice(rest)
+        cluster_ledger.ledger_remove(c, second, say)
+        removed.append(second)
+        assert time.monotonic() - started < CHANGE_S
+
+    run_scenario("membership", cluster, tmp_path, seed, fault, config=LOAD)
+    view = cluster_ledger.members(cluster)
+    record = view["record"]
+    assert len(record["voters"]) == 3 and record["target"] is None
+    assert set(removed) <= {int(i) for i in record["retired"]}
+    assert any("groups to change" in line for line in said), said  # progress was shown
+    for row in view["members"]:
+        assert row["healthy"] and row["off_target"] == 0, row
