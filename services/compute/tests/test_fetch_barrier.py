@@ -27,6 +27,7 @@ class _View:
 class _Host:
     snap: Snapshot | None
     peeks: list[str] = field(default_factory=list)
+    unhost_listeners: list[object] = field(default_factory=list)
 
     def peek(self, name: str) -> Snapshot | None:
         self.peeks.append(name)

@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import sys
-import time
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +33,7 @@ from enroute_core.base.ids import ObjectId
 from enroute_core.state import Commit, OutcomeCode, RefUpdate, decode_change, encode_command
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+from enroute_testing.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 MAIN = b"refs/heads/main"
@@ -75,7 +75,9 @@ def s(name: str, incarnation: int = 1, version: int = 1, deleted: bool = False) 
 
 
 def list_page(ledger: Any, limit: int, token: str = "") -> compute_pb2.ListRepositoriesResponse:
-    servicer = ComputeServicer(cast(Any, SimpleNamespace(ledger=ledger, state_listeners=[])))
+    servicer = ComputeServicer(
+        cast(Any, SimpleNamespace(ledger=ledger, state_listeners=[], unhost_listeners=[]))
+    )
     req = compute_pb2.ListRepositoriesRequest(limit=limit, page_token=token)
     return asyncio.run(servicer.ListRepositories(req, cast(Any, None)))
 
@@ -203,29 +205,17 @@ def test_seed001_listing_merges_a_lagging_member_without_skipping_or_regressing(
     """Seed 001, "Listing": with one member frozen through creates, deletes, re-creates and
     commits, the merged listing (limit 3, every page) shows every live name once, in its
     most advanced state, and no deleted name."""
-    store = tmp_path / "store"
-    ports = [H.free_port() for _ in range(3)]
-    members = tuple(f"127.0.0.1:{port}" for port in ports)
-    nodes = [
-        H.LedgerProc(
-            H.write_config(
-                tmp_path / f"l{i + 1}.yaml",
-                node_id=i + 1,
-                data=tmp_path / f"d{i + 1}",
-                store=store,
-                grpc_port=ports[i],
-                members=members,
-            )
-        )
-        for i in range(3)
-    ]
-    H.start_all(nodes, procs)
+    nodes = H.start_three(tmp_path, procs)
     first = [f"r{i:02d}" for i in range(12)]
     expect: dict[str, tuple[int, int] | None] = {}  # name -> (incarnation, version) or deleted
     with ThreadPoolExecutor(8) as pool:  # each create waits for its group's first election
         for name, got in zip(first, pool.map(lambda n: _activate(nodes[0], n), first), strict=True):
             expect[name] = (got.state.incarnation, got.state.version)
-    H.wait_for(lambda: all(set(_member_list(n)) >= set(first) for n in nodes), 15)
+    wait_until(
+        lambda: all(set(_member_list(n)) >= set(first) for n in nodes),
+        15,
+        "every member lists every created name",
+    )
     # A proposal forwarded to a frozen leader is lost and the call waits out the ledger's
     # timeout (docs/rpc.md: outcome unknown), so the names changed while the member is
     # frozen are ones whose group another member leads.
@@ -245,7 +235,7 @@ def test_seed001_listing_merges_a_lagging_member_without_skipping_or_regressing(
             leaders[name] = one
         return max(Counter(leaders.values()).values()) <= fair
 
-    H.wait_for(settled, 15)
+    wait_until(settled, 15, "one leader per group, spread fairly", explain=lambda: leaders)
     # freeze the member that leads the fewest groups
     lag_id = min((1, 2, 3), key=lambda i: sum(v == i for v in leaders.values()))
     lag = nodes[lag_id - 1]
@@ -283,7 +273,9 @@ def test_seed001_listing_merges_a_lagging_member_without_skipping_or_regressing(
             out: list[tuple[str, int, int]] = []
             token = ""
             seen = RecordingLedger(ledger)
-            servicer = ComputeServicer(cast(Any, SimpleNamespace(ledger=seen, state_listeners=[])))
+            servicer = ComputeServicer(
+                cast(Any, SimpleNamespace(ledger=seen, state_listeners=[], unhost_listeners=[]))
+            )
             while True:
                 req = compute_pb2.ListRepositoriesRequest(limit=3, page_token=token)
                 resp = await servicer.ListRepositories(req, cast(Any, None))
@@ -300,8 +292,7 @@ def test_seed001_listing_merges_a_lagging_member_without_skipping_or_regressing(
     assert asyncio.run(merged()) == want
     print(f"stale answers of the thawed member merged away: {stale[0]}")
     # and again once the lagging member has caught up: the same answer
-    deadline = time.monotonic() + 15
-    while _member_list(lag) != _member_list(up[0]):
-        assert time.monotonic() < deadline, "the lagging member never caught up"
-        time.sleep(0.05)
+    wait_until(
+        lambda: _member_list(lag) == _member_list(up[0]), 15, "the lagging member catches up"
+    )
     assert asyncio.run(merged()) == want

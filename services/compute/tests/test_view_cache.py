@@ -194,7 +194,9 @@ async def stored_hosting(
     store = FileStore(str(tmp_path / "store"), StoreOptions(fsync=False))
     layers = LayerService(store, node or tmp_path / "node", disk_budget_bytes=disk_budget_bytes)
     clock = FixedClock(now_us=1_000_000)
-    host = RepositoryHost(LocalLedger(), layers, clock, wait_s=5.0, limits=limits(),
+    # wait_s bounds a view's wait for a version; pushes here run ingest threads, which a
+    # loaded CI machine can hold up for seconds
+    host = RepositoryHost(LocalLedger(), layers, clock, wait_s=30.0, limits=limits(),
                           inline_max_bytes=0)  # fmt: skip
     line = f"{'0' * 40} {tip} refs/heads/main\x00report-status ofs-delta\n".encode()
     body = pkt_line(line) + FLUSH_PKT + pack
@@ -206,11 +208,14 @@ async def stored_hosting(
     return host, layers, {name: bytes.fromhex(tip) for name in names}
 
 
-async def clone(host: RepositoryHost, name: str, tip: bytes) -> bytes:
+async def clone(
+    host: RepositoryHost, name: str, tip: bytes, fetcher: Fetcher | None = None
+) -> bytes:
     """The whole answer to a protocol v0 clone of ``name`` (want the tip, done)."""
     want = pkt_line(b"want " + tip.hex().encode() + b" ofs-delta side-band-64k\n")
     body = want + FLUSH_PKT + pkt_line(b"done\n")
-    return b"".join([c async for c in Fetcher(host).upload_pack(name, "", body)])
+    fetcher = fetcher or Fetcher(host)
+    return b"".join([c async for c in fetcher.upload_pack(name, "", body)])
 
 
 @pytest.mark.asyncio
@@ -221,15 +226,19 @@ async def test_eviction_closes_the_views_stored_layers(tmp_path: Path) -> None:
     them again from the local copy, loading metadata only."""
     host, layers, tips = await stored_hosting(tmp_path, ["a", "b"])
     try:
-        before = await clone(host, "a", tips["a"])
+        fetcher = Fetcher(host)
+        before = await clone(host, "a", tips["a"], fetcher)
         assert b"PACK" in before
         assert layers.layers_open == 2
+        assert "a" in fetcher._refs and "a" in fetcher._plans
         gets = layers.stats().gets
         assert isinstance(host.clock, FixedClock)
         host.clock.advance_us(IDLE_MS * 1000)
         assert host.evict(host.clock.now_us()) == 2
         assert layers.layers_open == 0 and layers.stats().layers_closed == 2
-        after = await clone(host, "a", tips["a"])
+        # nothing kept for the evicted views' states either (they are never seen again)
+        assert "a" not in fetcher._refs and "a" not in fetcher._plans
+        after = await clone(host, "a", tips["a"], fetcher)
         assert after == before, "a clone after the re-open differs"
         assert layers.layers_open == 1  # a's layer again; b's stays closed
         assert layers.stats().gets == gets, "the re-open read the store: the copy is local"

@@ -58,6 +58,13 @@ class Fetcher:
         self._plans: dict[str, tuple[RepoState, tuple[object, ...], serve.PackPlan]] = {}
         """The last plan per repository, by the state its view was set with (one view
         per state): clones of an unchanged repository ask the same and get the same."""
+        host.unhost_listeners.append(self._forget)
+
+    def _forget(self, name: str) -> None:
+        """The view of ``name`` went: the ref snapshot and plan kept for it name a state
+        no view will have again (a re-opened view starts from a new snapshot)."""
+        self._refs.pop(name, None)
+        self._plans.pop(name, None)
 
     def close(self) -> None:
         """Let the pack writers end with their streams; no new ones start."""

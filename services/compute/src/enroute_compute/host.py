@@ -207,6 +207,10 @@ class RepositoryHost:
         self.state_listeners: list[Callable[[str], None]] = []
         """Told a repository's name each time its view takes a new state (the
         maintainer visits only repositories that changed: issue 19)."""
+        self.unhost_listeners: list[Callable[[str], None]] = []
+        """Told a repository's name when its view goes (evicted, deleted, replaced, ended):
+        what others keep per view (the fetch path's ref snapshots and plans, by state)
+        goes with it, so an evicted repository leaves nothing (issue 19)."""
         self.local_copies_deleted = 0
         self.local_copy_bytes_deleted = 0
         self.load_rounds: Counter[str] = Counter()
@@ -303,6 +307,8 @@ class RepositoryHost:
             del self._used_us[repo.name]
             self.view_bytes -= repo.bytes
             self._swept_leftovers.discard(repo.name)
+            for listener in self.unhost_listeners:
+                listener(repo.name)
 
     def _touch(self, repo: _Repo) -> None:
         """A use of ``repo``'s view: it becomes the most recently used."""

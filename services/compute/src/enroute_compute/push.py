@@ -152,6 +152,7 @@ class Pusher:
         """Per repository, (incarnation, ledger version) of the latest push this compute
         acknowledged whose state its view may not hold yet (read-your-writes, below)."""
         host.state_listeners.append(self._view_moved)
+        host.unhost_listeners.append(self._view_gone)
 
     # -- read-your-writes -----------------------------------------------------------------
 
@@ -180,6 +181,11 @@ class Pusher:
         if held is None or held[0] != incarnation or held[1] < version:
             self._acknowledged[name] = (incarnation, version)
         self._view_moved(name)
+
+    def _view_gone(self, name: str) -> None:
+        """The view went (evicted, deleted): a re-opened one starts from the ledger's
+        current state, which holds every acknowledged push; nothing to wait for."""
+        self._acknowledged.pop(name, None)
 
     def _view_moved(self, name: str) -> None:
         """Forget an acknowledged version once the view holds it (the map keeps only
