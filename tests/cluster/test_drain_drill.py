@@ -38,8 +38,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 BLOB_BYTES = 12 * 1024 * 1024
 THROTTLE_CHUNK_BYTES = 32 * 1024
-THROTTLE_DELAY_S = 0.01
-"""At most 32 KiB per 10 ms each way (about 3 MB/s): a 12 MB transfer takes 4 s or more."""
+THROTTLE_DELAY_S = 0.02
+"""At most 32 KiB per 20 ms each way (about 1.6 MB/s): a 12 MB transfer takes 7 s or more,
+longer than the 2 s a stopping gRPC server grants its calls anyway (``server.stop(2)``),
+so only the drain can let it finish."""
 TERM_GRACE_S = 60.0
 """How long the test waits for a drained exit before it kills (then the drill fails)."""
 IN_FLIGHT_WAIT_S = 30.0
@@ -150,6 +152,22 @@ def stopping_line(cluster: Cluster, name: str) -> dict[str, object]:
     raise AssertionError(f"{name} logged no stopping line:\n{text[-3000:]}")
 
 
+DRAINED = {
+    "gitproto": ("", "request cut by shutdown"),
+    "compute": ("drained: every call in flight ended", "still running after"),
+    "ledger": ("drained: ", "still open after"),
+}
+"""Per role: the line a drain that let its work end writes, and the one a cut drain writes."""
+
+
+def drained_in_log(cluster: Cluster, name: str, role: str) -> None:
+    member = cluster.members[name]
+    text = member.log_path.read_text(errors="replace")
+    text = text[text.rfind(f"--- start {member.starts} at") :]
+    done, cut = DRAINED[role]
+    assert done in text and cut not in text, f"{name} did not drain:\n{text[-3000:]}"
+
+
 def in_flight_of(record: dict[str, object]) -> int:
     words = str(record["msg"]).replace(";", " ").split()
     return int(words[words.index("in") - 1])
@@ -183,6 +201,7 @@ def drill(cluster: Cluster, throttled: str, tmp_path: Path, role: str, seed: int
     drained_s = time.monotonic() - started
     assert status == 0, f"{victim} did not exit 0 by itself within {TERM_GRACE_S} s: {status}"
     line = stopping_line(cluster, victim)
+    drained_in_log(cluster, victim, role)
     if role != "ledger":  # the voter holds no Git call; its proposals are short
         assert in_flight_of(line) >= 1, line
     cluster.restart(victim)
