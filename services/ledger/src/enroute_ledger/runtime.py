@@ -1209,7 +1209,11 @@ class Runtime:
             snap = g.mem.snapshot().metadata
             if idx <= snap.index or idx > g.applied or idx > g.mem.last_index():
                 continue
-            meta = SnapshotMetadata(LogIndex(idx), g.mem.term(LogIndex(idx)), snap.conf_state)
+            cs = snap.conf_state  # the members at idx: the conf changes up to it applied
+            for e in g.mem.entries(LogIndex(snap.index + 1), LogIndex(idx + 1), 1 << 62):
+                if e.type is EntryType.CONF_CHANGE:
+                    cs = ConfChange.decode(e.data).applied_to(cs)
+            meta = SnapshotMetadata(LogIndex(idx), g.mem.term(LogIndex(idx)), cs)
             data = encode_snapshot(st, self._window_at(g, idx))
             sg = store_gid(g.gid)
             batch.set_snapshot(sg, meta)

@@ -262,3 +262,14 @@ class ConfChange:
         if node == 0:
             raise InvalidArgument("conf change names node 0")
         return cls(cc_type, NodeId(node), bytes(data[_CC_HEAD.size :]))
+
+    def applied_to(self, cs: ConfState) -> ConfState:
+        """The members after this change (``Raft.apply_conf_change`` on the tracker)."""
+        n = self.node_id
+        if self.type is ConfChangeType.ADD_NODE:
+            return ConfState(cs.voters | {n}, cs.learners - {n})
+        if self.type is ConfChangeType.ADD_LEARNER:
+            return ConfState(cs.voters - {n}, cs.learners | {n})
+        if self.type is ConfChangeType.REMOVE_NODE:
+            return ConfState(cs.voters - {n}, cs.learners - {n})
+        return cs  # READMIT changes nobody's membership
