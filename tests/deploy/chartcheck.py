@@ -98,6 +98,21 @@ NEGATIVE_CASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         ("--set", "compute.autoscaling.enabled=true,discovery.enabled=false"),
         "compute.autoscaling needs discovery.enabled",
     ),
+    (
+        "ledger grace shorter than its preStop hook",
+        ("--set", "ledger.terminationGracePeriodSeconds=15"),
+        "ledger.terminationGracePeriodSeconds must exceed the preStop hook's 15 s",
+    ),
+    (
+        "compute grace with no time to drain",
+        ("--set", "compute.terminationGracePeriodSeconds=5"),
+        "compute.terminationGracePeriodSeconds must exceed 5",
+    ),
+    (
+        "drain period not a duration",
+        ("--set", "ledger.drainGrace=soon"),
+        "/ledger/drainGrace",
+    ),
     ("bad label value", ("--set", "commonLabels.team=a b"), "/commonLabels/team"),
     (
         "external store without credentials",
