@@ -22,6 +22,7 @@ from enroute_core.discovery import (
     slice_members,
 )
 from enroute_testing.kubeapi import NS, SERVICE, FakeApiServer, endpoint_slice
+from enroute_testing.waiting import until
 
 
 @pytest_asyncio.fixture
@@ -146,16 +147,10 @@ async def test_follow_applies_sets_and_skips_empty(api: FakeApiServer) -> None:
     applied: list[tuple[str, ...]] = []
     task = asyncio.create_task(follow(_source(api).updates(), applied.append))
     try:
-        for _ in range(200):
-            if applied:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: applied, 10, "the first set applied")
         api.put(endpoint_slice("ledger-abc", {"10.0.0.1": False}))  # nobody ready
         api.put(endpoint_slice("ledger-abc", {"10.0.0.3": True}))
-        for _ in range(200):
-            if len(applied) >= 2:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: len(applied) >= 2, 10, "the second set applied")
         assert applied == [("10.0.0.1:7000", "10.0.0.2:7000"), ("10.0.0.3:7000",)]
     finally:
         task.cancel()

@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 
 from enroute_testing.faultproxy import FaultKind, FaultProxy, FaultRule
 from enroute_testing.s3servers import S3Endpoint, s3_client
+from enroute_testing.waiting import wait_until
 
 BUCKET = "enroute-test"  # created by conftest.py
 KEY = "proxy-selftest/object"
@@ -126,9 +127,7 @@ def test_delay_drops_a_request_whose_client_left(
     with pytest.raises((socket.timeout, TimeoutError)):
         conn.getresponse()
     conn.close()
-    deadline = time.monotonic() + 3.0
-    while proxy.faults(FaultKind.DELAY) == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: proxy.faults(FaultKind.DELAY) > 0, 3.0, "the proxy counts the delay")
     assert proxy.exchanges()[-1].fault is FaultKind.DELAY
     client = s3_client(moto_endpoint)
     try:
