@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,24 @@ from enroute_testing.ledgers import (  # noqa: F401 - the tests import these fro
     free_port,
     start_all,
 )
+from enroute_testing.waiting import wait_until
+
+
+def fast_timing(checkpoint_entries: int = 10_000) -> dict[str, object]:
+    """The ledger keys of the fast Raft timing these tests use (a tick of 20 ms)."""
+    return {
+        "tick_interval": "20ms",
+        "election_ticks": 10,
+        "checkpoint_entries": checkpoint_entries,
+    }
+
+
+def start_three(
+    work: Path, started: list[LedgerProc], *, checkpoint_entries: int = 10_000
+) -> list[LedgerProc]:
+    """``enroute_testing.ledgers.start_three`` with the fast timing: voters 1-3 with configs
+    ``work/l{n}.yaml``, data ``work/d{n}`` and the store ``work/store``."""
+    return ledgers.start_three(work, started, ledger=fast_timing(checkpoint_entries))
 
 
 def write_config(
@@ -28,11 +45,6 @@ def write_config(
     checkpoint_entries: int = 10_000,
 ) -> Path:
     """A ledger config with the fast Raft timing these tests use."""
-    timing: dict[str, object] = {
-        "tick_interval": "20ms",
-        "election_ticks": 10,
-        "checkpoint_entries": checkpoint_entries,
-    }
     return ledgers.write_config(
         path,
         node_id=node_id,
@@ -40,7 +52,7 @@ def write_config(
         store=store,
         grpc_port=grpc_port,
         members=members,
-        ledger=timing,
+        ledger=fast_timing(checkpoint_entries),
     )
 
 
@@ -52,10 +64,6 @@ def procs() -> Iterator[list[LedgerProc]]:
         p.kill()
 
 
-def wait_for(cond: object, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
+def wait_for(cond: Callable[[], object], timeout_s: float = 10.0) -> None:
+    """``enroute_testing.waiting.wait_until`` under the name older tests here call."""
+    wait_until(cond, timeout_s, "the condition of the test")

@@ -12,6 +12,7 @@ from pathlib import Path
 from enroute_core.state import OutcomeCode, decode_change, decode_state
 from enroute_core.state.names import state_key
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+from enroute_testing.waiting import wait_until
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
@@ -39,11 +40,13 @@ def test_leader_checkpoints_every_n_entries_and_a_node_without_log_restores(
     assert last is not None
 
     # the object follows the log by CAS at the checkpointed version
-    deadline = time.monotonic() + 10
+    at = last.version
+    wait_until(
+        lambda: decode_state(read_object(store, state_key("r"))).version >= at - 2,
+        10,
+        "the state object within two entries of the log",
+    )
     obj = decode_state(read_object(store, state_key("r")))
-    while obj.version < last.version - 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-        obj = decode_state(read_object(store, state_key("r")))
     assert last.version - 2 <= obj.version <= last.version
     assert obj.refs[MAIN].oid in {oid(n) for n in range(1, 8)}
     # the interval rule (default 300 s) does not fire here: within 3 more entries one

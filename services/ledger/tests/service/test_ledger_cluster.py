@@ -22,12 +22,13 @@ from enroute_core.state import (
 )
 from enroute_core.state.names import state_key
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+from enroute_testing.waiting import wait_for_value, wait_until
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from conftest import LedgerProc, error_code, free_port, start_all, write_config  # noqa: E402
+from conftest import LedgerProc, error_code, start_three  # noqa: E402
 from test_ledger_service import read_object  # noqa: E402
 
 MAIN = b"refs/heads/main"
@@ -68,6 +69,12 @@ def subscribed(p: LedgerProc, repo: str, timeout_s: float = 3.0) -> tuple[RepoSt
     return decode_state(data), inline
 
 
+def agreed_leader(nodes: list[LedgerProc], repo: str) -> int | None:
+    """The leader every voter names for ``repo``'s group, or None while they differ."""
+    leads = {leader_of(n, repo) for n in nodes}
+    return leads.pop() if len(leads) == 1 else None
+
+
 def current_main(p: LedgerProc, repo: str) -> tuple[ObjectId | None, int]:
     st, _ = subscribed(p, repo)
     v = st.refs.get(MAIN)
@@ -77,33 +84,12 @@ def current_main(p: LedgerProc, repo: str) -> tuple[ObjectId | None, int]:
 def test_three_voters_survive_leader_kill_without_losing_or_repeating_commits(
     tmp_path: Path, procs: list[LedgerProc]
 ) -> None:
-    store = tmp_path / "store"
-    ports = [free_port() for _ in range(3)]
-    members = tuple(f"127.0.0.1:{port}" for port in ports)
-    nodes = []
-    for i in range(3):
-        cfg = write_config(
-            tmp_path / f"l{i + 1}.yaml",
-            node_id=i + 1,
-            data=tmp_path / f"d{i + 1}",
-            store=store,
-            grpc_port=ports[i],
-            members=members,
-        )
-        nodes.append(LedgerProc(cfg))
-    start_all(nodes, procs)
+    nodes = start_three(tmp_path, procs)
     req = ledger_pb2.ActivateRequest(repo="r", create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN)
     assert nodes[0].ledger.Activate(req, timeout=20).created
 
     # every voter hosts the group and agrees on the leader
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        leads = {leader_of(n, "r") for n in nodes}
-        if len(leads) == 1 and None not in leads:
-            break
-        time.sleep(0.05)
-    (lead,) = leads
-    assert lead is not None
+    lead = wait_for_value(lambda: agreed_leader(nodes, "r"), 10, "one leader of r on every voter")
     victim = nodes[lead - 1]
     clients = [n for n in nodes if n is not victim]
 
@@ -164,29 +150,10 @@ def test_seed001_lagging_voter_drops_ended_incarnation_at_startup_and_never_rejo
     """Seed 001, "Why a lagging voter can never write again": a voter that was down keeps
     E untombstoned; at startup it drops E once the object store says that E is deleted or
     superseded, and it never joins an ended incarnation again."""
-    store = tmp_path / "store"
-    ports = [free_port() for _ in range(3)]
-    members = tuple(f"127.0.0.1:{port}" for port in ports)
-    nodes = [
-        LedgerProc(
-            write_config(
-                tmp_path / f"l{i + 1}.yaml",
-                node_id=i + 1,
-                data=tmp_path / f"d{i + 1}",
-                store=store,
-                grpc_port=ports[i],
-                members=members,
-            )
-        )
-        for i in range(3)
-    ]
-    start_all(nodes, procs)
+    nodes = start_three(tmp_path, procs)
     req = ledger_pb2.ActivateRequest(repo="r", create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN)
     assert nodes[0].ledger.Activate(req, timeout=20).state.incarnation == 1
-    deadline = time.monotonic() + 10
-    while hosted(nodes[2], "r") != [(1, False)]:
-        assert time.monotonic() < deadline, "third voter never joined"
-        time.sleep(0.05)
+    wait_until(lambda: hosted(nodes[2], "r") == [(1, False)], 10, "the third voter joins")
     assert nodes[2].stop() == 0  # the lagging voter: down through the deletion
 
     dr = nodes[0].ledger.Delete(ledger_pb2.DeleteRequest(repo="r"), timeout=20)
@@ -198,11 +165,13 @@ def test_seed001_lagging_voter_drops_ended_incarnation_at_startup_and_never_rejo
     procs.append(lagging)
     # dropped at startup, before the node said it is ready
     assert (1, False) not in hosted(lagging, "r")
-    deadline = time.monotonic() + 10
-    while hosted(lagging, "r") != [(2, False)]:
-        assert (1, False) not in hosted(lagging, "r"), "rejoined the ended incarnation"
-        assert time.monotonic() < deadline, f"hosts {hosted(lagging, 'r')}"
-        time.sleep(0.05)
+
+    def on_the_new_incarnation() -> bool:
+        groups = hosted(lagging, "r")
+        assert (1, False) not in groups, "rejoined the ended incarnation"
+        return groups == [(2, False)]
+
+    wait_until(on_the_new_incarnation, 10, "the lagging voter hosts incarnation 2 alone")
     # the lagging voter serves E + 1 and refuses commands for E
     cmd1 = encode_command(Commit(1, (RefUpdate(MAIN, None, oid(1)),), None, 1, False))
     try:
@@ -225,29 +194,10 @@ def test_follower_behind_a_truncated_log_catches_up_by_snapshot(
     """DESIGN, "Freezing the ledger": after checkpoints truncate the log, a voter that
     was down catches up from the leader by snapshot."""
     store = tmp_path / "store"
-    ports = [free_port() for _ in range(3)]
-    members = tuple(f"127.0.0.1:{port}" for port in ports)
-    nodes = [
-        LedgerProc(
-            write_config(
-                tmp_path / f"l{i + 1}.yaml",
-                node_id=i + 1,
-                data=tmp_path / f"d{i + 1}",
-                store=store,
-                grpc_port=ports[i],
-                members=members,
-                checkpoint_entries=2,
-            )
-        )
-        for i in range(3)
-    ]
-    start_all(nodes, procs)
+    nodes = start_three(tmp_path, procs, checkpoint_entries=2)
     req = ledger_pb2.ActivateRequest(repo="r", create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN)
     nodes[0].ledger.Activate(req, timeout=20)
-    deadline = time.monotonic() + 10
-    while hosted(nodes[2], "r") != [(1, False)]:
-        assert time.monotonic() < deadline, "third voter never joined"
-        time.sleep(0.05)
+    wait_until(lambda: hosted(nodes[2], "r") == [(1, False)], 10, "the third voter joins")
     assert nodes[2].stop() == 0
     have = None
     for n in range(1, 11):
@@ -258,10 +208,11 @@ def test_follower_behind_a_truncated_log_catches_up_by_snapshot(
         assert decode_change(resp.effects).outcome.code is OutcomeCode.OK
         have = oid(n)
     last = resp.version
-    deadline = time.monotonic() + 10
-    while decode_state(read_object(store, state_key("r"))).version < last - 1:
-        assert time.monotonic() < deadline, "no checkpoint written"
-        time.sleep(0.05)
+    wait_until(
+        lambda: decode_state(read_object(store, state_key("r"))).version >= last - 1,
+        10,
+        "a checkpoint of the last commits",
+    )
 
     back = LedgerProc(nodes[2].config).start()
     procs.append(back)

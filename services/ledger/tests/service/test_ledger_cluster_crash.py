@@ -12,12 +12,13 @@ import grpc
 from enroute_core.base.ids import ObjectId
 from enroute_core.state import Commit, OutcomeCode, RefUpdate, decode_change, encode_command
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+from enroute_testing.waiting import wait_for_value
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from conftest import LedgerProc, free_port, start_all, write_config  # noqa: E402
+from conftest import LedgerProc, start_all, start_three  # noqa: E402
 from test_ledger_cluster import current_main  # noqa: E402
 
 MAIN = b"refs/heads/main"
@@ -44,22 +45,7 @@ def test_kill_all_three_voters_at_once_keeps_every_acknowledged_commit_once(
     """DESIGN "Repository state": an acknowledged commit is in the log of a majority on
     disk, so SIGKILL of every voter loses none; replay applies each entry once (versions
     consecutive, the ref at the last acknowledged value), and the group commits again."""
-    store = tmp_path / "store"
-    ports = [free_port() for _ in range(3)]
-    members = tuple(f"127.0.0.1:{port}" for port in ports)
-    configs = [
-        write_config(
-            tmp_path / f"l{i + 1}.yaml",
-            node_id=i + 1,
-            data=tmp_path / f"d{i + 1}",
-            store=store,
-            grpc_port=ports[i],
-            members=members,
-        )
-        for i in range(3)
-    ]
-    nodes = [LedgerProc(c) for c in configs]
-    start_all(nodes, procs)
+    nodes = start_three(tmp_path, procs)
     req = ledger_pb2.ActivateRequest(repo="r", create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN)
     created = nodes[0].ledger.Activate(req, timeout=20)
     assert created.created
@@ -94,18 +80,20 @@ def test_kill_all_three_voters_at_once_keeps_every_acknowledged_commit_once(
     sender.join(10)
     assert inflight and (isinstance(inflight[0], grpc.RpcError | int)), inflight
 
-    again = [LedgerProc(c) for c in configs]
+    again = [LedgerProc(p.config) for p in nodes]
     start_all(again, procs)
     states = []
     deadline = time.monotonic() + 20
     for p in again:
-        while True:
+
+        def answer(p: LedgerProc = p) -> tuple[ObjectId | None, int] | None:
             try:
-                states.append(current_main(p, "r"))
-                break
+                return current_main(p, "r")
             except grpc.RpcError:
-                assert time.monotonic() < deadline, "the group did not come back"
-                time.sleep(0.1)
+                return None  # no leader yet: ask again
+
+        left_s = deadline - time.monotonic()
+        states.append(wait_for_value(answer, left_s, "the group comes back", poll_s=0.1))
     assert len(set(states)) == 1, states
     cur, version = states[0]
     if isinstance(inflight[0], int):  # acknowledged before the kill: must be there

@@ -13,12 +13,13 @@ from pathlib import Path
 
 from enroute_core.state import OutcomeCode, decode_change
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+from enroute_testing.waiting import wait_until
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from conftest import LedgerProc, free_port, start_all, write_config  # noqa: E402
+from conftest import LedgerProc, start_three  # noqa: E402
 from test_ledger_service import MAIN, commit, oid  # noqa: E402
 
 REPOS = 24
@@ -38,33 +39,13 @@ def metrics(p: LedgerProc) -> dict[str, float]:
     return out
 
 
-def three(tmp_path: Path, procs: list[LedgerProc]) -> list[LedgerProc]:
-    ports = [free_port() for _ in range(3)]
-    members = tuple(f"127.0.0.1:{port}" for port in ports)
-    nodes = [
-        LedgerProc(
-            write_config(
-                tmp_path / f"l{i + 1}.yaml",
-                node_id=i + 1,
-                data=tmp_path / f"d{i + 1}",
-                store=tmp_path / "store",
-                grpc_port=ports[i],
-                members=members,
-            )
-        )
-        for i in range(3)
-    ]
-    start_all(nodes, procs)
-    return nodes
-
-
 def all_quiet(nodes: list[LedgerProc]) -> bool:
     ms = [metrics(n) for n in nodes]
     return all(m["groups"] == REPOS and m["groups_active"] == 0 for m in ms)
 
 
 def test_idle_groups_quiesce_in_real_processes(tmp_path: Path, procs: list[LedgerProc]) -> None:
-    nodes = three(tmp_path, procs)
+    nodes = start_three(tmp_path, procs)
 
     def create(k: int) -> int:
         req = ledger_pb2.ActivateRequest(
@@ -76,17 +57,19 @@ def test_idle_groups_quiesce_in_real_processes(tmp_path: Path, procs: list[Ledge
     with ThreadPoolExecutor(8) as ex:
         assert list(ex.map(create, range(REPOS))) == [1] * REPOS
 
-    deadline = time.monotonic() + QUIET_DEADLINE_S
-    while not all_quiet(nodes) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    active = [metrics(n)["groups_active"] for n in nodes]
-    assert active == [0, 0, 0], f"groups still awake after {QUIET_DEADLINE_S} s: {active}"
+    wait_until(
+        lambda: all_quiet(nodes),
+        QUIET_DEADLINE_S,
+        "every group quiet",
+        poll_s=0.1,
+        explain=lambda: [metrics(n)["groups_active"] for n in nodes],
+    )
     # Followers learn the leader's commit from its quiesce heartbeat and then stop:
     # no message is in flight once every node reports no awake group.
     time.sleep(0.2)
 
     before = [metrics(n) for n in nodes]
-    time.sleep(WINDOW_S)
+    time.sleep(WINDOW_S)  # the point: an idle window in which nothing may tick
     after = [metrics(n) for n in nodes]
     ticks = WINDOW_S / TICK_S
     for b, a in zip(before, after, strict=True):
@@ -111,8 +94,5 @@ def test_idle_groups_quiesce_in_real_processes(tmp_path: Path, procs: list[Ledge
     woke = sum(metrics(n)["raft_group_ticks_total"] for n in nodes) - sum(
         m["raft_group_ticks_total"] for m in after
     )
-    deadline = time.monotonic() + QUIET_DEADLINE_S
-    while not all_quiet(nodes) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert all_quiet(nodes)
+    wait_until(lambda: all_quiet(nodes), QUIET_DEADLINE_S, "quiet again after the proposal")
     assert woke < REPOS, "a proposal to one group ticked the others"

@@ -10,7 +10,6 @@ it once; a commit of the right bytes then applies.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import blake3
@@ -24,6 +23,7 @@ from enroute_core.state import (
     decode_change,
     encode_command,
 )
+from enroute_testing.waiting import wait_until
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
@@ -54,10 +54,12 @@ def test_inline_bytes_that_miss_their_root_are_refused_and_logged(
     assert change.outcome.code is OutcomeCode.CORRUPT_DATA, change.outcome
     assert change.outcome.code.error_code == "corrupt_data"
     assert not change.effects  # no ref moved, no layer joined the manifest
-    deadline = time.monotonic() + 10
-    while not any("refused: inline layer" in line for line in p.stderr):
-        assert time.monotonic() < deadline, "".join(p.stderr)[-3000:]
-        time.sleep(0.05)
+    wait_until(
+        lambda: any("refused: inline layer" in line for line in p.stderr),
+        10,
+        "the refusal in the log",
+        explain=lambda: "".join(p.stderr)[-3000:],
+    )
     assert sum("refused: inline layer" in line for line in p.stderr) == 1
 
     applied = propose(p, "inline/root", 1, _commit(data, root))

@@ -29,13 +29,14 @@ from enroute_core.state import (
     encode_command,
 )
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+from enroute_testing.waiting import wait_for_value, wait_until
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from conftest import LedgerProc, error_code, free_port, start_all, write_config  # noqa: E402
-from test_ledger_cluster import leader_of  # noqa: E402
+from conftest import LedgerProc, error_code, start_three  # noqa: E402
+from test_ledger_cluster import agreed_leader  # noqa: E402
 
 MAIN = b"refs/heads/main"
 COUNTER = b"refs/heads/counter"
@@ -153,13 +154,13 @@ def changes_since(p: LedgerProc, after: int, until: int) -> list[tuple[int, Chan
 
 
 def barrier_version(p: LedgerProc) -> int:
-    deadline = time.monotonic() + 20
-    while True:
+    def version() -> int | None:
         try:
             return int(p.ledger.Barrier(ledger_pb2.BarrierRequest(repo="r"), timeout=3).version)
         except grpc.RpcError:
-            assert time.monotonic() < deadline, "no barrier on a survivor"
-            time.sleep(0.1)
+            return None  # no leader yet: ask again
+
+    return wait_for_value(version, 20, "a barrier on a survivor", poll_s=0.1)
 
 
 def state_of(p: LedgerProc) -> dict[bytes, ObjectId]:
@@ -174,34 +175,10 @@ def state_of(p: LedgerProc) -> dict[bytes, ObjectId]:
 def test_leader_kill_during_concurrent_commits_loses_none_repeats_none_and_stalls_none(
     tmp_path: Path, procs: list[LedgerProc]
 ) -> None:
-    store = tmp_path / "store"
-    ports = [free_port() for _ in range(3)]
-    members = tuple(f"127.0.0.1:{port}" for port in ports)
-    nodes = [
-        LedgerProc(
-            write_config(
-                tmp_path / f"l{i + 1}.yaml",
-                node_id=i + 1,
-                data=tmp_path / f"d{i + 1}",
-                store=store,
-                grpc_port=ports[i],
-                members=members,
-            )
-        )
-        for i in range(3)
-    ]
-    start_all(nodes, procs)
+    nodes = start_three(tmp_path, procs)
     req = ledger_pb2.ActivateRequest(repo="r", create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN)
     assert nodes[0].ledger.Activate(req, timeout=20).created
-    leads: set[int | None] = set()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        leads = {leader_of(n, "r") for n in nodes}
-        if len(leads) == 1 and None not in leads:
-            break
-        time.sleep(0.05)
-    (lead,) = leads
-    assert lead is not None
+    lead = wait_for_value(lambda: agreed_leader(nodes, "r"), 10, "one leader of r on every voter")
     victim = lead - 1
     base = barrier_version(nodes[victim])
 
@@ -214,9 +191,12 @@ def test_leader_kill_during_concurrent_commits_loses_none_repeats_none_and_stall
     ]
     for t in workers:
         t.start()
-    while s.acked() < KILL_AFTER_ACKED:
-        assert time.monotonic() < s.stop_at, "the stream never got going"
-        time.sleep(0.01)
+    wait_until(
+        lambda: s.acked() >= KILL_AFTER_ACKED,
+        s.stop_at - time.monotonic(),
+        "the stream gets going",
+        poll_s=0.01,
+    )
     proc = nodes[victim].proc
     assert proc is not None
     with s.lock:

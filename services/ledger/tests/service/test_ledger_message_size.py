@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from enroute_core.state import (
 )
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
 from enroute_testing.ledgers import start_three
+from enroute_testing.waiting import wait_for_value, wait_until
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
@@ -65,14 +65,14 @@ def test_concurrent_large_entries_commit_on_three_voters(
         )
         assert nodes[i % 3].ledger.Activate(req, timeout=20).state.incarnation == 1
     leaders: dict[str, int] = {}
-    deadline = time.monotonic() + 20
-    while len(leaders) < GROUPS:
-        assert time.monotonic() < deadline, f"leaders known for {len(leaders)} groups"
+
+    def every_leader_known() -> bool:
         for repo in repos:
-            lead = leader_of(nodes[0], repo)
-            if lead:
+            if lead := leader_of(nodes[0], repo):
                 leaders[repo] = lead
-        time.sleep(0.05)
+        return len(leaders) == GROUPS
+
+    wait_until(every_leader_known, 20, "a leader of every group", explain=lambda: leaders)
 
     def propose(n: int) -> OutcomeCode:
         repo = repos[n]
@@ -96,12 +96,12 @@ def test_concurrent_large_entries_commit_on_three_voters(
     assert decode_change(resp.effects).outcome.code is OutcomeCode.OK
     # every voter applies it, and a subscriber receives its layer in one message
     for node in nodes:
-        deadline = time.monotonic() + 20
-        while True:
+
+        def applied(node: LedgerProc = node) -> int | None:
+            """The inline bytes a subscriber got with the state, once it holds the commit."""
             state, inline = subscribed(node, repo, 10.0)
             main = state.refs.get(MAIN)
-            if main is not None and main.oid == oid(1000):
-                break
-            assert time.monotonic() < deadline, f"node {node.http_addr} did not apply it"
-            time.sleep(0.1)
+            return inline if main is not None and main.oid == oid(1000) else None
+
+        inline = wait_for_value(applied, 20, f"{node.http_addr} applies it", poll_s=0.1)
         assert inline == ENTRY_BYTES + BIG_BYTES

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -36,12 +35,13 @@ from enroute_core.state import (
 )
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 from enroute_testing.ledgers import start_three
+from enroute_testing.waiting import until, wait_until
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from conftest import LedgerProc, error_code, wait_for  # noqa: E402
+from conftest import LedgerProc, error_code  # noqa: E402
 from test_ledger_cluster import leader_of  # noqa: E402
 from test_ledger_service import create  # noqa: E402
 
@@ -97,7 +97,7 @@ def three(tmp_path: Path, procs: list[LedgerProc]) -> tuple[list[LedgerProc], li
     repos = [f"s/{i:03d}" for i in range(REPOS)]
     for r in repos:
         assert create(nodes[0], r).state.incarnation == 1
-    wait_for(lambda: all(leader_of(nodes[0], r) for r in repos), 30)
+    wait_until(lambda: all(leader_of(nodes[0], r) for r in repos), 30, "a leader of every group")
     return nodes, repos
 
 
@@ -191,10 +191,8 @@ def test_a_stream_broken_under_its_proposals_leaves_each_applied_or_unknown(
                 got[k, i] = error_from_rpc(exc)
 
         tasks = [asyncio.ensure_future(one(k, i)) for k, i in rids]
-        deadline = time.monotonic() + T
-        while len(got) < 20:  # some answered, most still open on the stream
-            assert time.monotonic() < deadline, "no streamed proposal was answered"
-            await asyncio.sleep(0.005)
+        # some answered, most still open on the stream
+        await until(lambda: len(got) >= 20, T, "20 streamed proposals answered", poll_s=0.005)
         victim.kill()  # SIGKILL: the stream breaks with proposals at every stage
         await asyncio.wait_for(asyncio.gather(*tasks), T)
         await channel.close()

@@ -31,12 +31,13 @@ from enroute_core.state import (
 from enroute_core.state.names import state_key
 from enroute_core.storage.objectstore import open_store
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+from enroute_testing.waiting import wait_for_value
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from conftest import LedgerProc, free_port, start_all, write_config  # noqa: E402
+from conftest import LedgerProc, start_three  # noqa: E402
 
 REPO = "big"
 REFS = 100_000
@@ -97,22 +98,7 @@ def test_lagging_voter_catches_up_from_a_chunked_snapshot_over_4_mib(
     tmp_path: Path, procs: list[LedgerProc]
 ) -> None:
     store = tmp_path / "store"
-    ports = [free_port() for _ in range(3)]
-    members = tuple(f"127.0.0.1:{port}" for port in ports)
-    configs = [
-        write_config(
-            tmp_path / f"l{i + 1}.yaml",
-            node_id=i + 1,
-            data=tmp_path / f"d{i + 1}",
-            store=store,
-            grpc_port=ports[i],
-            members=members,
-            checkpoint_entries=4,
-        )
-        for i in range(3)
-    ]
-    nodes = [LedgerProc(c) for c in configs]
-    start_all(nodes, procs)
+    nodes = start_three(tmp_path, procs, checkpoint_entries=4)
     req = ledger_pb2.ActivateRequest(repo=REPO, create=ledger_pb2.CREATE_MODE_EXPLICIT)
     assert nodes[0].ledger.Activate(req, timeout=20).created
     lagging = nodes[2]
@@ -126,11 +112,13 @@ def test_lagging_voter_catches_up_from_a_chunked_snapshot_over_4_mib(
             )
             version = propose(nodes[lo // PER_COMMAND % 2], updates, lo + 1)
         print(f"{REFS} refs written in {time.monotonic() - t0:.1f} s")
-        deadline = time.monotonic() + 60
         # every 4 entries the leader checkpoints and compacts its log there
-        while (cp := checkpointed(store))[0] < version - 4:
-            assert time.monotonic() < deadline, f"no checkpoint near {version}: {cp}"
-            time.sleep(0.2)
+        cp = wait_for_value(
+            lambda: near if (near := checkpointed(store))[0] >= version - 4 else None,
+            60,
+            f"a checkpoint near {version}",
+            poll_s=0.2,
+        )
         assert cp[1] > GRPC_MESSAGE_BYTES, cp  # what the snapshot carries at the least
         # one more entry after the compaction point, so the lagging voter needs both
         version = propose(nodes[0], (RefUpdate(ref(0), oid(1), oid(REFS + 1)),), REFS + 1)
@@ -138,16 +126,21 @@ def test_lagging_voter_catches_up_from_a_chunked_snapshot_over_4_mib(
         os.kill(lagging.pid, signal.SIGCONT)
 
     t0 = time.monotonic()
-    deadline = time.monotonic() + 90
-    while True:
+
+    def caught_up() -> tuple[RepoState, int] | None:
         try:
-            state, size = state_on(lagging)
-            if state.version == version:
-                break
+            found = state_on(lagging)
         except grpc.RpcError:
-            pass
-        assert time.monotonic() < deadline, "".join(lagging.stderr)[-3000:]
-        time.sleep(0.5)
+            return None  # still catching up
+        return found if found[0].version == version else None
+
+    state, size = wait_for_value(
+        caught_up,
+        90,
+        "the lagging voter catches up",
+        poll_s=0.5,
+        explain=lambda: "".join(lagging.stderr)[-3000:],
+    )
     print(f"caught up {time.monotonic() - t0:.1f} s after SIGCONT; state {size} bytes")
     assert size > GRPC_MESSAGE_BYTES, size
     assert len(state.refs) == REFS

@@ -20,12 +20,13 @@ import grpc
 from enroute_core.base.ids import ObjectId
 from enroute_core.state import Commit, OutcomeCode, RefUpdate, decode_change, encode_command
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+from enroute_testing.waiting import wait_for_value, wait_until
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from conftest import LedgerProc, free_port, start_all, write_config  # noqa: E402
+from conftest import LedgerProc, start_three  # noqa: E402
 from test_ledger_cluster import current_main  # noqa: E402
 
 MAIN = b"refs/heads/main"
@@ -48,34 +49,20 @@ def propose(p: LedgerProc, repo: str, n: int, have: ObjectId | None, timeout_s: 
 
 
 def read_main(p: LedgerProc, repo: str, deadline: float) -> tuple[ObjectId | None, int]:
-    while True:
+    def answer() -> tuple[ObjectId | None, int] | None:
         try:
             return current_main(p, repo)
         except grpc.RpcError:
-            assert time.monotonic() < deadline, f"{repo} unreadable on {p.grpc_addr}"
-            time.sleep(0.1)
+            return None  # no leader yet: ask again
+
+    bound_s = deadline - time.monotonic()
+    return wait_for_value(answer, bound_s, f"{repo} readable on {p.grpc_addr}", poll_s=0.1)
 
 
 def test_wiped_voter_rejoins_blank_and_a_second_loss_keeps_every_commit(
     tmp_path: Path, procs: list[LedgerProc]
 ) -> None:
-    store = tmp_path / "store"
-    ports = [free_port() for _ in range(3)]
-    members = tuple(f"127.0.0.1:{port}" for port in ports)
-    datas = [tmp_path / f"d{i + 1}" for i in range(3)]
-    configs = [
-        write_config(
-            tmp_path / f"l{i + 1}.yaml",
-            node_id=i + 1,
-            data=datas[i],
-            store=store,
-            grpc_port=ports[i],
-            members=members,
-        )
-        for i in range(3)
-    ]
-    nodes = [LedgerProc(c) for c in configs]
-    start_all(nodes, procs)
+    nodes = start_three(tmp_path, procs)
     acked: dict[str, tuple[ObjectId, int]] = {}
     for repo in REPOS:
         req = ledger_pb2.ActivateRequest(
@@ -94,7 +81,7 @@ def test_wiped_voter_rejoins_blank_and_a_second_loss_keeps_every_commit(
     wiped.proc.kill()
     wiped.proc.wait(10)
     wiped.kill()
-    shutil.rmtree(datas[1])
+    shutil.rmtree(tmp_path / "d2")  # its data dir (start_three)
     # the others commit meanwhile (a quorum of two without it)
     for repo in REPOS:
         have, _ = acked[repo]
@@ -102,15 +89,22 @@ def test_wiped_voter_rejoins_blank_and_a_second_loss_keeps_every_commit(
         acked[repo] = (oid(n), propose(nodes[0], repo, n, have, 20))
 
     t0 = time.monotonic()
-    back = LedgerProc(configs[1]).start()
+    back = LedgerProc(wiped.config).start()
     procs.append(back)
-    assert (datas[1] / "blank-repos").exists(), "a wiped start must know it is blank"
+    assert (tmp_path / "d2" / "blank-repos").exists(), "a wiped start must know it is blank"
     # it is caught up and readmitted in every group, by a quorum of the other two
-    deadline = time.monotonic() + 60
-    while not all(f"readmitted to {repo}/1" in "".join(back.stderr) for repo in REPOS):
-        assert time.monotonic() < deadline, "".join(back.stderr)[-3000:]
+
+    def readmitted() -> bool:
         assert back.proc is not None and back.proc.poll() is None, "".join(back.stderr)
-        time.sleep(0.1)
+        return all(f"readmitted to {repo}/1" in "".join(back.stderr) for repo in REPOS)
+
+    wait_until(
+        readmitted,
+        60,
+        "the wiped voter is readmitted to every group",
+        poll_s=0.1,
+        explain=lambda: "".join(back.stderr)[-3000:],
+    )
     print(f"readmitted everywhere {time.monotonic() - t0:.1f} s after the restart")
     for repo in REPOS:
         assert read_main(back, repo, time.monotonic() + 20) == acked[repo]

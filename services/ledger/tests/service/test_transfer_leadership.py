@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
-from enroute_testing.ledgers import LedgerProc, free_port, start_all
+from enroute_testing.ledgers import LedgerProc
+from enroute_testing.waiting import wait_until
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
-from conftest import wait_for, write_config  # noqa: E402
+from conftest import start_three, write_config  # noqa: E402
 
 MAIN = b"refs/heads/main"
 REPOS = 2
@@ -32,26 +33,6 @@ REPOS = 2
 still up (docs/observability.md, "Rolling upgrades"), and with 4 groups it did whenever
 the drain left one node leading 4 (leaders 2/2/0 or 3/1/0 before it, as a loaded
 machine's elections can leave them)."""
-
-
-def three(tmp_path: Path, procs: list[LedgerProc]) -> list[LedgerProc]:
-    ports = [free_port() for _ in range(3)]
-    members = tuple(f"127.0.0.1:{port}" for port in ports)
-    nodes = [
-        LedgerProc(
-            write_config(
-                tmp_path / f"l{i + 1}.yaml",
-                node_id=i + 1,
-                data=tmp_path / f"d{i + 1}",
-                store=tmp_path / "store",
-                grpc_port=ports[i],
-                members=members,
-            )
-        )
-        for i in range(3)
-    ]
-    start_all(nodes, procs)
-    return nodes
 
 
 def status(p: LedgerProc) -> dict[str, object]:
@@ -77,7 +58,7 @@ def post(p: LedgerProc, path: str) -> tuple[int, dict[str, int]]:
 def test_transfer_leadership_moves_every_group_away(
     tmp_path: Path, procs: list[LedgerProc]
 ) -> None:
-    nodes = three(tmp_path, procs)
+    nodes = start_three(tmp_path, procs)
     for k in range(REPOS):
         req = ledger_pb2.ActivateRequest(
             repo=f"roll/{k}", create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN
@@ -88,7 +69,7 @@ def test_transfer_leadership_moves_every_group_away(
         views = [leaders(n) for n in nodes]
         return all(len(v) == REPOS and None not in v.values() for v in views)
 
-    wait_for(settled, 20.0)
+    wait_until(settled, 20.0, "a leader of every group on every node")
     by_node = {n: int(status(nodes[n])["groups_leading"]) for n in range(3)}  # type: ignore[call-overload]
     source = max(by_node, key=lambda n: by_node[n])
     assert by_node[source] >= 1
@@ -110,10 +91,12 @@ def test_transfer_leadership_moves_every_group_away(
         seen[:] = [views, [status(n)["groups_leading"] for n in nodes]]
         return all(v.values() and me not in v.values() and None not in v.values() for v in views)
 
-    try:
-        wait_for(agreed, 10.0)
-    except AssertionError:
-        raise AssertionError(f"drained {me}: before {by_node}, {answer}, now {seen}") from None
+    wait_until(
+        agreed,
+        10.0,
+        f"the others agree on leaders other than the drained {me}",
+        explain=lambda: f"before {by_node}, {answer}, now {seen}",
+    )
     # the ledger still answers through the drained node (any member answers any call)
     resp = nodes[source].ledger.Describe(ledger_pb2.DescribeRequest(repo="roll/0"), timeout=20)
     assert resp.state.incarnation == 1
