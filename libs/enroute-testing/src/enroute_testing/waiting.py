@@ -41,7 +41,12 @@ def wait_until(
 
 
 def wait_for_value(
-    get: Callable[[], _T | None], timeout_s: float, what: str, *, poll_s: float = POLL_S
+    get: Callable[[], _T | None],
+    timeout_s: float,
+    what: str,
+    *,
+    poll_s: float = POLL_S,
+    explain: Callable[[], object] | None = None,
 ) -> _T:
     """The first answer of ``get()`` that is not None (the leader all agree on, say);
     ``WaitTimeout`` naming ``what`` after ``timeout_s``."""
@@ -53,7 +58,7 @@ def wait_for_value(
             found.append(value)
         return value is not None
 
-    wait_until(answered, timeout_s, what, poll_s=poll_s)
+    wait_until(answered, timeout_s, what, poll_s=poll_s, explain=explain)
     return found[-1]
 
 
