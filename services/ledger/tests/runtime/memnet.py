@@ -19,6 +19,7 @@ from enroute_ledger.logstore import open_log_store
 from enroute_ledger.multiraft import Batch
 from enroute_ledger.runtime import Group, Runtime, RuntimeConfig, genesis_entry
 from enroute_ledger.storage import LogStore
+from enroute_testing import waiting
 
 WAIT_S = 10.0
 MAIN = b"refs/heads/main"
@@ -61,11 +62,8 @@ class MemLink:
 
 
 async def until(cond: Callable[[], bool], wait_s: float = WAIT_S) -> None:
-    for _ in range(int(wait_s / 0.01)):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached in time")
+    """``enroute_testing.waiting.until`` with these tests' bound and a quick poll."""
+    await waiting.until(cond, wait_s, "the condition of the test", poll_s=0.01)
 
 
 @dataclasses.dataclass

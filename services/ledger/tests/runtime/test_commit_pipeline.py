@@ -131,7 +131,7 @@ def test_the_leader_replicates_during_its_fsync_and_reveals_nothing_before_it(
             await until(lambda: all(groups[i].mem.last_index() >= index for i in (2, 3)))
             await until(lambda: _committed(lead, g) >= index)
             assert lead.early_sent > 0
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # the point: time for a wrong answer or commit to show
             # nothing counts the unsynced copy yet: not answered, not applied anywhere,
             # and no commit index covering it went out
             assert not call.done()
@@ -170,7 +170,7 @@ def test_a_follower_acknowledges_only_what_it_made_durable(tmp_path: Path) -> No
             got = await lead.propose(g, command_entry(rid, commit(1, None)), rid, WAIT_S)
             assert got.outcome.code is OutcomeCode.OK
             await until(lambda: groups[2].mem.last_index() < index and bool(follower.store.held))  # type: ignore[attr-defined]
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # the point: time for a wrong ack to go out
 
             def acks(start: int) -> list[int]:
                 return [
@@ -210,7 +210,7 @@ def test_the_leader_does_not_propose_its_own_entry_again_on_a_timer(tmp_path: Pa
             call = asyncio.ensure_future(
                 lead.propose(g, command_entry(rid, commit(1, None)), rid, WAIT_S)
             )
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # the point: it must not be answered meanwhile
             assert not call.done()
             net.drop = lambda b: b
             got = await asyncio.wait_for(call, WAIT_S)
