@@ -7,10 +7,12 @@ repository name (docs/observability.md, "Bounded labels").
 
 A tiny ASGI app under uvicorn. Metrics (DESIGN "Observability", docs/observability.md)
 come from a prometheus-client registry of this node alone, read from the
-:class:`Runtime` at scrape time: the named families below, and every other
-numeric attribute of the Runtime as ``enroute_ledger_<name>_total`` (``*_s``
-attributes as ``enroute_ledger_<stem>_seconds_total``), so a counter added to
-the Runtime is exported without a change here.
+:class:`Runtime` at scrape time: the named families below, and the Runtime's
+counters listed in ``RUNTIME_COUNTERS``, each under the name written there. The
+list is explicit, not read off the Runtime's attributes: renaming an attribute
+must not rename a metric, nor a setting (``blank_id``) become one.
+``test_http_metrics`` fails when a public number on the Runtime is in neither
+``RUNTIME_COUNTERS`` nor ``NOT_COUNTERS``.
 
 ``POST /transfer-leadership`` is the preStop hook of a rolling upgrade: every
 group this node leads is handed to another live voter (Raft §3.10, leadership
@@ -22,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
-import math
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
@@ -51,21 +52,55 @@ TRANSFER_TIMEOUT_S = 10.0
 TRANSFER_TIMEOUT_S_MAX = 120.0
 TRANSFER_POLL_S = 0.02
 
-# Runtime attribute -> exported name, for the names /metrics had before (kept stable).
-_NAMED = {
-    "applied_entries": "enroute_ledger_applied_entries",
-    "persist_rounds": "enroute_ledger_persist_rounds",
-    "proposals_total": "enroute_ledger_proposals",
-    "compactions": "enroute_ledger_log_compactions",
-    "snapshots_applied": "enroute_ledger_snapshots_applied",
-    "ready_groups": "enroute_ledger_ready_groups",
-    "early_applied": "enroute_ledger_early_applied",
-    "handle_s": "enroute_ledger_ready_seconds",
-    "persist_wait_s": "enroute_ledger_persist_wait_seconds",
-    "orphans_replayed": "enroute_ledger_raft_orphans_replayed",
-    "leader_changes": "enroute_raft_leader_changes",
-    "wakes": "enroute_ledger_group_wakes",
-}
+# Runtime attribute -> exported name (``_total`` is added): the counters /metrics
+# exports, every name as it has been exported (issue 21: never by reflection).
+RUNTIME_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("applied_entries", "enroute_ledger_applied_entries"),
+    ("apply_s", "enroute_ledger_apply_seconds"),
+    ("blank_joined", "enroute_ledger_blank_joined"),
+    ("blank_readmitted", "enroute_ledger_blank_readmitted"),
+    ("commits_traced", "enroute_ledger_commits_traced"),
+    ("compactions", "enroute_ledger_log_compactions"),
+    ("duplicates_skipped", "enroute_ledger_duplicates_skipped"),
+    ("early_applied", "enroute_ledger_early_applied"),
+    ("early_sent", "enroute_ledger_early_sent"),
+    ("follower_appends", "enroute_ledger_follower_appends"),
+    ("follower_persist_s", "enroute_ledger_follower_persist_seconds"),
+    ("follower_queue_s", "enroute_ledger_follower_queue_seconds"),
+    ("handle_s", "enroute_ledger_ready_seconds"),
+    ("hibernations", "enroute_ledger_hibernations"),
+    ("leader_changes", "enroute_raft_leader_changes"),
+    ("orphans_replayed", "enroute_ledger_raft_orphans_replayed"),
+    ("orphans_stashed", "enroute_ledger_orphans_stashed"),
+    ("persist_rounds", "enroute_ledger_persist_rounds"),
+    ("persist_wait_s", "enroute_ledger_persist_wait_seconds"),
+    ("phase_answer_s", "enroute_ledger_phase_answer_seconds"),
+    ("phase_apply_s", "enroute_ledger_phase_apply_seconds"),
+    ("phase_persist_s", "enroute_ledger_phase_persist_seconds"),
+    ("phase_queue_s", "enroute_ledger_phase_queue_seconds"),
+    ("phase_replicate_s", "enroute_ledger_phase_replicate_seconds"),
+    ("proposals_total", "enroute_ledger_proposals"),
+    ("propose_streams", "enroute_ledger_propose_streams"),
+    ("propose_streams_ended", "enroute_ledger_propose_streams_ended"),
+    ("ready_groups", "enroute_ledger_ready_groups"),
+    ("ready_take_s", "enroute_ledger_ready_take_seconds"),
+    ("reproposals", "enroute_ledger_reproposals"),
+    ("send_queue_s", "enroute_ledger_send_queue_seconds"),
+    ("send_write_s", "enroute_ledger_send_write_seconds"),
+    ("snapshots_applied", "enroute_ledger_snapshots_applied"),
+    ("snapshots_received", "enroute_ledger_snapshots_received"),
+    ("step_s", "enroute_ledger_step_seconds"),
+    ("store_commit_s", "enroute_ledger_store_commit_seconds"),
+    ("store_queue_s", "enroute_ledger_store_queue_seconds"),
+    ("streamed_outcome_messages", "enroute_ledger_streamed_outcome_messages"),
+    ("streamed_outcomes", "enroute_ledger_streamed_outcomes"),
+    ("subscriptions", "enroute_ledger_subscriptions"),
+    ("subscriptions_ended", "enroute_ledger_subscriptions_ended"),
+    ("tick_s", "enroute_ledger_tick_seconds"),
+    ("wakes", "enroute_ledger_group_wakes"),
+)
+NOT_COUNTERS = frozenset({"blank_id"})
+"""Public numbers on the Runtime that are not counters (settings): never exported."""
 
 
 STATUS_GROUPS_MAX = 16
@@ -157,27 +192,6 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return g
 
 
-def runtime_counters(rt: Runtime) -> dict[str, float]:
-    """Every public numeric attribute of ``rt`` (bools excluded): the counters it keeps."""
-    out: dict[str, float] = {}
-    for key, value in vars(rt).items():
-        if key.startswith("_") or isinstance(value, bool):
-            continue
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            out[key] = value
-    return out
-
-
-def exported_name(attribute: str) -> str:
-    """``enroute_ledger_<name>`` (without ``_total``) of a Runtime counter attribute."""
-    if attribute in _NAMED:
-        return _NAMED[attribute]
-    stem = attribute.removesuffix("_total")
-    if stem.endswith("_s"):
-        stem = stem[: -len("_s")] + "_seconds"
-    return f"enroute_ledger_{stem}"
-
-
 class LedgerCollector:
     """Reads the Runtime at each scrape (one event loop: no lock needed)."""
 
@@ -211,13 +225,8 @@ class LedgerCollector:
         )
         fsync.add_metric([], count_value=int(rounds), sum_value=float(rt.store_round_s))
         yield fsync
-        seen: set[str] = set()
-        for attribute, value in sorted(runtime_counters(rt).items()):
-            name = exported_name(attribute)
-            if name in seen:
-                continue
-            seen.add(name)
-            yield _counter(name, f"Runtime.{attribute}", value)
+        for attribute, name in RUNTIME_COUNTERS:
+            yield _counter(name, f"Runtime.{attribute}", float(getattr(rt, attribute)))
         stats = rt.mr.stats
         for field in type(stats).__dataclass_fields__:
             value = getattr(stats, field)

@@ -1,31 +1,83 @@
-"""The ledger's /metrics names: every numeric Runtime counter is exported, old names kept."""
+"""The ledger's /metrics names come from an explicit list (issue 21, item 3).
+
+``http.RUNTIME_COUNTERS`` names each Runtime counter and the metric it is exported
+as; nothing is read off the Runtime's attributes, so renaming an attribute cannot
+rename a metric. These tests hold a real Runtime against the list: a public number
+added to the Runtime must be listed (or named a setting in ``NOT_COUNTERS``), and
+every listed attribute must exist (a rename fails here, not at a scrape).
+"""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import asyncio
+import math
+from collections.abc import Callable
+from pathlib import Path
 
-from enroute_ledger.http import exported_name, runtime_counters
+from enroute_core.base.ids import NodeId
+from enroute_ledger.http import NOT_COUNTERS, RUNTIME_COUNTERS, metrics
+from enroute_ledger.logstore import open_log_store
+from enroute_ledger.runtime import Runtime, RuntimeConfig
 
 
-def test_runtime_counters_takes_public_numbers_only() -> None:
-    rt = SimpleNamespace(
-        applied_entries=3, handle_s=0.5, leader_changes=2, new_counter=7, _private=1,
-        flag=True, name="x", groups={}, nan=float("nan"),
-    )  # fmt: skip
-    assert runtime_counters(rt) == {  # type: ignore[arg-type]
-        "applied_entries": 3,
-        "handle_s": 0.5,
-        "leader_changes": 2,
-        "new_counter": 7,
+def with_runtime(tmp_path: Path, check: Callable[[Runtime], None]) -> None:
+    async def main() -> None:
+        store = open_log_store(tmp_path / "log")
+        try:
+            rt = Runtime(
+                RuntimeConfig(node_id=NodeId(1), peers=()),
+                store,
+                clock=asyncio.get_running_loop().time,
+                nonce=b"12345678",
+                seed=1,
+            )
+            check(rt)
+        finally:
+            store.close()
+
+    asyncio.run(main())
+
+
+def public_numbers(rt: Runtime) -> set[str]:
+    return {
+        k
+        for k, v in vars(rt).items()
+        if not k.startswith("_")
+        and isinstance(v, int | float)
+        and not isinstance(v, bool)
+        and math.isfinite(v)
     }
 
 
-def test_exported_names_keep_the_existing_ones() -> None:
-    assert exported_name("proposals_total") == "enroute_ledger_proposals"
-    assert exported_name("compactions") == "enroute_ledger_log_compactions"
-    assert exported_name("persist_wait_s") == "enroute_ledger_persist_wait_seconds"
-    assert exported_name("leader_changes") == "enroute_raft_leader_changes"
-    # attributes added later get a derived name
-    assert exported_name("reproposals") == "enroute_ledger_reproposals"
-    assert exported_name("snapshot_send_s") == "enroute_ledger_snapshot_send_seconds"
-    assert exported_name("blank_joined_total") == "enroute_ledger_blank_joined"
+def test_every_public_number_of_the_runtime_is_listed_as_a_counter_or_a_setting(
+    tmp_path: Path,
+) -> None:
+    def check(rt: Runtime) -> None:
+        listed = {attribute for attribute, _ in RUNTIME_COUNTERS}
+        assert public_numbers(rt) - listed - NOT_COUNTERS == set(), "add it to RUNTIME_COUNTERS"
+        assert listed - set(vars(rt)) == set(), "a listed counter is not on the Runtime"
+        assert not listed & NOT_COUNTERS
+
+    with_runtime(tmp_path, check)
+
+
+def test_each_listed_counter_is_exported_once_under_its_name(tmp_path: Path) -> None:
+    def check(rt: Runtime) -> None:
+        names = [name for _, name in RUNTIME_COUNTERS]
+        assert len(names) == len(set(names))
+        text = metrics(rt).decode()
+        for name in names:
+            assert f"\n{name}_total 0.0\n" in text, name
+        assert "blank_id" not in text  # a setting, never a metric
+
+    with_runtime(tmp_path, check)
+
+
+def test_the_names_kept_from_before_the_list() -> None:
+    named = dict(RUNTIME_COUNTERS)
+    assert named["proposals_total"] == "enroute_ledger_proposals"
+    assert named["compactions"] == "enroute_ledger_log_compactions"
+    assert named["persist_wait_s"] == "enroute_ledger_persist_wait_seconds"
+    assert named["leader_changes"] == "enroute_raft_leader_changes"
+    assert named["wakes"] == "enroute_ledger_group_wakes"
+    assert named["reproposals"] == "enroute_ledger_reproposals"
