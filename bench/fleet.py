@@ -50,7 +50,7 @@ from typing import Any
 
 from bench.report import CLK_TCK, ROOT, cpu_ticks, write_section
 from enroute_testing.cluster import COMPUTES, GITPROTO, LEDGERS, Cluster, running_cluster
-from enroute_testing.fleet import Seed, make_seed, populate
+from enroute_testing.fleet import Populated, Seed, make_seed, populate
 from enroute_testing.gitcli import GitFailed, run_git
 from enroute_testing.ports import free_port
 from enroute_testing.procmem import Memory, memory
@@ -59,7 +59,7 @@ from enroute_testing.scrape import series_count
 ROLES = (*LEDGERS, *COMPUTES, GITPROTO)
 PAGE = 1000
 PROGRESS_EVERY = 500
-ATTEMPTS = 3
+ATTEMPTS = 5
 SETTLE_POLL_S = 5.0
 RSS_TARGET_KIB = 2.0
 CPU_TARGET = 0.02
@@ -75,9 +75,9 @@ def get(url: str) -> bytes:
     return body
 
 
-def grow(cluster: Cluster, seed: Seed, span: range, jobs: int) -> tuple[float, list[str]]:
+def grow(cluster: Cluster, seed: Seed, span: range, jobs: int) -> tuple[float, Populated]:
     """Create, push and clone the repositories numbered in ``span``: (the seconds it
-    took, the steps retried)."""
+    took, what was retried and given up on)."""
 
     def progress(done: int) -> None:
         if done % PROGRESS_EVERY == 0:
@@ -86,11 +86,19 @@ def grow(cluster: Cluster, seed: Seed, span: range, jobs: int) -> tuple[float, l
     t = time.perf_counter()
     address = cluster.members[GITPROTO].http
     made = populate(
-        address, [name(k) for k in span], seed, jobs, progress=progress, attempts=ATTEMPTS
+        address,
+        [name(k) for k in span],
+        seed,
+        jobs,
+        progress=progress,
+        attempts=ATTEMPTS,
+        keep_going=True,
     )
     for line in made.retries:
         print(f"  retried {line}", flush=True)
-    return time.perf_counter() - t, made.retries
+    for line in made.failed:
+        print(f"  FAILED {line}", flush=True)
+    return time.perf_counter() - t, made
 
 
 def http_of(cluster: Cluster, role: str) -> str:
@@ -212,10 +220,11 @@ class Step:
     """The figures of every role once ``repos`` repositories are idle."""
 
     def __init__(
-        self, repos: int, grown: tuple[float, list[str]], idle: tuple[float, dict[str, Sample]]
+        self, repos: int, grown: tuple[float, Populated], idle: tuple[float, dict[str, Sample]]
     ) -> None:
         self.repos = repos
-        self.took_s, self.retries = grown
+        self.took_s, made = grown
+        self.retries, self.failed = made.retries, made.failed
         self.idle_s, self.samples = idle
         self.load = os.getloadavg()[0]
 
@@ -227,12 +236,25 @@ def slope_kib(steps: Sequence[Step], role: str) -> float:
     return statistics.linear_regression(xs, ys).slope
 
 
+class After:
+    """What is measured once every step is: None while the run goes on."""
+
+    def __init__(
+        self,
+        asleep: Sequence[int],
+        pages: tuple[int, list[float]],
+        reopen: dict[str, list[float]],
+    ) -> None:
+        self.asleep = asleep
+        self.pages = pages
+        self.reopen = reopen
+
+
 def report(  # noqa: PLR0917 - one call site, every figure of the run
     steps: Sequence[Step],
-    pages: tuple[int, list[float]],
-    asleep: Sequence[int],
+    after: After | None,
+    target: int,
     idle_s: float,
-    reopen: dict[str, list[float]],
     view_idle_s: float,
     rev: str,
     jobs: int,
@@ -243,6 +265,10 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
     made = sum(s.took_s for s in steps)
     errors = [r for s in steps for r in s.retries]
     retried = f"{len(errors)}" + (f", the first {errors[0]!r}" if errors else "")
+    lost = [r for s in steps for r in s.failed]
+    retried += f"; repositories given up on after {ATTEMPTS} tries: {len(lost)}" + (
+        f", the first {lost[0]!r}" if lost else ""
+    )
     lines = [
         f"{last.repos:,} repositories on 3 ledger voters, 2 computes and gitproto "
         f"(`enroute_testing.cluster`, SeaweedFS store), measured at {counts}: each created "
@@ -253,11 +279,16 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
         f"evicted every view or {settle_s:.0f} s more had passed (computes evict views idle "
         f"{view_idle_s:.0f} s: `limits.view_idle_ms_max`; idle "
         f"{' / '.join(f'{s.idle_s:.0f}' for s in steps)} s). Steps retried (a request "
-        f"failed, tried again up to {ATTEMPTS} times): {retried}. Servers at commit {rev}. "
+        f"failed, tried up to {ATTEMPTS} times in all): {retried}. Servers at commit {rev}. "
         "Layers flushed by the computes' maintenance by each step: "
         f"{' / '.join(f'{sum(s.samples[c].flushes for c in COMPUTES):,}' for s in steps)}. "
-        f"Hibernated groups per voter at {last.repos:,}: "
-        f"{' / '.join(f'{x:,}' for x in asleep)}.",
+        + (
+            f"Hibernated groups per voter at {last.repos:,}: "
+            f"{' / '.join(f'{x:,}' for x in after.asleep)}."
+            if after
+            else f"**Partial: the run had measured {last.repos:,} of {target:,} "
+            "repositories when this was written.**"
+        ),
         "",
         "| process | "
         + " | ".join(f"RSS at {s.repos:,} (MiB)" for s in steps)
@@ -276,7 +307,6 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
             f"| {a.status_bytes:,} / {b.status_bytes:,} "
             f"| {'' if role == GITPROTO else f'{a.followed:,} / {b.followed:,}'} |"
         )
-    count, times = pages
     rss_roles = [r for r in ROLES if r != GITPROTO]
     rss_ok = all(worst[r] <= RSS_TARGET_KIB for r in rss_roles)
     cpu_growth = max(last.samples[r].cpu - first.samples[r].cpu for r in ROLES)
@@ -292,6 +322,22 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
         "repositories, and a compute's fill as maintenance visits them "
         "(docs/observability.md).",
         "",
+        *(tail(after) if after else []),
+        f"The machine ({os.cpu_count()} cores) was shared with other work while this ran "
+        f"(1-minute load average at the measurements: "
+        f"{' / '.join(f'{s.load:.1f}' for s in steps)}; at the end "
+        f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} over 1 / 5 / 15 min), and the "
+        f"benchmark and the cluster ran at nice {nice}: load slows population and listing, "
+        "and does not change resident memory.",
+        "",
+    ]
+    return lines
+
+
+def tail(after: After) -> list[str]:
+    count, times = after.pages
+    reopen = after.reopen
+    return [
         f"Listing: {count:,} repositories in {len(times)} pages of {PAGE:,} through "
         f"`GET /api/v1/repos`, {sum(times):.2f} s in all; first page {times[0] * 1e3:.0f} ms, "
         f"median {statistics.median(times) * 1e3:.0f} ms, last {times[-1] * 1e3:.0f} ms "
@@ -302,15 +348,7 @@ def report(  # noqa: PLR0917 - one call site, every figure of the run
         "the compute activates the name, subscribes and builds the view from the snapshot "
         "first): " + "; ".join(f"{k} {statistics.median(v):.3f}" for k, v in reopen.items()) + ".",
         "",
-        f"The machine ({os.cpu_count()} cores) was shared with other work while this ran "
-        f"(1-minute load average at the measurements: "
-        f"{' / '.join(f'{s.load:.1f}' for s in steps)}; at the end "
-        f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} over 1 / 5 / 15 min), and the "
-        f"benchmark and the cluster ran at nice {nice}: load slows population and listing, "
-        "and does not change resident memory.",
-        "",
     ]
-    return lines
 
 
 def started(work: Path, view_idle_s: float) -> contextlib.AbstractContextManager[Cluster]:
@@ -347,6 +385,13 @@ def main() -> None:
         with started(work, args.view_idle_seconds) as cluster:
             seed = make_seed(work)
             steps: list[Step] = []
+            how = (
+                args.idle_seconds,
+                args.view_idle_seconds,
+                rev,
+                args.concurrency,
+                args.settle_max_seconds,
+            )
             for i in range(1, points + 1):
                 span = range(n * (i - 1) // points, n * i // points)
                 grown = grow(cluster, seed, span, args.concurrency)
@@ -362,21 +407,15 @@ def main() -> None:
                         f"series {a.series}, /status {a.status_bytes}, followed {a.followed}",
                         flush=True,
                     )
-            asleep = hibernated(cluster)
-            pages = listing(cluster)
+                if len(steps) >= 2 and not args.no_write and len(steps) < points:
+                    write_section("fleet", report(steps, None, n, *how))  # should it stop
             step = max(n // max(args.reopen_repos, 1), 1)
-            reopen = reopen_cost(cluster, work, range(0, n, step)[: args.reopen_repos])
-            lines = report(
-                steps,
-                pages,
-                asleep,
-                args.idle_seconds,
-                reopen,
-                args.view_idle_seconds,
-                rev,
-                args.concurrency,
-                args.settle_max_seconds,
+            after = After(
+                hibernated(cluster),
+                listing(cluster),
+                reopen_cost(cluster, work, range(0, n, step)[: args.reopen_repos]),
             )
+            lines = report(steps, after, n, *how)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("\n".join(lines))

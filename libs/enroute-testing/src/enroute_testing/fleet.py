@@ -151,12 +151,15 @@ def fetch(address: str, repo: str, seed: Seed) -> None:
 
 
 class Populated:
-    """What :func:`populate` did: repositories made, and the steps it had to retry."""
+    """What :func:`populate` did: repositories made, the steps it had to retry, and
+    (``keep_going``) the repositories it gave up on."""
 
     def __init__(self) -> None:
         self.done = 0
         self.retries: list[str] = []
         """One line per retried step: the repository and the first line of its error."""
+        self.failed: list[str] = []
+        """One line per repository given up on, the same way."""
 
 
 def populate(
@@ -167,12 +170,15 @@ def populate(
     *,
     progress: Callable[[int], None] | None = None,
     attempts: int = 1,
+    keep_going: bool = False,
 ) -> Populated:
     """Create, push and clone each of ``repos``, ``workers`` at a time.
 
-    Each step is tried up to ``attempts`` times (a benchmark on a loaded machine may
-    see a push refused with ``ng ... no ledger member answered in time``); a test
-    keeps the default, one, and fails on the first error."""
+    Each step is tried up to ``attempts`` times, waiting 1, 2, 4 ... s between (a
+    benchmark on a loaded machine sees pushes refused with ``ng ... no ledger member
+    answered in time``); ``keep_going``: a repository whose step failed every time is
+    recorded and left, and the others go on. A test keeps the defaults and fails on the
+    first error."""
     out = Populated()
 
     def step(repo: str, fn: Callable[[bool], None]) -> None:
@@ -184,12 +190,17 @@ def populate(
                 if attempt + 1 == attempts:
                     raise
                 out.retries.append(f"{repo}: {str(e).splitlines()[0][:200]}")
-                time.sleep(1.0 + attempt)
+                time.sleep(2.0**attempt)
 
     def one(repo: str) -> None:
-        step(repo, lambda again: create(address, repo, again=again))
-        step(repo, lambda again: push(address, repo, seed, again=again))
-        step(repo, lambda _again: fetch(address, repo, seed))
+        try:
+            step(repo, lambda again: create(address, repo, again=again))
+            step(repo, lambda again: push(address, repo, seed, again=again))
+            step(repo, lambda _again: fetch(address, repo, seed))
+        except (AssertionError, OSError) as e:
+            if not keep_going:
+                raise
+            out.failed.append(f"{repo}: {str(e).splitlines()[0][:200]}")
 
     with ThreadPoolExecutor(workers) as ex:
         for _ in ex.map(one, repos):
