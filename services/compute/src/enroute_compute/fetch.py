@@ -13,17 +13,24 @@ import contextlib
 import logging
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Generic, TypeVar
 
 from enroute_compute.host import REQUEST_ID, RepositoryHost, Snapshot
+from enroute_compute.push import KEEPALIVE_S
 from enroute_compute.work import Abandoned, check
 from enroute_core.base.errors import EnrouteError, MissingObject, ProtocolError
 from enroute_core.base.ids import ObjectId
 from enroute_core.engine import serve
 from enroute_core.git.pktline import FLUSH_PKT, NEED_DATA
-from enroute_core.git.sideband import BAND_PACK, SIDEBAND_64K_DATA_BYTES_MAX, sideband_mux
+from enroute_core.git.sideband import (
+    BAND_PACK,
+    SIDEBAND_64K_DATA_BYTES_MAX,
+    sideband_mux,
+    sideband_pkt,
+)
 from enroute_core.protocol import fetch as pfetch
 from enroute_core.protocol._common import RefSnapshot
 from enroute_core.protocol.advertise import Service, encode_v0_advertisement, encode_v2_capabilities
@@ -44,6 +51,30 @@ PLANS_KEPT = 256
 QUEUE_PIECES = 16
 """Pieces of the pack (256 to 512 KiB each, ``serve._FLUSH_BYTES``) written ahead of the
 client: the writer thread stops there until the answer takes one."""
+UPLOAD_KEEPALIVE = sideband_pkt(BAND_PACK, b"")
+"""upload-pack's keepalive, ``0005\\x01``: an empty pack packet (upload-pack.c
+``create_pack_file``, sent after ``uploadpack.keepAlive`` seconds without output)."""
+
+_T = TypeVar("_T")
+
+
+class _Waiting(Generic[_T]):
+    """An awaitable run as a task, and the keepalives due while it runs: a plan that
+    takes long must not leave the answer silent past a proxy's read timeout."""
+
+    def __init__(self, work: Awaitable[_T]) -> None:
+        self.task: asyncio.Future[_T] = asyncio.ensure_future(work)
+
+    async def silences(self, every_s: float = KEEPALIVE_S) -> AsyncIterator[None]:
+        """One item per ``every_s`` the work is still running."""
+        while not (await asyncio.wait({self.task}, timeout=every_s))[0]:
+            yield
+
+    def result(self) -> _T:
+        return self.task.result()
+
+    def cancel(self) -> None:
+        self.task.cancel()
 
 
 class Fetcher:
@@ -158,12 +189,26 @@ class Fetcher:
             ready = bool(common) or not request.haves
             plan: serve.PackPlan | None = None
             reply = pfetch.FetchReply(common, ready, wanted_refs=tuple(wanted_refs))
+            head_sent = False
             if pfetch.sends_pack(request, reply):
+                # A plan that takes longer than KEEPALIVE_S: the head goes out (unless
+                # its shallow-info needs the plan) and keepalives follow until the plan
+                # is made, as upload-pack sends them while pack-objects counts.
+                planning = _Waiting(self._planned(snap, refs, request, wants, common))
                 try:
-                    plan = await self._planned(snap, refs, request, wants, common)
+                    async for _ in planning.silences():
+                        if not head_sent:
+                            if request.deepen.deepening or request.deepen.shallows:
+                                continue
+                            yield pfetch.encode_fetch_head(request, reply)
+                            head_sent = True
+                        yield UPLOAD_KEEPALIVE
+                    plan = planning.result()
                 except EnrouteError as exc:
-                    yield _failed(name, exc, response_started=False, sideband=False)
+                    yield _failed(name, exc, response_started=head_sent, sideband=head_sent)
                     return
+                finally:
+                    planning.cancel()
                 reply = pfetch.FetchReply(
                     common,
                     ready,
@@ -171,7 +216,8 @@ class Fetcher:
                     unshallow=plan.unshallow,
                     wanted_refs=tuple(wanted_refs),
                 )
-            yield pfetch.encode_fetch_head(request, reply)
+            if not head_sent:
+                yield pfetch.encode_fetch_head(request, reply)
             if plan is None:
                 continue
             try:
@@ -501,8 +547,15 @@ class Fetcher:
             yield acks.data
             if not acks.send_pack:
                 continue
-            plan = await self._planned(snap, refs, request, request.wants, haves)
             sideband = request.sideband_max
+            planning = _Waiting(self._planned(snap, refs, request, request.wants, haves))
+            try:
+                async for _ in planning.silences():
+                    if sideband is not None:  # after NAK or ACK the answer is side-band
+                        yield UPLOAD_KEEPALIVE
+                plan = planning.result()
+            finally:
+                planning.cancel()
             progress = sideband is not None and not request.has(b"no-progress")
             try:
                 async for chunk in self._pack(snap, plan, progress=progress, sideband_max=sideband):
