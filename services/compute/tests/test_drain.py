@@ -25,6 +25,7 @@ import pytest
 from enroute_compute.main import pack_object_count
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
 from enroute_testing.env import service_env
+from enroute_testing.waiting import wait_until
 
 BLOB_BYTES = 8 * 1024 * 1024
 CHUNK_BYTES = 128 * 1024
@@ -137,20 +138,15 @@ def test_sigterm_during_a_large_push_lets_it_complete(
 
     pusher = threading.Thread(target=push)
     pusher.start()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # the push is in flight once the node counts it
-        _, text = _http(http, "/metrics")
-        if b"enroute_compute_git_calls_in_flight 1.0" in text:
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail("the push never showed as in flight")
+    wait_until(  # the push is in flight once the node counts it
+        lambda: b"enroute_compute_git_calls_in_flight 1.0" in _http(http, "/metrics")[1],
+        30,
+        "the push shows as in flight",
+        poll_s=0.05,
+    )
     proc.send_signal(signal.SIGTERM)
     # draining: not ready, and a new call is refused so gitproto would go elsewhere
-    deadline = time.monotonic() + 10
-    while _http(http, "/readyz")[0] != 503 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert _http(http, "/readyz")[0] == 503
+    wait_until(lambda: _http(http, "/readyz")[0] == 503, 10, "/readyz answers 503")
     assert pusher.is_alive(), "the push ended before the drain could be observed"
     with grpc.insecure_channel(grpc_addr) as channel:
         stub = compute_pb2_grpc.ComputeStub(channel)

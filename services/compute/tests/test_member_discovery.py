@@ -11,8 +11,8 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -22,6 +22,7 @@ from enroute_compute.ledger_client import GrpcLedger
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
 from enroute_testing.env import service_env
 from enroute_testing.kubeapi import NS, SERVICE, ThreadedKubeApi, endpoint_slice
+from enroute_testing.waiting import wait_until
 
 
 def _members(http: str) -> list[str]:
@@ -30,15 +31,10 @@ def _members(http: str) -> list[str]:
     return members
 
 
-def _until(fn: object, want: object, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    seen = None
-    while time.monotonic() < deadline:
-        seen = fn()  # type: ignore[operator]
-        if seen == want:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"wanted {want!r}, last saw {seen!r}")
+def _until(fn: Callable[[], object], want: object, timeout_s: float = 20.0) -> None:
+    wait_until(
+        lambda: fn() == want, timeout_s, f"members {want!r}", explain=lambda: f"last saw {fn()!r}"
+    )
 
 
 @pytest.mark.timeout(120)

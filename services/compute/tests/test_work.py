@@ -17,6 +17,7 @@ from enroute_compute.work import (
     to_thread_to_end,
 )
 from enroute_core.git.source import BytesSource
+from enroute_testing.waiting import until
 
 
 def test_a_cancelled_caller_stops_the_thread_and_takes_its_outcome(
@@ -39,8 +40,7 @@ def test_a_cancelled_caller_stops_the_thread_and_takes_its_outcome(
 
     async def run() -> None:
         task = asyncio.ensure_future(to_thread_to_end(work, gone))
-        while not reading.is_set():
-            await asyncio.sleep(0.01)
+        await until(reading.is_set, 10, "the work reads", poll_s=0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

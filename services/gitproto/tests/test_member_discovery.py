@@ -7,11 +7,9 @@ Service; gitproto watches its EndpointSlices (enroute_testing.kubeapi on
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import pytest
 from enroute_testing.env import service_env
 from enroute_testing.kubeapi import NS, ThreadedKubeApi, endpoint_slice
 from enroute_testing.ready import START_TIMEOUT_S, read_ready
+from enroute_testing.waiting import until, wait_until
 
 SERVICE = "enroute-compute"
 
@@ -31,14 +30,12 @@ def _members(base: str) -> list[str]:
 
 
 def _until(base: str, want: list[str], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    seen: list[str] = []
-    while time.monotonic() < deadline:
-        seen = _members(base)
-        if seen == want:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"wanted {want}, last saw {seen}")
+    wait_until(
+        lambda: _members(base) == want,
+        timeout_s,
+        f"members {want}",
+        explain=lambda: f"last saw {_members(base)}",
+    )
 
 
 @pytest.mark.timeout(120)
@@ -95,9 +92,5 @@ async def test_departed_member_channel_closes_after_grace() -> None:
     assert pool.order("any") == ["127.0.0.1:2"]
     assert set(pool._channels) == {"127.0.0.1:2"}
     assert len(pool._retiring) == 1
-    for _ in range(100):
-        if not pool._retiring:
-            break
-        await asyncio.sleep(0.02)
-    assert not pool._retiring
+    await until(lambda: not pool._retiring, 10, "the retired channel closed")
     await pool.close()
