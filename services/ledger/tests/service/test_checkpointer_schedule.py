@@ -11,6 +11,7 @@ from typing import Any, cast
 from enroute_core.state import RepoState
 from enroute_ledger.checkpoints import Checkpointer
 from enroute_ledger.lifecycle import Lifecycle, StateObject
+from enroute_testing.waiting import until
 
 
 def live(version: int) -> RepoState:
@@ -92,7 +93,7 @@ def test_idle_groups_cost_no_checks_and_changes_are_checkpointed_by_both_rules()
         task = asyncio.get_running_loop().create_task(cp.run())
         try:
             # thousands of hosted groups and nothing applied: nothing is looked at
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # the point: time in which nothing may be looked at
             assert cp.checks == 0 and rt.leader_checks == 0 and lc.reads == 0
             # the entries rule: due at once
             busy, slow = groups[0], groups[1]
@@ -102,18 +103,21 @@ def test_idle_groups_cost_no_checks_and_changes_are_checkpointed_by_both_rules()
             bump(slow, 2)
             cp.changed(slow)
             t0 = time.monotonic()
-            while not lc.store.puts and time.monotonic() - t0 < 2:
-                await asyncio.sleep(0.01)
+            await until(lambda: lc.store.puts, 2, "the busy group's checkpoint", poll_s=0.01)
             assert lc.store.puts[:1] == ["repos/r0/state"]
             assert rt.compacted[:1] == [("r0", 13)]
-            while len(lc.store.puts) < 2 and time.monotonic() - t0 < 3:
-                await asyncio.sleep(0.01)
+            await until(
+                lambda: len(lc.store.puts) >= 2,
+                3 - (time.monotonic() - t0),
+                "the slow group's checkpoint",
+                poll_s=0.01,
+            )
             waited = time.monotonic() - t0
             assert lc.store.puts == ["repos/r0/state", "repos/r1/state"]
             assert waited >= 0.25, waited
             # done: the two groups are quiet again, and so is the checkpointer
             checks = cp.checks
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # the point: a quiet time with no check
             assert cp.checks == checks
             assert rt.leader_checks < 20
         finally:

@@ -20,13 +20,14 @@ import pytest
 
 from enroute_core.state import OutcomeCode, decode_change
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+from enroute_testing.waiting import wait_until
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from conftest import LedgerProc  # noqa: E402
-from test_ledger_idle import metrics, three  # noqa: E402
+from conftest import LedgerProc, start_three  # noqa: E402
+from test_ledger_idle import metrics  # noqa: E402
 from test_ledger_service import MAIN, commit, create, oid  # noqa: E402
 
 REPOS = 12
@@ -73,7 +74,7 @@ def hibernated(nodes: list[LedgerProc]) -> bool:
 def test_hibernated_groups_list_read_commit_and_survive_a_leader_kill(
     tmp_path: Path, procs: list[LedgerProc]
 ) -> None:
-    nodes = three(tmp_path, procs)
+    nodes = start_three(tmp_path, procs)
     with ThreadPoolExecutor(6) as ex:
         incs = list(ex.map(lambda k: create(nodes[k % 3], name(k)).state.incarnation, range(REPOS)))
     assert incs == [1] * REPOS
@@ -83,11 +84,9 @@ def test_hibernated_groups_list_read_commit_and_survive_a_leader_kill(
             nodes[k % 3], name(k), commit(1, MAIN, None, oid(1)), rid("first", k)
         )
 
+    # the point where /metrics has no hibernation count: past the delay (see hibernated)
     time.sleep(HIBERNATE_AFTER_S + 1.5)
-    deadline = time.monotonic() + DEADLINE_S
-    while not hibernated(nodes) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert hibernated(nodes)
+    wait_until(lambda: hibernated(nodes), DEADLINE_S, "every group hibernated", poll_s=0.2)
 
     # a listing answers from what hibernated groups keep
     for n in nodes:
@@ -109,10 +108,13 @@ def test_hibernated_groups_list_read_commit_and_survive_a_leader_kill(
         repo = name(k)
         cmd = commit(1, MAIN, last[repo], oid(9))
         versions[repo] = propose_until_ok(nodes[1], repo, cmd, rid("after-kill", k))
-    deadline = time.monotonic() + DEADLINE_S
-    while listed(nodes[2]) != versions and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert listed(nodes[2]) == versions
+    wait_until(
+        lambda: listed(nodes[2]) == versions,
+        DEADLINE_S,
+        "voter 3 lists every commit",
+        poll_s=0.1,
+        explain=lambda: listed(nodes[2]),
+    )
     for k in range(REPOS):
         b = nodes[2].ledger.Barrier(ledger_pb2.BarrierRequest(repo=name(k)), timeout=10)
         assert b.version == versions[name(k)]
