@@ -977,6 +977,9 @@ rebuild(Run *r, int index, PyObject **out)
 #define TASKS_MAX 256 /* a power of two */
 #define THREADS_MAX 64
 #define PIPE_SHARE 4 /* the queue's bytes: cache_max / PIPE_SHARE */
+/* An idle worker is woken once this many tasks wait, or when the calling thread waits for
+ * one: a wake-up per task cost more CPU than the work it handed over. */
+#define WAKE_TASKS 16
 enum { TASK_QUEUED = 0, TASK_DONE = 1, TASK_BAD = 2 };
 
 typedef struct {
@@ -1194,6 +1197,8 @@ deliver(Run *r)
     if (state == TASK_QUEUED) {
         Py_BEGIN_ALLOW_THREADS
         pthread_mutex_lock(&p->lock);
+        if (p->idle && p->claimed < p->tail)
+            pthread_cond_broadcast(&p->work);
         while (t->state == TASK_QUEUED) {
             p->waiting++;
             pthread_cond_wait(&p->done, &p->lock);
@@ -1312,7 +1317,7 @@ schedule(Run *r, int index, int type_num, PyObject *data, int base)
     p->bytes += need;
     pthread_mutex_lock(&p->lock);
     p->tail++;
-    if (p->idle)
+    if (p->idle && p->tail - p->claimed >= WAKE_TASKS)
         pthread_cond_signal(&p->work);
     pthread_mutex_unlock(&p->lock);
     return DONE;
