@@ -338,6 +338,9 @@ class MembershipDriver:
         """Hosted groups whose applied members differ from the open change's target."""
         self.proposed = 0
         """Conf changes proposed here (a follower's are forwarded to the leader)."""
+        self.not_proposed = 0
+        self.last_refusal = ""
+        """Why the last step of a group was not proposed (in /status)."""
         self.rounds = 0
         self._cursor = 0
         self._published: tuple[int, ...] = ()
@@ -372,6 +375,8 @@ class MembershipDriver:
             "off_target": self.off_target,
             "founding": self.rt.founding,
             "proposed": self.proposed,
+            "not_proposed": self.not_proposed,
+            "last_refusal": self.last_refusal,
             "rounds": self.rounds,
         }
 
@@ -468,11 +473,17 @@ class MembershipDriver:
                         return True
                 return False
             if r.role is not Role.LEADER and r.lead is None:
+                self.last_refusal = f"{gid.repo.decode(errors='replace')}: no leader known"
                 return False
             if r.role is Role.LEADER and (
                 r.pending_conf_index > r.log.applied
                 or r.log.term_or_zero(r.log.committed) != r.term
             ):
+                self.last_refusal = (
+                    f"{gid.repo.decode(errors='replace')}: a change pending at "
+                    f"{r.pending_conf_index} (applied {r.log.applied}), or nothing of term "
+                    f"{r.term} committed yet"
+                )
                 return False
             if added:
                 cc = ConfChange(ConfChangeType.ADD_NODE, added[0])
@@ -480,7 +491,8 @@ class MembershipDriver:
                 cc = ConfChange(ConfChangeType.REMOVE_NODE, removed[0])
             mr.propose_conf_change(gid, cc)
         except EnrouteError as e:  # dropped (pending, no leader), or the group went away
-            log.debug("conf change of %r not proposed: %s", gid, e)
+            self.not_proposed += 1
+            self.last_refusal = f"{gid.repo.decode(errors='replace')}: {e}"
             return False
         self.proposed += 1
         self.rt.wake()
