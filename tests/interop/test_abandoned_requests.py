@@ -30,6 +30,7 @@ from enroute_core.git.pktline import DELIM_PKT, FLUSH_PKT, pkt_line
 from enroute_testing.devserver import DevServer, role_log, running_dev
 from enroute_testing.procmem import MiB, memory, role_pid
 from enroute_testing.ready import latest_ready
+from enroute_testing.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -148,11 +149,13 @@ def _in_flight(dev: DevServer, compute_url: str) -> tuple[object, object]:
 def _settle(dev: DevServer, compute_url: str) -> float:
     """Seconds until no request is in flight on gitproto or the compute (fails past SETTLE_S)."""
     started = time.monotonic()
-    while _in_flight(dev, compute_url) != (0, 0):
-        waited = time.monotonic() - started
-        left = _in_flight(dev, compute_url)
-        assert waited < SETTLE_S, f"still in flight after {waited:.1f} s: {left}"
-        time.sleep(0.1)
+    wait_until(
+        lambda: _in_flight(dev, compute_url) == (0, 0),
+        SETTLE_S,
+        "no request in flight on gitproto or the compute",
+        poll_s=0.1,
+        explain=lambda: _in_flight(dev, compute_url),
+    )
     return time.monotonic() - started
 
 
@@ -254,10 +257,13 @@ def test_shutdown_with_requests_stuck_logs_no_traceback(
                 pusher.sendall(_push_request(f"stuck{i}", push) + push[: len(push) // 2])
                 stuck += [clone, pusher]
             compute_url = _compute_url(node)
-            deadline = time.monotonic() + SETTLE_S
-            while _in_flight(node, compute_url) != (2 * STUCK, 2 * STUCK):
-                assert time.monotonic() < deadline, _in_flight(node, compute_url)
-                time.sleep(0.1)
+            wait_until(
+                lambda: _in_flight(node, compute_url) == (2 * STUCK, 2 * STUCK),
+                SETTLE_S,
+                "every stuck request in flight",
+                poll_s=0.1,
+                explain=lambda: _in_flight(node, compute_url),
+            )
         logs = _logs(node)
     finally:
         for sock in stuck:

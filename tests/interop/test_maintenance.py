@@ -18,6 +18,7 @@ import yaml
 from enroute_testing.devserver import compute_status, running_dev
 from enroute_testing.gitcli import run_git
 from enroute_testing.repogen import list_refs
+from enroute_testing.waiting import wait_until
 
 pytestmark = pytest.mark.interop
 
@@ -68,13 +69,6 @@ def _delete(url: str, name: str) -> None:
         assert response.status < 300
 
 
-def _until(what: str, check: Any) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, f"not within {WAIT_S} s: {what}"
-        time.sleep(0.2)
-
-
 def _pushes(url: str, name: str, work: Path, tag: str, count: int) -> None:
     if not (work / ".git").exists():
         run_git(["init", "-q", "-b", "main", str(work)], cwd=work.parent)
@@ -91,22 +85,34 @@ def test_deleted_repositories_leave_nothing_and_live_ones_keep_everything(
 ) -> None:
     name = "maint"
     _pushes(dev.url, name, tmp_path / "one", "one", 5)
-    _until("the five stored layers compacted", lambda: dev.status()["maintenance"]["merges"] >= 1)
+    wait_until(
+        lambda: dev.status()["maintenance"]["merges"] >= 1,
+        WAIT_S,
+        "the five stored layers compacted",
+        poll_s=0.2,
+    )
     status = dev.status()
     assert status["maintenance"]["lease_holders"].get(name, "").startswith("dev-compute-1@")
     first = dev.layer_files(name)
     assert first, "stored layers expected (layers.inline_max is 0)"
 
     _delete(dev.url, name)
-    _until("a trash marker", lambda: dev.trash(name) != [] or dev.layer_files(name) == [])
+    wait_until(
+        lambda: dev.trash(name) != [] or dev.layer_files(name) == [],
+        WAIT_S,
+        "a trash marker",
+        poll_s=0.2,
+    )
     # Re-create the name at once: its files must survive the predecessor's reclamation.
     _pushes(dev.url, name, tmp_path / "two", "two", 3)
-    _until(
-        "the first incarnation's files reclaimed",
+    wait_until(
         lambda: not set(first) & set(dev.layer_files(name)),
+        WAIT_S,
+        "the first incarnation's files reclaimed",
+        poll_s=0.2,
     )
-    _until("the trash marker removed", lambda: dev.trash(name) == [])
-    time.sleep(1.5)  # more sweeps than the retention, with the name live
+    wait_until(lambda: dev.trash(name) == [], WAIT_S, "the trash marker removed", poll_s=0.2)
+    time.sleep(1.5)  # the point: more sweeps than the retention, with the name live
     clone = tmp_path / "clone.git"
     run_git(["clone", "-q", "--mirror", f"{dev.url}/{name}.git", str(clone)], cwd=tmp_path)
     run_git(["fsck", "--strict", "--no-progress"], cwd=clone)
@@ -116,8 +122,8 @@ def test_deleted_repositories_leave_nothing_and_live_ones_keep_everything(
     assert dev.layer_files(name), "the live incarnation lost its files"
 
     _delete(dev.url, name)
-    _until("every layer file gone", lambda: dev.layer_files(name) == [])
-    _until("every trash marker gone", lambda: dev.trash(name) == [])
+    wait_until(lambda: dev.layer_files(name) == [], WAIT_S, "every layer file gone", poll_s=0.2)
+    wait_until(lambda: dev.trash(name) == [], WAIT_S, "every trash marker gone", poll_s=0.2)
     maintenance = dev.status()["maintenance"]
     print(maintenance)
     assert maintenance["bytes_reclaimed"] > 0 and maintenance["files_deleted"] >= len(first)
@@ -153,12 +159,13 @@ def test_last_push_is_not_stamped_by_maintenance(dev: Dev, tmp_path: Path) -> No
     work.mkdir()
     _pushes(dev.url, name, work, "a", 3)
     # Let maintenance settle first, so that a merge after the last push merges its layer.
-    deadline = time.monotonic() + 3 * WAIT_S
     seen: list[int] = []
-    while len(seen) < 6 or len(set(seen[-6:])) != 1:
-        assert time.monotonic() < deadline, f"maintenance never settled: {seen}"
+
+    def settled() -> bool:
         seen.append(dev.status()["maintenance"]["merges"])
-        time.sleep(0.2)
+        return len(seen) >= 6 and len(set(seen[-6:])) == 1
+
+    wait_until(settled, 3 * WAIT_S, "maintenance settles", poll_s=0.2, explain=lambda: seen)
     # Push until a merge follows the push: whether one does depends on the layer sizes the
     # geometric policy sees, so keep adding small layers (a bounded number) until it merges.
     for attempt in range(8):
@@ -181,7 +188,7 @@ def test_last_push_is_not_stamped_by_maintenance(dev: Dev, tmp_path: Path) -> No
             break  # a merge committed after this push
     else:
         raise AssertionError(f"no merge after any of 8 pushes: {dev.status()}")
-    time.sleep(0.5)  # a few more maintenance passes
+    time.sleep(0.5)  # the point: a few more maintenance passes, which must not restamp
     described = _describe(dev.url, name)
     assert described["last_push"] == pushed, (described, dev.status()["maintenance"])
     assert _ref_times(dev.url, name) == times

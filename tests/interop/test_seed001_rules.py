@@ -33,6 +33,7 @@ from typing import Any
 import grpc
 import pytest
 
+from enroute_compute.main import SystemClock
 from enroute_core.base.ids import ZERO_OID, ObjectId
 from enroute_core.git.pktline import pkt_text
 from enroute_core.protocol.receive import PushCommand, PushRequest, encode_push_request
@@ -44,6 +45,7 @@ from enroute_proto.gen.enroute.common.v1 import common_pb2
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2
 from enroute_testing.gitcli import GitFailed, run_git
 from enroute_testing.ledgers import LedgerProc, write_config
+from enroute_testing.waiting import wait_for_value, wait_until
 
 pytestmark = pytest.mark.interop
 
@@ -184,15 +186,15 @@ def store_get(store: Path, key: str) -> bytes | None:
 # -- Compute gRPC against one ledger, two computes --------------------------------------
 
 
-class SkewedClock:
+class SkewedClock(SystemClock):
+    """The compute's own clock with its wall time moved by ``offset_us``: node b of the
+    cluster runs an hour behind, and no rule may depend on the computes' clocks agreeing."""
+
     def __init__(self, offset_us: int) -> None:
         self.offset_us = offset_us
 
     def now_us(self) -> int:
-        return time.time_ns() // 1000 + self.offset_us
-
-    def monotonic_ns(self) -> int:
-        return time.monotonic_ns()
+        return super().now_us() + self.offset_us
 
 
 @dataclass
@@ -439,7 +441,7 @@ def trio(tmp_path: Path) -> Iterator[Trio]:
         computes = []
         for i in (0, 2):
             node, stop = D.start_compute(
-                real[i], tmp_path / "store", tmp_path / f"c{i}", SkewedClock(0)
+                real[i], tmp_path / "store", tmp_path / f"c{i}", SystemClock()
             )
             stops.append(stop)
             computes.append(node)
@@ -476,17 +478,16 @@ def test_creation_explicit_create_on_a_replica_that_missed_the_deletion(trio: Tr
     never E."""
     names = [fresh("creation") for _ in range(4)]
     made = {n: g_create(trio.on_1, n) for n in names}
-    deadline = time.monotonic() + 20
-    pick: str | None = None
-    while pick is None:
-        assert time.monotonic() < deadline, "groups never settled on all three nodes"
+
+    def settled_group() -> str | None:
         for n in names:
             leaders = {_leader(node, n) for node in trio.nodes}
             settled = len(leaders) == 1 and None not in leaders and 3 not in leaders
             if settled and all(_hosts(node, n) for node in trio.nodes):
-                pick = n
-                break
-        time.sleep(0.05)
+                return n
+        return None
+
+    pick = wait_for_value(settled_group, 20, "a group settled on all three nodes", poll_s=0.05)
     incarnation = made[pick].incarnation
     for link in trio.links:
         link.cut()
@@ -504,14 +505,16 @@ def test_creation_explicit_create_on_a_replica_that_missed_the_deletion(trio: Tr
         assert answer.created and answer.repository.incarnation == incarnation + 1
     for link in trio.links:
         link.resume()
-    deadline = time.monotonic() + 30
-    while True:
+
+    def created() -> compute_pb2.CreateRepositoryResponse | None:
         try:
-            answer = trio.on_3.stub.CreateRepository(request, timeout=10)
-            break
+            made: compute_pb2.CreateRepositoryResponse
+            made = trio.on_3.stub.CreateRepository(request, timeout=10)
         except grpc.RpcError:
-            assert time.monotonic() < deadline, "the create never succeeded once healed"
-            time.sleep(0.2)
+            return None  # not healed yet: ask again
+        return made
+
+    answer = wait_for_value(created, 30, "the create succeeds once healed", poll_s=0.2)
     assert answer.repository.incarnation == incarnation + 1 and not answer.repository.deleted
     assert g_get(trio.on_1, pick).incarnation == incarnation + 1
 
@@ -751,7 +754,7 @@ def test_listing_needs_no_object_store(tmp_path: Path) -> None:
     store = tmp_path / "store"
     ledger = LedgerProc(write_config(tmp_path / "l.yaml", node_id=1, data=tmp_path / "l",
                                      store=store)).start()  # fmt: skip
-    compute, stop = D.start_compute(ledger.grpc_addr, store, tmp_path / "c", SkewedClock(0))
+    compute, stop = D.start_compute(ledger.grpc_addr, store, tmp_path / "c", SystemClock())
     try:
         names = [f"nostore/{c}" for c in "abcde"]
         for name in names:
@@ -857,7 +860,7 @@ def test_last_push_is_recorded_only_if_a_ref_moved(cluster: Cluster, tmp_path: P
     tip = work.commit()
     g_push(a, name, [(ZERO_OID, raw(tip), b"refs/heads/main")], pack_of(work, tip))
     stamped = g_get(a, name).last_push_us
-    time.sleep(0.01)
+    wait_until(lambda: now_us() > stamped, 5, "the clock moves past the first push")
     report = g_push(a, name, [(raw(tip), raw(tip), b"refs/heads/main")], EMPTY_PACK)
     assert b"ok refs/heads/main" in report, report
     assert g_get(a, name).last_push_us == stamped
@@ -1004,7 +1007,7 @@ def test_ref_times_are_dropped_with_the_ref(enroute_url: str, tmp_path: Path) ->
     old = rest_refs(enroute_url, name)["refs/heads/gone"][1]
     work.push(url, ":gone")
     assert "refs/heads/gone" not in rest_refs(enroute_url, name)
-    time.sleep(0.01)
+    wait_until(lambda: now_us() > rfc_us(old), 5, "the clock moves past the first stamp")
     work.push(url, f"{tip}:refs/heads/gone")
     again = rest_refs(enroute_url, name)["refs/heads/gone"]
     assert again[0] == tip and rfc_us(again[1]) > rfc_us(old)
@@ -1033,10 +1036,7 @@ def test_ref_times_reach_followers_and_snapshots(cluster: Cluster) -> None:
     assert g_refs(cluster.b, name) == {}  # B follows from the start
     g_commit(cluster.a, name, None, b"one\n")
     times = g_refs(cluster.a, name)
-    deadline = time.monotonic() + 10
-    while g_refs(cluster.b, name) != times:
-        assert time.monotonic() < deadline, "B never got the ref time"
-        time.sleep(0.02)
+    wait_until(lambda: g_refs(cluster.b, name) == times, 10, "B gets the ref time")
     late = cluster.start("late")
     assert g_refs(late, name) == times
 

@@ -35,6 +35,7 @@ from enroute_testing.env import service_env
 from enroute_testing.gitcli import run_git
 from enroute_testing.ready import START_TIMEOUT_S, read_ready
 from enroute_testing.repogen import list_refs
+from enroute_testing.waiting import wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -108,20 +109,6 @@ def computes(ledger_process: str, tmp_path: Path) -> Iterator[tuple[Compute, Com
                 except subprocess.TimeoutExpired:
                     c.process.kill()
                     c.process.wait(5)
-
-
-def _until(
-    what: str,
-    check: Callable[[], bool],
-    limit_s: float = DEADLINE_S,
-    explain: Callable[[], object] = lambda: "",
-) -> None:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"not within {limit_s} s: {what} {explain()}")
 
 
 def _catch_holder_merging(
@@ -229,9 +216,11 @@ def test_a_lease_held_by_a_killed_compute_is_taken_over_after_expiry(
 
     if victim is a:  # the pushes went through a; b must see the last one
         run_git(["ls-remote", f"{urls[b.node]}/{name}.git"], cwd=work)
-    _until(
-        "the survivor holds the lease",
+    wait_until(
         lambda: name in survivor.status()["maintenance"]["lease_holders"],
+        DEADLINE_S,
+        "the survivor holds the lease",
+        poll_s=0.01,
         explain=lambda: survivor.status()["maintenance"],
     )
     took_s = time.monotonic() - killed_at
@@ -245,10 +234,11 @@ def test_a_lease_held_by_a_killed_compute_is_taken_over_after_expiry(
         m = survivor.status()["maintenance"]
         return bool(m["merges"] > survivor_merges and m["layers"].get(name, 99) <= 3)
 
-    _until(
-        "the survivor finishes the compaction",
+    wait_until(
         settled,
         2 * DEADLINE_S,
+        "the survivor finishes the compaction",
+        poll_s=0.01,
         explain=lambda: survivor.status()["maintenance"],
     )
     status = survivor.status()["maintenance"]
