@@ -13,14 +13,15 @@ process when it gets SIGTERM (docs/reliability.md, "Graceful drain"). Then:
 * the push is reported ok or failed, never half-applied: ok means the
   branch is at the pushed commit; failed means it is still at the old one;
   either way a fresh clone holds every object its refs reach;
-* while the compute or the voter drains, a new push (another branch) goes to
-  the surviving compute or voter and succeeds;
+* while the compute or the voter drains, a small push to another repository
+  goes to the surviving compute or voter and succeeds;
 * the process restarts and the cluster answers again.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import time
@@ -248,4 +249,6 @@ def test_restart_under_clone_and_push(
     cluster: Cluster, throttled: str, tmp_path: Path, role: str
 ) -> None:
     cluster.ensure_running()
-    drill(cluster, throttled, tmp_path, role, seed=23 + len(role))
+    seed = int(os.environ.get("ENROUTE_SEED", "23"))  # the blobs' bytes
+    print(f"ENROUTE_SEED={seed}")
+    drill(cluster, throttled, tmp_path, role, seed=seed + len(role))
