@@ -71,8 +71,8 @@ def fresh(section: str) -> str:
     return f"seed001/{section}-{next(_names)}-{time.monotonic_ns()}"
 
 
-def now_us() -> int:
-    return time.time_ns() // 1000
+now_us = SystemClock().now_us
+"""Wall time in µs, read as a compute reads it."""
 
 
 # -- REST and git against `enroute dev` -------------------------------------------------
