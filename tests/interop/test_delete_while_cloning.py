@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from enroute_testing.gitcli import GitFailed, default_home, git_env, run_git
+from enroute_testing.waiting import wait_until
 
 pytestmark = pytest.mark.interop
 
@@ -140,11 +141,12 @@ def test_delete_and_recreate_while_a_clone_of_the_old_incarnation_streams(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + 30
-        while proxy.downstream_bytes < STREAMING_BYTES:
+
+        def streaming() -> bool:
             assert clone.poll() is None, clone.communicate()
-            assert time.monotonic() < deadline, "the clone never started streaming"
-            time.sleep(0.01)
+            return proxy.downstream_bytes >= STREAMING_BYTES
+
+        wait_until(streaming, 30, "the clone streams", poll_s=0.01)
         api(enroute_url, "DELETE", f"/repos/{name}")
         assert clone.poll() is None, "the clone ended before the delete landed: proves nothing"
         created = api(enroute_url, "POST", "/repos", {"name": name})
