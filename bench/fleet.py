@@ -351,10 +351,14 @@ def tail(after: After) -> list[str]:
     ]
 
 
-def started(work: Path, view_idle_s: float) -> contextlib.AbstractContextManager[Cluster]:
+def started(
+    work: Path, view_idle_s: float, election_ticks: int
+) -> contextlib.AbstractContextManager[Cluster]:
     limits = {"view_idle_ms_max": int(view_idle_s * 1000)}
     ops = {"ops": f"127.0.0.1:{free_port()}"}  # the default, :9090, may be taken
     extra: dict[str, dict[str, Any]] = {"compute": {"limits": limits}, GITPROTO: {"listen": ops}}
+    if election_ticks:
+        extra["ledger"] = {"ledger": {"election_ticks": election_ticks}}
     return running_cluster(work / "cluster", faults=False, extra_config=extra)
 
 
@@ -373,6 +377,14 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--view-idle-seconds", type=float, default=30.0)
     ap.add_argument("--reopen-repos", type=int, default=20)
+    ap.add_argument(
+        "--election-ticks",
+        type=int,
+        default=0,
+        help="ledger.election_ticks of the voters (default: the config's); on a machine "
+        "loaded well past its cores, heartbeats late by more than the default second "
+        "start elections on every awake group",
+    )
     ap.add_argument("--revision", default="", help="the servers' commit (default: git's HEAD)")
     ap.add_argument("--no-write", action="store_true", help="print, leave docs alone")
     args = ap.parse_args()
@@ -380,9 +392,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
     n, points = args.repos, max(args.points, 2)
     rev = args.revision or revision()
+    if args.election_ticks:
+        rev += (
+            f", voters at `ledger.election_ticks` {args.election_ticks} (default 10; the "
+            "machine was loaded past its cores)"
+        )
     print(f"servers at {rev}", flush=True)
     try:
-        with started(work, args.view_idle_seconds) as cluster:
+        with started(work, args.view_idle_seconds, args.election_ticks) as cluster:
             seed = make_seed(work)
             steps: list[Step] = []
             how = (
