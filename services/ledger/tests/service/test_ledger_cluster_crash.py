@@ -69,7 +69,7 @@ def test_kill_all_three_voters_at_once_keeps_every_acknowledged_commit_once(
 
     sender = threading.Thread(target=send)
     sender.start()
-    time.sleep(0.005)
+    time.sleep(0.005)  # the point: the kill lands at an arbitrary stage of that commit
     for p in nodes:
         assert p.proc is not None
         p.proc.kill()  # SIGKILL to all three before waiting for any

@@ -66,7 +66,7 @@ def test_idle_groups_quiesce_in_real_processes(tmp_path: Path, procs: list[Ledge
     )
     # Followers learn the leader's commit from its quiesce heartbeat and then stop:
     # no message is in flight once every node reports no awake group.
-    time.sleep(0.2)
+    time.sleep(0.2)  # a margin for the last heartbeat's reply before the window opens
 
     before = [metrics(n) for n in nodes]
     time.sleep(WINDOW_S)  # the point: an idle window in which nothing may tick
