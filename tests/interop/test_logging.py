@@ -25,12 +25,11 @@ import pytest
 from enroute_gitproto.cli import add_token
 from enroute_testing.devserver import running_dev
 from enroute_testing.gitcli import run_git
+from enroute_testing.ready import ROLE_READY
 
 pytestmark = [pytest.mark.interop]
 
 ZERO = "0" * 40
-READY = re.compile(r"^enroute \w+ ready: ")
-"""The one stdout line of a role (its addresses): the process protocol, not a log line."""
 ROLES = ("gitproto", "compute", "ledger")
 
 
@@ -38,7 +37,7 @@ def log_lines(logs: Path, role: str) -> list[dict[str, Any]]:
     """Every log line of ``role``, each parsed as JSON (a line that is not fails here)."""
     out = []
     for raw in (logs / f"{role}.log").read_text(encoding="utf-8").splitlines():
-        if READY.match(raw):
+        if ROLE_READY.match(raw):  # its stdout line (the process protocol), not a log line
             continue
         try:
             line = json.loads(raw)
