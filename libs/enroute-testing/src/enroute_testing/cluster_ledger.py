@@ -135,6 +135,20 @@ def _rewrite_configs(cluster: Cluster, record: dict[str, Any]) -> None:
 
 def ledger_add(cluster: Cluster, say: Say = print) -> str:
     """Start a new voter under a new id and move every group to it; its name."""
+    return _grow(cluster, say, "add")
+
+
+def ledger_replace(cluster: Cluster, old: int, say: Say = print) -> str:
+    """``enroute ledger replace``: a new machine under a new id, then voter ``old``
+    removed and stopped for good; the new voter's name."""
+    name = _grow(cluster, say, "replace", str(old))
+    gone = name_of(cluster, old)
+    cluster.keep_down.add(gone)
+    cluster.terminate(gone)
+    return name
+
+
+def _grow(cluster: Cluster, say: Say, command: str, *before: str) -> str:
     names = voter_names(cluster)
     base = cluster.members[names[0]]
     name = f"ledger-{_number(names[-1]) + 1}"
@@ -155,7 +169,7 @@ def ledger_add(cluster: Cluster, say: Say = print) -> str:
         cluster.save()
         say(f"{name} started as voter {nid}")
 
-    _change(cluster, say, "add", member.grpc, started=start)
+    _change(cluster, say, command, *before, member.grpc, started=start)
     assert name in cluster.members, "the change opened no voter"
     _rewrite_configs(cluster, members(cluster)["record"])
     return name
