@@ -196,10 +196,13 @@ def drill(cluster: Cluster, throttled: str, tmp_path: Path, role: str, seed: int
     assert victim is not None, f"no leader of {repo}"
     started = time.monotonic()
     cluster.begin_stop(victim)
-    if role != "gitproto":  # new work goes to the surviving compute or voter meanwhile
-        probe(cluster, role, tmp_path)
-    status = cluster.wait_exit(victim, TERM_GRACE_S)
-    drained_s = time.monotonic() - started
+    try:
+        if role != "gitproto":  # new work goes to the surviving compute or voter meanwhile
+            probe(cluster, role, tmp_path)
+    finally:  # the next drill finds the cluster whole even when this one fails
+        # killed after it (None); ensure_running of the next drill restarts it
+        status = cluster.wait_exit(victim, TERM_GRACE_S)
+        drained_s = time.monotonic() - started
     assert status == 0, f"{victim} did not exit 0 by itself within {TERM_GRACE_S} s: {status}"
     line = stopping_line(cluster, victim)
     drained_in_log(cluster, victim, role)
@@ -239,8 +242,12 @@ def probe(cluster: Cluster, role: str, tmp_path: Path) -> None:
     (work / "f").write_text(role)
     run_git(["add", "f"], cwd=work)
     run_git(["commit", "-q", "-m", "probe"], cwd=work)
-    run_git(["push", "-q", cluster.git_url(f"drill/{role}-probe"), "side"], cwd=work,
-            timeout_s=GIT_TIMEOUT_S)  # fmt: skip
+    # traced: an answer other than ok shows its HTTP exchange, body included
+    env = {**git_env(default_home()), "GIT_TRACE_CURL": "1"}
+    done = subprocess.run(["git", "push", "-q", cluster.git_url(f"drill/{role}-probe"), "side"],
+                          cwd=work, env=env, capture_output=True, timeout=GIT_TIMEOUT_S,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-6000:]
 
 
 @pytest.mark.timeout(600)
