@@ -99,6 +99,13 @@ class _PackTap:
 
 _Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
+REFUSAL_READ_BYTES_MAX = 8 * 1024 * 1024
+"""How far a draining compute reads a Git stream before refusing it: a stream refused
+while its caller still sends ends, about one time in three, as INTERNAL ("Internal error
+from Core") instead of UNAVAILABLE, and gitproto fails over on UNAVAILABLE only. Read to
+its end, it is refused as UNAVAILABLE every time. 8 MiB is what gitproto can replay to
+the next compute (githttp ``replay_bytes_max``); a longer body cannot fail over anyway."""
+
 
 class CallGate(grpc.aio.ServerInterceptor):
     """Every call passes here: metrics of the Git calls, the drain on SIGTERM, and the
@@ -160,11 +167,20 @@ class CallGate(grpc.aio.ServerInterceptor):
         self.metrics.refused.inc()
         await context.abort(grpc.StatusCode.UNAVAILABLE, self.drain.refusal().message)
 
+    async def _refuse_stream(self, requests: AsyncIterator[Any], context: Any) -> None:
+        """:meth:`_refuse` once the caller has sent its stream (see REFUSAL_READ_BYTES_MAX)."""
+        read = 0
+        async for msg in requests:
+            read += msg.ByteSize()
+            if read > REFUSAL_READ_BYTES_MAX:
+                break
+        await self._refuse(context)
+
     def _streaming(self, method: str, behavior: Any) -> Any:
         async def run(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
             bind_metadata(context.invocation_metadata())  # request id and user in log lines
             if self.draining:
-                await self._refuse(context)
+                await self._refuse_stream(requests, context)
             inbound = _PackTap(self.metrics, "received", scan=method == "ReceivePack")
             outbound = _PackTap(self.metrics, "sent", scan=method == "UploadPack")
 
