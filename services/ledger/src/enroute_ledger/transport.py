@@ -254,13 +254,21 @@ class GrpcTransport:
             while True:
                 gm = await sq.get()
                 ok = False
+                # written through the call, not handed over as an iterator: gRPC's task
+                # that consumes an iterator outlives a call that failed (the peer went),
+                # and asyncio logged it as an ERROR ("Task was destroyed but it is pending")
+                call = stub.SendSnapshot(timeout=SNAPSHOT_TIMEOUT_S)
                 try:
-                    chunks = snapshot_chunks(self.mr.id, gm)
-                    await stub.SendSnapshot(chunks, timeout=SNAPSHOT_TIMEOUT_S)
+                    for chunk in snapshot_chunks(self.mr.id, gm):
+                        await call.write(chunk)
+                    await call.done_writing()
+                    await call
                     ok = True
                 except asyncio.CancelledError:
+                    call.cancel()
                     raise
                 except Exception as e:  # refused, timed out, link lost: the leader retries
+                    call.cancel()
                     log.warning("snapshot of %r to node %s failed: %r", gm.group, node, e)
                 self._report(gm, node, ok=ok)
         finally:
