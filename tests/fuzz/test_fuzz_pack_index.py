@@ -220,6 +220,26 @@ def test_deltas_waiting_on_one_base_resolve_in_pack_order() -> None:
     assert agree(build(model), Limits(), frozenset()) == "indexed"
 
 
+def test_a_delta_on_an_entry_that_waited_comes_in_pack_order() -> None:
+    """A REF_DELTA waits for its base; the base arrives, then an unrelated entry, then an
+    OFS_DELTA on the entry that waited. The reference resolves the waiting one when its base
+    arrives, so the OFS_DELTA is applied at its own place, after the unrelated entry: a
+    threaded pass must deliver what it queued before it decides the OFS_DELTA waits."""
+    x = b"base body\n" * 50
+    waited = x + b"one\n"
+    x_oid = object_id(ObjectType.BLOB, x)
+    model = PackModel(
+        (
+            Entry(OBJ_REF_DELTA, create_delta(x, waited), base_oid=x_oid, base_body=x),
+            Entry(3, x),
+            Entry(3, b"unrelated\n" * 30),
+            Entry(OBJ_OFS_DELTA, create_delta(waited, waited + b"two\n"), base_index=0,
+                  base_body=waited),
+        )
+    )  # fmt: skip
+    assert agree(build(model), Limits(), frozenset()) == "indexed"
+
+
 def test_entries_over_their_bound_are_left_to_the_reference() -> None:
     """A whole entry over ``object_bytes_max``, a delta over ``delta_bytes_max``: the
     reference refuses them before inflating, so the compiled pass must not index them."""
