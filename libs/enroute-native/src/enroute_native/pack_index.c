@@ -34,8 +34,10 @@
 #include <Python.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "packfmt.h"
@@ -1115,10 +1117,27 @@ work(void *arg)
     return NULL;
 }
 
-/* Start threads - 1 workers; with none (or no SHA-1 to give them), the pass stays serial. */
+/* The cores this process may run on: workers past that would only take turns. */
+static int
+cores_usable(void)
+{
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        return CPU_COUNT(&set);
+#endif
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 ? (int)online : 1;
+}
+
+/* Start threads - 1 workers (at most one thread per usable core); with none (or no SHA-1
+ * to give them), the pass stays serial. */
 static int
 pipe_start(Run *r, int threads)
 {
+    int cores = cores_usable();
+    if (threads > cores)
+        threads = cores;
     if (threads <= 1 || r->count < 2 || !load_sha1())
         return DONE;
     if (threads > THREADS_MAX)

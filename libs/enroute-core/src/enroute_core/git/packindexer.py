@@ -48,7 +48,6 @@ so it must not mind seeing an object twice.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -199,7 +198,7 @@ class PackIndexer:
         threads: int | None = None,
     ) -> None:
         self._source = source
-        self._threads = index_threads(limits) if threads is None else threads
+        self._threads = limits.pack_index_threads_max if threads is None else threads
         self._limits = limits
         self._header, self._end = scan_bounds(source, limits)
         self._external_base = external_base
@@ -499,12 +498,6 @@ class PackIndexer:
         return PackIndexResult(self._header, tuple(objects), external, checksum, compiled=False)
 
 
-def index_threads(limits: Limits) -> int:
-    """The threads the compiled pass uses: ``pack_index_threads_max``, at most the cores this
-    process may run on (more would only take turns)."""
-    return max(1, min(limits.pack_index_threads_max, len(os.sched_getaffinity(0))))
-
-
 def index_pack(
     source: ByteSource,
     *,
@@ -517,7 +510,8 @@ def index_pack(
     """Index a whole pack (see the module docstring); raises only typed errors on bad input.
 
     ``compiled=False`` runs the reference alone (tests compare the two). ``threads`` is the
-    compiled pass's (:func:`index_threads` when None); the result and the ``on_object`` calls
+    compiled pass's (``limits.pack_index_threads_max`` when None; the compiled pass runs at
+    most one thread per core the process may use); the result and the ``on_object`` calls
     do not depend on it.
     """
     return PackIndexer(
