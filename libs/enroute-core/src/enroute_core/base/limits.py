@@ -56,6 +56,10 @@ class Limits:
     ledger_commit_bytes_max: int = 64 * MiB
     ledger_commit_batches_max: int = 4096
     ledger_queue_batches_max: int = 65536
+    # SQLite's page cache, per connection of a voter's store (two). The file's pages stay
+    # in the kernel's page cache anyway; SQLite's default (2,000 KiB) filled as the store
+    # grew to about 2,000 repositories and showed as RSS per idle repository (issue 19)
+    ledger_store_page_cache_bytes: int = 256 * KiB
     # RPC between Enroute processes (enroute_proto.channels): one gRPC message, sent or
     # received. gRPC's own default (4 MiB) is below what the bounds above let through
     # (a log command or record, a subscribed change, an API commit's contents), so that

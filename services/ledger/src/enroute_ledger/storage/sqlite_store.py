@@ -69,7 +69,7 @@ from .api import (
 )
 from .codec import decode_kept, decode_snapshot_meta, encode_kept, encode_snapshot_meta
 from .committer import Committer
-from .shape import GroupShape, Stage, fold
+from .shape import NO_KEPT, GroupShape, Stage, fold
 
 FORMAT = 1
 DB_NAME = "ledger.sqlite"
@@ -233,6 +233,8 @@ class SqliteStore:
             if mode != b"wal":
                 raise CorruptData("SQLite refused WAL mode", section=SECTION, mode=mode)
             conn.execute("PRAGMA synchronous=FULL")
+            # negative: a size in KiB rather than a page count
+            conn.execute(f"PRAGMA cache_size=-{self._limits.ledger_store_page_cache_bytes // 1024}")
         self._w.executescript(_SCHEMA)
         if _schema_of(self._w) != _expected_schema():
             raise CorruptData("schema differs from the store's", section=SECTION)
@@ -306,7 +308,7 @@ class SqliteStore:
         shape.base_term = bterm
         shape.snapshot = decode_snapshot_meta(snap, SECTION)
         shape.hard_state = HardState(Term(ht), None if hv == 0 else NodeId(hv), LogIndex(hc))
-        shape.kept = decode_kept(kept, SECTION)
+        shape.kept = decode_kept(kept, SECTION) or NO_KEPT
         if base > shape.snapshot.index:
             raise CorruptData("base above the snapshot", section=SECTION, gid=gid)
         if any(k > base for k in shape.kept):
