@@ -8,6 +8,7 @@ nothing else (STYLE rule 3); rows carry crcs because SQLite's pages do not.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import shutil
 import sqlite3
@@ -18,6 +19,7 @@ from storemodel import Model, check_equal, entry, open_store, seed_from_env
 
 from enroute_core.base.errors import CorruptData
 from enroute_core.base.ids import LogIndex, NodeId, Term
+from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_ledger.raft.types import ConfState, HardState, SnapshotMetadata
 from enroute_ledger.storage import SqliteStore
 from enroute_ledger.storage.api import GroupId, WriteBatch
@@ -200,3 +202,17 @@ def test_not_a_database_is_corrupt_data(tmp_path: Path) -> None:
     (tmp_path / DB_NAME).write_bytes(b"this is not an SQLite file" * 100)
     with pytest.raises(CorruptData):
         open_store(tmp_path)
+
+
+def test_page_cache_is_the_configured_size(tmp_path: Path) -> None:
+    """Both connections cache ``ledger_store_page_cache_bytes`` of pages (SQLite's
+    ``cache_size``, negative = KiB; https://sqlite.org/pragma.html#pragma_cache_size):
+    SQLite's default 2,000 KiB each filled as the store grew and showed as RSS per idle
+    repository (issue 19)."""
+    limits = dataclasses.replace(DEFAULT_LIMITS, ledger_store_page_cache_bytes=384 * 1024)
+    store = SqliteStore.open(tmp_path, limits=limits)
+    try:
+        for conn in (store._w, store._r):
+            assert conn.execute("PRAGMA cache_size").fetchone()[0] == -384
+    finally:
+        store.close()
