@@ -86,6 +86,13 @@ class LayerEntry:
         return f"{self.upload_gen:016x}-{self.root[:16].hex()}.layer"
 
 
+def advancement(incarnation: int, deleted: bool, version: int) -> tuple[int, bool, int]:
+    """Seed 001, "Listing": "the newest incarnation, deleted over live, then the newest
+    version" wins; compare these keys with ``max``. One home for the rule: the ledger's
+    states and the compute's merge of the voters' listing pages both order by it."""
+    return (incarnation, deleted, version)
+
+
 @dataclass(frozen=True, slots=True)
 class RepoState:
     """The state of one repository incarnation; see the module docstring.
@@ -135,9 +142,8 @@ class RepoState:
         )
 
     def advancement(self) -> tuple[int, bool, int]:
-        """Seed 001, "Listing": "the newest incarnation, deleted over live, then the newest
-        version" wins; compare these keys with ``max``."""
-        return (self.incarnation, self.deleted, self.version)
+        """Seed 001, "Listing": see :func:`advancement`."""
+        return advancement(self.incarnation, self.deleted, self.version)
 
     # -- upload window (DESIGN, "Repository state": upload_gen) ---------------------------
 

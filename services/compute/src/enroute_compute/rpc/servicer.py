@@ -36,6 +36,7 @@ from enroute_core.base.errors import (
 from enroute_core.base.limits import MiB
 from enroute_core.protocol.advertise import Service
 from enroute_core.state.head import branch_ref
+from enroute_core.state.model import advancement
 from enroute_core.state.names import check_repo_name
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
 from enroute_proto.request_id import find_request_id
@@ -312,7 +313,7 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
         for page in pages:
             for s in page.repos:
                 old = best.get(s.name)
-                if old is None or _advancement(s) > _advancement(old):
+                if old is None or _summary_advancement(s) > _summary_advancement(old):
                     best[s.name] = s
         cuts = [p.repos[-1].name.encode() for p in pages if p.more and p.repos]
         cut = min(cuts) if cuts else None
@@ -372,5 +373,5 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
         return compute_pb2.CreateCommitResponse(oid=built.oid, tree=built.tree, warnings=warnings)
 
 
-def _advancement(s: RepoSummary) -> tuple[int, bool, int]:
-    return (s.incarnation, s.deleted, s.version)
+def _summary_advancement(s: RepoSummary) -> tuple[int, bool, int]:
+    return advancement(s.incarnation, s.deleted, s.version)
