@@ -1,7 +1,8 @@
 """The ledger's membership: the cluster-wide record, and the driver that moves every group.
 
-docs/raft.md, "Membership changes". The voters of the ledger are one record in the
-object store, ``ledger/membership`` (JSON, written with compare-and-swap)::
+docs/raft.md, "Membership changes"; the record's bytes: docs/formats/ledger-membership.md.
+The voters of the ledger are one record in the object store, ``ledger/membership``
+(JSON, written with compare-and-swap)::
 
     {"format": 1, "epoch": 3, "voters": {"1": "ADDR", ...}, "target": null,
      "next_id": 5, "founders": 3, "retired": [4]}
