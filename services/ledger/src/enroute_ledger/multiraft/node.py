@@ -356,6 +356,12 @@ class MultiRaft:
         self._touch(group)
         return cs
 
+    def force_remove(self, group: GroupId, node: NodeId) -> bool:
+        """Two-voter recovery (docs/raft.md): ``RawNode.force_remove``; wakes the group."""
+        done = self._get(group).force_remove(node)
+        self._touch(group)
+        return done
+
     def read_index(self, group: GroupId, context: bytes) -> None:
         self._get(group).read_index(context)
         self._touch(group)

@@ -869,6 +869,39 @@ class Raft:
                     self._maybe_send_append(n, pr, send_if_empty=False)
         return cs
 
+    def force_remove(self, node: NodeId) -> bool:
+        """Two-voter recovery (docs/raft.md, "Recovering a two-voter ledger"): lead the
+        configuration without ``node`` alone and append the REMOVE that makes it the log's.
+
+        Only for the configuration ``{self, node}``. With two voters every committed
+        entry is on both, so this node holds all of them; its new term is above every
+        term in which either node led, so from the appended REMOVE on its log is more
+        up to date than any log ``node`` holds (§5.4.1) and ``node`` never wins this
+        node's vote again: no quorum of ``{self, node}`` forms after this. The REMOVE
+        commits on this node's vote alone and, applied, makes the forced configuration
+        the log's own; a restart before that undoes the force (the members come from the
+        log), so the caller forces again, and a second REMOVE applies as a no-op.
+        False, doing nothing, when this node may not: another configuration, blank (it
+        lost committed entries), a snapshot or a committed conf change still to apply.
+        """
+        tr = self.tracker
+        if node == self.id or tr.voters != frozenset((self.id, node)) or tr.learners:
+            return False
+        if not self.promotable() or self._has_unapplied_conf_change():
+            return False
+        if self.role is Role.LEADER:
+            self.become_follower(self.term, None)
+        tr.voters = frozenset((self.id,))
+        self._campaign(CampaignType.ELECTION)
+        assert self.role is Role.LEADER, "a single voter wins on its own vote"
+        cc = ConfChange(ConfChangeType.REMOVE_NODE, node)
+        ok = self._append_entries(
+            (Entry(self.term, _ZERO_INDEX, EntryType.CONF_CHANGE, cc.encode()),)
+        )
+        assert ok, "a new leader's first entries are never refused"
+        self.pending_conf_index = self.log.last_index()
+        return True
+
     def _ensure_progress(self, node: NodeId, *, is_learner: bool) -> None:
         pr = self.tracker.progress.get(node)
         if pr is not None:

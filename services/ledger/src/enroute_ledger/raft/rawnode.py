@@ -140,6 +140,11 @@ class RawNode:
         """Apply a committed conf change entry; call it for every one, in log order."""
         return self.raft.apply_conf_change(cc)
 
+    def force_remove(self, node: NodeId) -> bool:
+        """Two-voter recovery: lead without ``node`` alone (``Raft.force_remove``)."""
+        self.raft.unquiesce()
+        return self.raft.force_remove(node)
+
     def report_unreachable(self, node: NodeId) -> None:
         self.raft.step(Message(MessageType.UNREACHABLE, self.id, node))
 
