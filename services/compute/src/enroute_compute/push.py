@@ -37,7 +37,7 @@ import gc
 import logging
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TypeVar
@@ -57,7 +57,7 @@ from enroute_core.base.errors import (
 )
 from enroute_core.base.ids import ZERO_OID, ObjectId
 from enroute_core.engine.ingest import IngestResult, ingest_pack
-from enroute_core.engine.snapshot import EMPTY_SNAPSHOT
+from enroute_core.engine.snapshot import EMPTY_SNAPSHOT, SnapshotObjects
 from enroute_core.git.pktline import NEED_DATA
 from enroute_core.git.sideband import RECEIVE_KEEPALIVE
 from enroute_core.git.source import BytesSource
@@ -65,6 +65,7 @@ from enroute_core.protocol.errors import git_message
 from enroute_core.protocol.progress import ProgressMeter, humanise_bytes
 from enroute_core.protocol.receive import (
     PackChunk,
+    PushCommand,
     PushEnd,
     PushReport,
     PushRequest,
@@ -72,7 +73,7 @@ from enroute_core.protocol.receive import (
     encode_report,
 )
 from enroute_core.protocol.receive import RefStatus as ReportStatus
-from enroute_core.state import Change, Commit, RefStatus, RefUpdate
+from enroute_core.state import Change, Commit, NewLayer, RefStatus, RefUpdate
 from enroute_core.state.head import branch_ref
 from enroute_core.state.names import check_repo_name
 from enroute_core.storage.localfile import ScratchFile
@@ -315,71 +316,10 @@ class Pusher:
                 request,
             )
         snap = await self._snapshot_after_own_pushes(name)
-        tips = [c.new for c in commands if not c.is_delete]
-        branch_targets = [(c.ref, c.new) for c in commands if not c.is_delete]
-        result: IngestResult | None = None
-        warned: tuple[bytes, ...] = ()  # the ingest's warnings, shown whatever the outcome
-
-        def refuse_all(reason: bytes, unpack: bytes | None = None) -> bytes:
-            # an unpack failure reports "unpacker error" for every command (execute_commands)
-            statuses = tuple(
-                ReportStatus(c.ref, reason if unpack is not None else c.refusal or reason)
-                for c in request.commands
-            )
-            return encode_report(PushReport(unpack, statuses, warned), request)
-
-        layer_file = self._scratch("layer")
-        pinned = contextlib.ExitStack()
-        gone = threading.Event()  # set when this push's request goes: the ingest stops (work.py)
-        try:
-            pinned.enter_context(self.host.pin_reads(snap))  # thin-pack bases come from the view
-            # an empty view answers as EMPTY_SNAPSHOT does, each question a call less (a
-            # first push asks per object); bodies ingest reads are loaded first (host)
-            objects = self.host.ingest_snapshot(snap.view) if snap.view.end_id else EMPTY_SNAPSHOT
-            if isinstance(objects, LoadingSnapshot):
-                pinned.callback(objects.release)
-            if pack.size and tips:
-                try:
-                    result = await to_thread_to_end(
-                        lambda: _without_cycle_collection(
-                            lambda: ingest_pack(
-                                CancellableSource(pack, gone),
-                                tips,
-                                objects,
-                                limits=self.host.limits,
-                                sink=cancellable_sink(layer_file.append, gone),
-                                refs=branch_targets,
-                                fsck=self.host.fsck,
-                                progress=output.progress,
-                                spill=partial(self._scratch, "trees"),
-                            )
-                        ),
-                        gone,
-                        _INGESTS,
-                    )
-                except EnrouteError as exc:
-                    if exc.mapping.git_form is GitForm.REF:
-                        return refuse_all(git_message(exc))
-                    return refuse_all(b"unpacker error", git_message(exc))
-            if result is not None and not result.compiled_index:
-                self.host.reference_indexes += 1
-            if result is not None and result.spilled_bytes:
-                log.info(
-                    "push to %s: ingest spilled %s of trees to scratch (%d objects)",
-                    name, humanise_bytes(result.spilled_bytes), result.object_count,
-                )  # fmt: skip
-            if result is not None and result.warnings:
-                warned = self._warned(name, result)
-            new_layer = (
-                None
-                if result is None
-                else await self.host.store_layer(name, snap, result, layer_file)
-            )
-            if new_layer is not None:
-                output.line(f"Storing layer: {humanise_bytes(new_layer.file_size)}, done.")
-        finally:
-            pinned.close()
-            layer_file.close()
+        stored = await self._ingest_and_store(name, request, commands, pack, snap, output=output)
+        if isinstance(stored, bytes):
+            return stored  # the ingest refused the pack
+        new_layer, warned = stored
         command = Commit(
             incarnation=snap.state.incarnation,
             ref_updates=tuple(
@@ -405,9 +345,9 @@ class Pusher:
             # -- request id (end)
         except IncarnationEnded as exc:
             self.host.drop(name)
-            return refuse_all(git_message(exc))
+            return _refuse_all(request, git_message(exc), warned)
         except EnrouteError as exc:
-            return refuse_all(git_message(exc))
+            return _refuse_all(request, git_message(exc), warned)
         output.progress("Committing ref updates", len(commands), None, True)
         # The commit is durable and its outcome known: report now, as receive-pack does
         # once its refs are written. This view catches up on its own; every ref read
@@ -417,6 +357,105 @@ class Pusher:
         self._acknowledge(name, snap.state.incarnation, proposed.version)
         report = dataclasses.replace(_report(proposed.change, request), warnings=warned)
         return encode_report(report, request)
+
+    async def _ingest_and_store(
+        self,
+        name: str,
+        request: PushRequest,
+        commands: list[PushCommand],
+        pack: ScratchFile,
+        snap: Snapshot,
+        *,
+        output: PushOutput,
+    ) -> tuple[NewLayer | None, tuple[bytes, ...]] | bytes:
+        """The pushed pack ingested against ``snap`` and its layer stored: the new layer
+        (None when nothing was sent: deletes, or tips the repository holds) and the fsck
+        warnings to show; or, when the ingest refuses the pack, the push's report."""
+        tips = [c.new for c in commands if not c.is_delete]
+        branch_targets = [(c.ref, c.new) for c in commands if not c.is_delete]
+        layer_file = self._scratch("layer")
+        try:
+            with self._ingest_objects(snap) as objects:
+                result: IngestResult | None = None
+                if pack.size and tips:
+                    try:
+                        result = await self._ingest_pack(
+                            pack,
+                            tips,
+                            branch_targets,
+                            objects,
+                            layer_file=layer_file,
+                            output=output,
+                        )
+                    except EnrouteError as exc:
+                        if exc.mapping.git_form is GitForm.REF:
+                            return _refuse_all(request, git_message(exc), ())
+                        return _refuse_all(request, b"unpacker error", (), git_message(exc))
+                if result is None:
+                    return None, ()
+                warned = self._ingested(name, result)
+                new_layer = await self.host.store_layer(name, snap, result, layer_file)
+                if new_layer is not None:
+                    output.line(f"Storing layer: {humanise_bytes(new_layer.file_size)}, done.")
+                return new_layer, warned
+        finally:
+            layer_file.close()
+
+    @contextlib.contextmanager
+    def _ingest_objects(self, snap: Snapshot) -> Iterator[SnapshotObjects]:
+        """What a push ingests against, with ``snap``'s reads pinned meanwhile (thin-pack
+        bases come from the view)."""
+        with self.host.pin_reads(snap):
+            # an empty view answers as EMPTY_SNAPSHOT does, each question a call less (a
+            # first push asks per object); bodies ingest reads are loaded first (host)
+            objects = self.host.ingest_snapshot(snap.view) if snap.view.end_id else EMPTY_SNAPSHOT
+            try:
+                yield objects
+            finally:
+                if isinstance(objects, LoadingSnapshot):
+                    objects.release()
+
+    async def _ingest_pack(
+        self,
+        pack: ScratchFile,
+        tips: list[ObjectId],
+        branch_targets: list[tuple[bytes, ObjectId]],
+        objects: SnapshotObjects,
+        *,
+        layer_file: ScratchFile,
+        output: PushOutput,
+    ) -> IngestResult:
+        """:func:`ingest_pack` on an ingest thread, writing the layer to ``layer_file``; it
+        stops when this push's request goes (work.py)."""
+        gone = threading.Event()
+        return await to_thread_to_end(
+            lambda: _without_cycle_collection(
+                lambda: ingest_pack(
+                    CancellableSource(pack, gone),
+                    tips,
+                    objects,
+                    limits=self.host.limits,
+                    sink=cancellable_sink(layer_file.append, gone),
+                    refs=branch_targets,
+                    fsck=self.host.fsck,
+                    progress=output.progress,
+                    spill=partial(self._scratch, "trees"),
+                )
+            ),
+            gone,
+            _INGESTS,
+        )
+
+    def _ingested(self, name: str, result: IngestResult) -> tuple[bytes, ...]:
+        """Count and log what an ingest reports; the warnings the pusher is shown."""
+        if not result.compiled_index:
+            self.host.reference_indexes += 1
+        if result.spilled_bytes:
+            log.info(
+                "push to %s: ingest spilled %s of trees to scratch (%d objects)",
+                name, humanise_bytes(result.spilled_bytes), result.object_count,
+            )  # fmt: skip
+        return self._warned(name, result) if result.warnings else ()
 
     def _warned(self, name: str, result: IngestResult, what: str = "push") -> tuple[bytes, ...]:
         """The fsck warnings of a push or an API commit: counted for /metrics, logged once,
@@ -557,6 +596,19 @@ def _stale(ref: bytes, current: ObjectId | None) -> StaleRef:
         ref=shown,
         current_oid=current_hex,
     )
+
+
+def _refuse_all(
+    request: PushRequest, reason: bytes, warned: tuple[bytes, ...], unpack: bytes | None = None
+) -> bytes:
+    """Every command refused with ``reason`` (or its own refusal), the ingest's warnings
+    shown; an unpack failure reports it for every command (receive-pack.c
+    ``execute_commands``)."""
+    statuses = tuple(
+        ReportStatus(c.ref, reason if unpack is not None else c.refusal or reason)
+        for c in request.commands
+    )
+    return encode_report(PushReport(unpack, statuses, warned), request)
 
 
 def _refused_report(request: PushRequest, exc: EnrouteError) -> bytes:
