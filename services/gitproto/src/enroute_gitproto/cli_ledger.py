@@ -152,10 +152,57 @@ def remove(
 def replace(
     old: Annotated[int, typer.Argument(help="id of the voter to replace")],
     address: Annotated[str, typer.Argument(help="gRPC address HOST:PORT of the new machine")],
+    *,
     ledger: LedgerOption = None,
     data: DataOption = None,
     token_file: TokenOption = None,
+    recover_from: Annotated[
+        int | None,
+        typer.Option(
+            "--recover-from",
+            help="two voters only, OLD lost (disk wiped, or the machine gone for good): the "
+            "id of the surviving voter, which consents to carry every group alone until the "
+            "new machine has caught up (docs/raft.md, 'Recovering a two-voter ledger')",
+        ),
+    ] = None,
 ) -> None:
-    """Add the new machine under a new id, then remove the old voter (two changes)."""
-    _run(_admins(ledger, data, token_file), lambda a: a.replace(old, address, _say))
-    typer.echo(f"replaced voter {old} by {address}")
+    """Add the new machine under a new id, then remove the old voter (two changes).
+
+    With --recover-from SURVIVOR (a two-voter ledger that lost OLD): OLD retires at
+    once and SURVIVOR takes every group over alone, then the new machine joins.
+    """
+    if recover_from is None:
+        _run(_admins(ledger, data, token_file), lambda a: a.replace(old, address, _say))
+        typer.echo(f"replaced voter {old} by {address}")
+        return
+    typer.echo(
+        f"two-voter recovery: voter {old} is taken as lost for good; its id retires now "
+        f"and never votes again. Voter {recover_from} holds every committed entry (with "
+        "two voters each commit is on both) and leads every group alone, then the new "
+        f"machine at {address} joins under a new id. Writes only voter {old} held, never "
+        f"acknowledged, are dropped. Do not start voter {old} again with its data."
+    )
+    _run_on_survivor(
+        _admins(ledger, data, token_file),
+        lambda a: a.recover(old, address, recover_from, _say),
+    )
+    typer.echo(f"recovered: voter {old} replaced by {address}; voter {old} stays retired")
+
+
+def _run_on_survivor(admins: list[Any], action: Any) -> None:
+    """Run ``action`` on the voter that consents: the survivor (another voter says it is
+    not, and the next is asked; a lost voter may still answer)."""
+    from enroute_ledger.membership import NOT_THE_SURVIVOR  # noqa: PLC0415 (fast `enroute`)
+
+    last: EnrouteError = Unavailable("no voter answers")
+    for admin in admins:
+        try:
+            action(admin)
+            return
+        except EnrouteError as e:
+            last = e
+            if isinstance(e, Unavailable) or NOT_THE_SURVIVOR in e.message:
+                continue
+            break
+    typer.echo(f"enroute ledger: {last.code}: {last.message}", err=True)
+    raise typer.Exit(1)

@@ -383,7 +383,7 @@ async def serve_membership(
             if not isinstance(request, dict):
                 await _reply(send, 400, "text/plain", b"a JSON object, please\n")
                 return
-            answer = await admin(driver.store, request)
+            answer = await admin(driver.store, request, driver)
         else:
             answer = await members_view(driver.store, driver.wall_clock_us())
     except EnrouteError as e:

@@ -25,6 +25,14 @@ leader), a bounded number per round. The operator's ``enroute ledger`` command
 opens the change, waits until every voter of ``target`` has taken it and reports
 no group off target, then closes it: ``voters`` becomes ``target``. Any step may
 be repeated after a crash; each is idempotent.
+
+A two-voter ledger that lost a voter cannot take a single-server change (each
+needs both voters), so ``enroute ledger replace OLD ADDRESS --recover-from S``
+opens a *recovery* instead (``"recovery": {"survivor": S, "lost": OLD, "new": N}``
+in the record, OLD retired at once, ``target`` = S and the new voter N): voter S,
+which holds every committed entry, leads each group alone in a new term and
+appends REMOVE(OLD) (``Raft.force_remove``), then adds N as usual (docs/raft.md,
+"Recovering a two-voter ledger").
 """
 
 from __future__ import annotations
@@ -74,6 +82,19 @@ def progress_key(node: int) -> str:
 
 
 @dataclass(frozen=True)
+class Recovery:
+    """An open two-voter recovery: ``survivor`` carries every group alone, ``lost`` is
+    retired, ``new`` joins (docs/raft.md, "Recovering a two-voter ledger")."""
+
+    survivor: int
+    lost: int
+    new: int
+
+    def as_json(self) -> dict[str, int]:
+        return {"lost": self.lost, "new": self.new, "survivor": self.survivor}
+
+
+@dataclass(frozen=True)
 class Record:
     """``ledger/membership`` (module docstring)."""
 
@@ -83,6 +104,8 @@ class Record:
     founders: int
     target: dict[int, str] | None = None
     retired: tuple[int, ...] = field(default=())
+    recovery: Recovery | None = None
+    """Set while a two-voter recovery is open (the key is absent otherwise)."""
 
     @property
     def view(self) -> dict[int, str]:
@@ -101,6 +124,8 @@ class Record:
             "founders": self.founders,
             "retired": sorted(self.retired),
         }
+        if self.recovery is not None:
+            doc["recovery"] = self.recovery.as_json()
         return json.dumps(doc, sort_keys=True).encode()
 
     @staticmethod
@@ -110,6 +135,12 @@ class Record:
             if doc["format"] != 1:
                 raise ValueError(f"format {doc['format']}")
             target = doc["target"]
+            rv = doc.get("recovery")
+            recovery = (
+                None
+                if rv is None
+                else Recovery(int(rv["survivor"]), int(rv["lost"]), int(rv["new"]))
+            )
             rec = Record(
                 epoch=int(doc["epoch"]),
                 voters={int(k): str(v) for k, v in doc["voters"].items()},
@@ -117,11 +148,20 @@ class Record:
                 founders=int(doc["founders"]),
                 target=None if target is None else {int(k): str(v) for k, v in target.items()},
                 retired=tuple(int(i) for i in doc["retired"]),
+                recovery=recovery,
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptData(f"{MEMBERSHIP_KEY}: {e}", section="ledger-membership") from None
         if not rec.voters or any(i >= rec.next_id for i in rec.view):
             raise CorruptData(f"{MEMBERSHIP_KEY}: bad ids", section="ledger-membership")
+        rv = rec.recovery
+        if rv is not None and (
+            rec.target is None
+            or set(rec.voters) != {rv.survivor, rv.lost}
+            or set(rec.target) != {rv.survivor, rv.new}
+            or rv.lost not in rec.retired
+        ):
+            raise CorruptData(f"{MEMBERSHIP_KEY}: bad recovery", section="ledger-membership")
         return rec
 
     def as_json(self) -> dict[str, Any]:
@@ -132,6 +172,12 @@ class Record:
         """The open change in words ("" when none)."""
         if self.target is None:
             return ""
+        rv = self.recovery
+        if rv is not None:
+            return (
+                f"recover: voter {rv.lost} lost, voter {rv.survivor} alone, "
+                f"then add {rv.new} ({self.target[rv.new]})"
+            )
         added = sorted(set(self.target) - set(self.voters))
         removed = sorted(set(self.voters) - set(self.target))
         if added:
@@ -242,7 +288,88 @@ def finish(rec: Record) -> Record:
         voters=rec.target,
         target=None,
         retired=tuple(sorted({*rec.retired, *removed})),
+        recovery=None,
     )
+
+
+def begin_recover(rec: Record, lost: int, address: str, survivor: int) -> Record:
+    """Open "voter ``lost`` of two is gone: ``survivor`` alone, then ``address`` added";
+    a no-op if it is open or done. ``lost`` retires now: the machine that held it never
+    votes under it again, whatever it still holds (docs/raft.md, "Recovering a two-voter
+    ledger")."""
+    if not address or ":" not in address:
+        raise InvalidArgument("not HOST:PORT", address=address)
+    rv = rec.recovery
+    target = rec.target or {}
+    if rv is not None and (rv.survivor, rv.lost, target.get(rv.new)) == (survivor, lost, address):
+        return rec
+    if rec.target is None and lost in rec.retired and address in rec.voters.values():
+        return rec  # done already
+    if rec.target is not None:
+        raise _busy(rec)
+    if len(rec.voters) != 2:
+        raise InvalidArgument(
+            f"the ledger has {len(rec.voters)} voters ({_listed(rec.voters)}): a recovery "
+            "from one survivor is for two voters only. With three or more, a voter that "
+            "lost its disk is readmitted by the others when it restarts, and a machine is "
+            "replaced with `enroute ledger replace OLD-ID ADDRESS` (no --recover-from)",
+            voters=sorted(rec.voters),
+        )
+    if lost not in rec.voters or survivor not in rec.voters or lost == survivor:
+        raise InvalidArgument(
+            f"--recover-from names the surviving voter and OLD-ID the lost one: two "
+            f"different voters of {_listed(rec.voters)}",
+            lost=lost,
+            survivor=survivor,
+        )
+    if address in rec.voters.values():
+        raise InvalidArgument("that address is a voter's already: the new machine needs its own",
+                              address=address)  # fmt: skip
+    nid = rec.next_id
+    return replace(
+        rec,
+        epoch=rec.epoch + 1,
+        next_id=nid + 1,
+        target={survivor: rec.voters[survivor], nid: address},
+        retired=tuple(sorted({*rec.retired, lost})),
+        recovery=Recovery(survivor, lost, nid),
+    )
+
+
+def recovery_refusal(
+    rec: Record, me: int, blank_here: int, lost_report: dict[str, Any] | None, now_us: int
+) -> str:
+    """Why voter ``me`` (the survivor named) must not consent ("" when it may).
+
+    It consents only if it holds every group's data itself (blank nowhere: a voter
+    that lost its own disk lacks committed entries) and the lost voter is not seen
+    holding its data: a report of it newer than HEALTHY_S that is blank in no group
+    means it runs with its disk, and two voters that both answer change the normal way.
+    """
+    rv = rec.recovery
+    assert rv is not None
+    if me != rv.survivor:
+        return f"{NOT_THE_SURVIVOR}: this is voter {me}; ask voter {rv.survivor}"
+    if blank_here:
+        return (
+            f"voter {me} lost its own disk too: it is blank in {blank_here} groups, so it "
+            "does not hold every committed entry and nothing can be recovered from it "
+            "without losing acknowledged writes"
+        )
+    if lost_report is not None:
+        age_s = (now_us - int(lost_report.get("at_us", 0))) / 1e6
+        blank = int(lost_report.get("blank") or 0)
+        if age_s < HEALTHY_S and not blank:
+            return (
+                f"voter {rv.lost} answered {age_s:.0f} s ago holding the data of every group "
+                "(blank in none): it is not lost. With both voters up, replace it the normal "
+                f"way: `enroute ledger replace {rv.lost} ADDRESS` without --recover-from"
+            )
+    return ""
+
+
+NOT_THE_SURVIVOR = "not the surviving voter"
+"""Marks the refusal of a voter asked to consent for another (the command asks the next)."""
 
 
 # -- a voter's start -----------------------------------------------------------------------------
@@ -343,6 +470,12 @@ class MembershipDriver:
         self.last_refusal = ""
         """Why the last step of a group was not proposed (in /status)."""
         self.rounds = 0
+        self.forced = 0
+        """Groups this voter took over alone in a two-voter recovery (force_remove)."""
+        self.unrecoverable = 0
+        """Groups of an open recovery this survivor cannot take over (blank here)."""
+        self.retired = False
+        """This voter's id was retired: it takes no part any more (it should be stopped)."""
         self._cursor = 0
         self._published: tuple[int, ...] = ()
         self._published_at = -PROGRESS_EVERY_S
@@ -379,6 +512,11 @@ class MembershipDriver:
             "not_proposed": self.not_proposed,
             "last_refusal": self.last_refusal,
             "rounds": self.rounds,
+            "recovery": None if rec.recovery is None else rec.recovery.as_json(),
+            "forced": self.forced,
+            "unrecoverable": self.unrecoverable,
+            "blank": self.rt.blank_groups,
+            "retired": self.retired,
         }
 
     def stop(self) -> None:
@@ -397,6 +535,17 @@ class MembershipDriver:
 
     async def poll(self) -> None:
         got = await read_record(self.store)
+        if got is not None and int(self.me) in got[0].retired:
+            if not self.retired:
+                log.error(
+                    "this voter's id %s was retired from the ledger (epoch %d): it takes no "
+                    "part any more; stop it, and bring a machine back only with `enroute "
+                    "ledger add ADDRESS` and a wiped data directory",
+                    self.me,
+                    got[0].epoch,
+                )
+            self.retired = True
+            return
         if got is not None and got[0].epoch != self.record.epoch:
             old, self.record = self.record, got[0]
             log.warning(
@@ -414,7 +563,13 @@ class MembershipDriver:
         """Write this voter's progress where every voter (and the change's end) reads it:
         when it changed, and every PROGRESS_EVERY_S as a sign of life."""
         now = self.clock()
-        mine = (self.record.epoch, self.off_target, len(self.rt.groups), self.rt.founding)
+        mine = (
+            self.record.epoch,
+            self.off_target,
+            len(self.rt.groups),
+            self.rt.founding,
+            self.rt.blank_groups,
+        )
         if mine == self._published and now - self._published_at < PROGRESS_EVERY_S:
             return
         body = {
@@ -423,6 +578,9 @@ class MembershipDriver:
             "off_target": mine[1],
             "groups": mine[2],
             "founding": mine[3],
+            "blank": mine[4],
+            "forced": self.forced,
+            "unrecoverable": self.unrecoverable,
             "leading": sum(1 for g in self.rt.groups.values() if self.rt.is_leader(g)),
             "apply_lag_entries": self.rt.apply_lag_entries(),
             "at_us": self.wall_clock_us(),
@@ -437,6 +595,7 @@ class MembershipDriver:
         want = frozenset(NodeId(i) for i in (target if target is not None else self.record.voters))
         gids = list(self.rt.groups)
         off = 0
+        unrecoverable = 0
         budget = self.proposals_per_round
         n = len(gids)
         start = self._cursor % n if n else 0
@@ -451,10 +610,40 @@ class MembershipDriver:
             off += 1
             if target is None or budget == 0:
                 continue
-            if self._step(gid, have, want):
+            rv = self.record.recovery
+            if rv is not None and rv.survivor == self.me and NodeId(rv.lost) in have:
+                taken = self._force(gid, have, NodeId(rv.lost))
+                unrecoverable += taken is None
+            else:
+                taken = self._step(gid, have, want)
+            if taken:
                 budget -= 1
                 self._cursor = start + k + 1
         self.off_target = off
+        self.unrecoverable = unrecoverable
+
+    def _force(self, gid: GroupId, have: frozenset[NodeId], lost: NodeId) -> bool | None:
+        """Two-voter recovery: lead ``gid`` alone without ``lost`` (the REMOVE is appended
+        with it); True if done, False to try again later, None if it cannot be done here."""
+        name = gid.repo.decode(errors="replace")
+        if have != frozenset((self.me, lost)):
+            self.last_refusal = f"{name}: members {sorted(have)}, not this voter and {lost}"
+            return None
+        try:
+            forced = self.rt.mr.force_remove(gid, lost)  # wakes a hibernated group
+        except EnrouteError as e:  # the group went away meanwhile
+            self.last_refusal = f"{name}: {e}"
+            return False
+        if forced:
+            self.forced += 1
+            self.rt.wake()
+            return True
+        node = self.rt.mr.raw_node(gid)
+        if node.raft.blank:
+            self.last_refusal = f"{name}: blank here (lost its entries too): not recoverable"
+            return None
+        self.last_refusal = f"{name}: a snapshot or a committed change still to apply first"
+        return False
 
     def _step(self, gid: GroupId, have: frozenset[NodeId], want: frozenset[NodeId]) -> bool:
         """Propose the next single-server change of ``gid`` (wakes it); True if proposed."""
@@ -528,6 +717,11 @@ def change_done(rec: Record, progress: dict[int, dict[str, Any]]) -> list[str]:
         p = progress.get(i)
         if p is None or p.get("epoch") != rec.epoch:
             waiting.append(f"voter {i} has not taken epoch {rec.epoch}")
+        elif p.get("unrecoverable"):
+            waiting.append(
+                f"voter {i}: {p.get('unrecoverable')} groups cannot be recovered here (it "
+                "lost their entries too: blank)"
+            )
         elif p.get("off_target") or p.get("founding"):
             waiting.append(f"voter {i}: {p.get('off_target')} groups still to change")
     return waiting
@@ -559,6 +753,7 @@ async def members_view(store: ObjectStore, now_us: int) -> dict[str, Any]:
                 "off_target": p.get("off_target"),
                 "apply_lag_entries": p.get("apply_lag_entries"),
                 "epoch": p.get("epoch"),
+                "blank": p.get("blank"),
             }
         )
     out: dict[str, Any] = {"record": rec.as_json(), "members": rows, "change": rec.change_text()}
@@ -568,10 +763,15 @@ async def members_view(store: ObjectStore, now_us: int) -> dict[str, Any]:
     return out
 
 
-async def admin(store: ObjectStore, request: dict[str, Any]) -> dict[str, Any]:
-    """``POST /membership``: ``{"op": "add", "address"}``, ``{"op": "remove", "id"}`` or
-    ``{"op": "finish", "epoch"}``; answers the record after the step."""
+async def admin(
+    store: ObjectStore, request: dict[str, Any], local: MembershipDriver | None = None
+) -> dict[str, Any]:
+    """``POST /membership``: ``{"op": "add", "address"}``, ``{"op": "remove", "id"}``,
+    ``{"op": "recover", "lost", "address", "survivor"}`` (only the survivor, ``local``,
+    consents) or ``{"op": "finish", "epoch"}``; answers the record after the step."""
     op = request.get("op")
+    if op == "recover":
+        return await _recover(store, request, local)
     if op == "add":
         address = str(request.get("address", ""))
         rec = await update(store, lambda r: begin_add(r, address))
@@ -599,3 +799,48 @@ async def admin(store: ObjectStore, request: dict[str, Any]) -> dict[str, Any]:
         log.warning("membership change done: voters %s (epoch %d)", sorted(rec.voters), rec.epoch)
         return {"record": rec.as_json(), "finished": True}
     raise InvalidArgument("op is add, remove or finish", op=op)
+
+
+async def _recover(
+    store: ObjectStore, request: dict[str, Any], local: MembershipDriver | None
+) -> dict[str, Any]:
+    """Open a two-voter recovery with the survivor's consent: the survivor is the voter
+    asked (``local``) and finds itself able (``recovery_refusal``) before the record is
+    written; once open, the same request answers the same id."""
+    try:
+        lost = int(request["lost"])
+        survivor = int(request["survivor"])
+        address = str(request["address"])
+    except (KeyError, TypeError, ValueError):
+        raise InvalidArgument("recover needs lost, survivor and address") from None
+    if local is None:
+        raise InvalidArgument(f"{NOT_THE_SURVIVOR}: this endpoint cannot consent")
+    got = await read_record(store)
+    if got is None:
+        raise NotFound("no ledger membership record yet", key=MEMBERSHIP_KEY)
+    opened = begin_recover(got[0], lost, address, survivor)  # refuses what is never safe
+    if opened is not got[0]:  # not open yet: the survivor's consent first
+        reports = await read_progress(store, [lost])
+        refusal = recovery_refusal(
+            opened,
+            int(local.me),
+            local.rt.blank_groups,
+            reports.get(lost),
+            local.wall_clock_us(),
+        )
+        if refusal:
+            log.warning("two-voter recovery refused: %s", refusal)
+            raise InvalidArgument(refusal, lost=lost, survivor=survivor)
+    rec = await update(store, lambda r: begin_recover(r, lost, address, survivor))
+    nid = next((i for i, a in rec.view.items() if a == address), None)
+    log.warning(
+        "two-voter recovery with the consent of voter %d: voter %d retired as lost, voter %d "
+        "leads every group alone, then voter %s at %s joins (epoch %d)",
+        survivor,
+        lost,
+        survivor,
+        nid,
+        address,
+        rec.epoch,
+    )
+    return {"record": rec.as_json(), "id": nid}

@@ -97,6 +97,20 @@ class LedgerAdmin:
         self.begin_remove(node)
         self.finish(progress)
 
+    def recover(
+        self, old: int, address: str, survivor: int, progress: Callable[[str], None]
+    ) -> int:
+        """Two-voter recovery (docs/raft.md, "Recovering a two-voter ledger"): this voter,
+        the survivor, consents; ``old`` retires, the survivor leads every group alone,
+        then the new voter at ``address`` joins. Refused (InvalidArgument) when unsafe."""
+        answer = self._call(
+            {"op": "recover", "lost": old, "address": address, "survivor": survivor}
+        )
+        nid = int(answer["id"])
+        progress(f"voter {nid} at {address}: start it with node.id {nid} if it is not running")
+        self.finish(progress)
+        return nid
+
     def replace(self, old: int, address: str, progress: Callable[[str], None]) -> int:
         """Add the new voter, then remove the old one: two single-server changes."""
         nid = self.add(address, progress)
