@@ -49,8 +49,9 @@ from enroute_core.state import (
 from enroute_core.state.names import check_repo_name, state_key, trash_key
 from enroute_core.storage.objectstore import ObjectStore
 
+from .machine import Applied, command_entry, genesis_entry
 from .multiraft import GroupId
-from .runtime import Applied, Group, Runtime, command_entry, genesis_entry
+from .runtime import Group, Runtime
 
 log = logging.getLogger("enroute.ledger.lifecycle")
 

@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -29,7 +30,7 @@ from enroute_core.base.errors import EnrouteError, InvalidArgument
 from enroute_core.base.ids import NodeId
 from enroute_core.config import Config, load_config
 from enroute_core.drain import Drain
-from enroute_core.storage.objectstore import open_store
+from enroute_core.storage.objectstore import ObjectStore, open_store
 from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
 from enroute_proto.logs import ContextInterceptor, configure_logging
@@ -43,6 +44,7 @@ from .logstore import open_log_store
 from .membership import MembershipDriver, Record, founding_record, load_or_found, resolve
 from .rpc.servicer import LedgerServicer, RaftTransportServicer
 from .runtime import Runtime, RuntimeConfig
+from .storage import LogStore
 from .transport import GrpcTransport
 
 log = logging.getLogger("enroute.ledger")
@@ -82,14 +84,21 @@ def membership(
     return me, peers
 
 
-async def serve(config: Config) -> int:
-    ghost, gport = split_hostport(config.listen.grpc, "127.0.0.1:7000")
-    hhost, hport = split_hostport(config.listen.http, "127.0.0.1:9100")
+@dataclass
+class _Node:
+    """What ``serve`` wires together and stops in order."""
+
+    rt: Runtime
+    transport: GrpcTransport
+    members: MembershipDriver
+    lc: Lifecycle
+    tasks: list[asyncio.Task[object]] = field(default_factory=list)
+
+
+async def _open_node(config: Config, logstore: LogStore, objstore: ObjectStore) -> _Node:
+    """The runtime over this node's log store, its transport, membership and lifecycle."""
     data = Path(config.node.data_dir)
-    data.mkdir(parents=True, exist_ok=True)
-    limits = config.resource_limits()  # the `limits:` section of the configuration
-    logstore = open_log_store(data / "log", clock=time.monotonic, limits=limits)
-    objstore = open_store(config.store.url, config.store.store_options(), env=os.environ)
+    limits = config.resource_limits()
     record = await load_or_found(objstore, list(config.ledger.members))
     node_id, peers = membership(config, config.listen.grpc, record, logstore.node_identity())
     life = await establish(
@@ -121,7 +130,7 @@ async def serve(config: Config) -> int:
         rt.mr, peers, wake=rt.wake, message_bytes_max=limits.rpc_message_bytes_max
     )
     rt.transport = transport
-    driver = MembershipDriver(
+    members = MembershipDriver(
         rt,
         objstore,
         record,
@@ -136,9 +145,15 @@ async def serve(config: Config) -> int:
         upload_window=config.layers.upload_window,
         wall_clock_us=lambda: time.time_ns() // 1000,
     )
+    return _Node(rt, transport, members, lc)
+
+
+async def _recover(node: _Node) -> None:
+    """Rebuild every stored group, start the loop, and replay each to its commit index."""
+    rt = node.rt
     groups = rt.recover()
-    loop_task = asyncio.get_running_loop().create_task(rt.run())
-    if not peers:
+    node.tasks.append(asyncio.get_running_loop().create_task(rt.run()))
+    if not rt.config.peers:
         rt.campaign_all(groups)
     for g in groups:
         commit = int(g.mem.hard_state.commit)
@@ -147,32 +162,33 @@ async def serve(config: Config) -> int:
         except EnrouteError as e:
             log.warning("group %s/%s not replayed: %s", g.repo, g.incarnation, e)
 
+
+async def _start_grpc(config: Config, node: _Node, gate: Drain) -> tuple[grpc.aio.Server, int]:
+    limits = config.resource_limits()
+    ghost, gport = split_hostport(config.listen.grpc, "127.0.0.1:7000")
     server = grpc.aio.server(
         interceptors=[*server_interceptors(), ContextInterceptor()],  # token first: peer_token.py
         options=server_options(limits.rpc_message_bytes_max),
     )
-    gate = Drain("ledger")
     ledger_pb2_grpc.add_LedgerServicer_to_server(
-        LedgerServicer(lc, stream_proposals_max=limits.ledger_stream_proposals_max, drain=gate),
+        LedgerServicer(
+            node.lc, stream_proposals_max=limits.ledger_stream_proposals_max, drain=gate
+        ),
         server,
     )
-    ledger_pb2_grpc.add_RaftTransportServicer_to_server(RaftTransportServicer(rt), server)
+    ledger_pb2_grpc.add_RaftTransportServicer_to_server(RaftTransportServicer(node.rt), server)
     bound = server.add_insecure_port(f"{ghost}:{gport}")
     if bound == 0:
         raise InvalidArgument("cannot bind listen.grpc", value=f"{ghost}:{gport}")
     await server.start()
-    transport.start()
-    member_task = asyncio.get_running_loop().create_task(driver.run())
-    await lc.startup()
-    cp = Checkpointer(
-        lc,
-        every_entries=config.ledger.checkpoint_entries,
-        interval_s=config.ledger.checkpoint_interval,
-        clock=time.monotonic,
-    )
-    cp_task = asyncio.get_running_loop().create_task(cp.run())
+    return server, bound
 
-    app = StatusApp(rt, driver)
+
+async def _start_http(
+    config: Config, app: StatusApp
+) -> tuple[uvicorn.Server, asyncio.Task[None], int] | None:
+    """The status server on listen.http; None when it stopped before it started."""
+    hhost, hport = split_hostport(config.listen.http, "127.0.0.1:9100")
     sock = socket.socket(socket.AF_INET6 if ":" in hhost else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((hhost, hport))
@@ -184,13 +200,44 @@ async def serve(config: Config) -> int:
     while not http.started:
         if http_task.done():
             await http_task
-            return 1
+            return None
         await asyncio.sleep(0.01)
+    return http, http_task, hport
+
+
+async def serve(config: Config) -> int:
+    data = Path(config.node.data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    limits = config.resource_limits()  # the `limits:` section of the configuration
+    logstore = open_log_store(data / "log", clock=time.monotonic, limits=limits)
+    objstore = open_store(config.store.url, config.store.store_options(), env=os.environ)
+    node = await _open_node(config, logstore, objstore)
+    rt, loop = node.rt, asyncio.get_running_loop()
+    await _recover(node)
+    gate = Drain("ledger")
+    server, bound = await _start_grpc(config, node, gate)
+    node.transport.start()
+    node.tasks.append(loop.create_task(node.members.run()))
+    await node.lc.startup()
+    cp = Checkpointer(
+        node.lc,
+        every_entries=config.ledger.checkpoint_entries,
+        interval_s=config.ledger.checkpoint_interval,
+        clock=time.monotonic,
+    )
+    node.tasks.append(loop.create_task(cp.run()))
+    app = StatusApp(rt, node.members)
+    started = await _start_http(config, app)
+    if started is None:
+        return 1
+    http, http_task, hport = started
+    node.tasks.append(http_task)
     app.ready = True
+    ghost = split_hostport(config.listen.grpc, "127.0.0.1:7000")[0]
+    hhost = split_hostport(config.listen.http, "127.0.0.1:9100")[0]
     print(f"enroute ledger ready: grpc={ghost}:{bound} http={hhost}:{hport}", flush=True)
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
@@ -199,11 +246,11 @@ async def serve(config: Config) -> int:
     await drain(rt, gate, config.ledger.drain_grace)
     await server.stop(grace=1.0)
     http.should_exit = True
-    await transport.close()
+    await node.transport.close()
     cp.stop()
-    driver.stop()
+    node.members.stop()
     rt.stop()
-    await asyncio.wait({loop_task, http_task, cp_task, member_task}, timeout=5.0)
+    await asyncio.wait(node.tasks, timeout=5.0)
     logstore.close()
     await objstore.close()
     return 0

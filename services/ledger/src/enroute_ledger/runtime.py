@@ -7,23 +7,14 @@ and hard state in ONE write batch made durable by the store's group commit,
 only then send the per-peer batches, then apply committed entries through
 ``enroute_core.state.apply`` in order, answer ReadIndex reads, and advance.
 
-Log entries carry an envelope of this runtime's own:
-
-- empty: the no-op a new leader appends; applies nothing;
-- ``G`` + request id (16) + u32 length + checkpoint + optional activate
-  command: the genesis of an incarnation. The group's Raft bootstrap snapshot
-  is empty for every founder (duty 2), so the state an incarnation starts from
-  (the deleted state of E - 1, MISSING, or a checkpoint being restored)
-  travels in its first entry. A genesis applies once; later ones are no-ops;
-- ``C`` + request id (16) + encoded command.
-
-Ids make a duplicated forward or a re-proposal apply once (duty 9): a group
-remembers the id, log index, version and outcome of every entry applied in
-the last ``dedup_window_entries`` log indexes (:class:`Done`), and an entry
-whose id is among them is skipped and answered with the first copy's result.
-That window is replicated state: the group's snapshot payload carries it next
-to the checkpoint (:func:`encode_snapshot`, docs/raft.md "Applying each id
-once"), so it survives compaction, snapshot transfer and restarts.
+The replicated part, what a committed entry does (the entry envelope, the
+request id window, genesis, apply), is :mod:`enroute_ledger.machine`: pure, so
+the seeded simulation (tests/sim/driver_sim.py) runs it with this driver over a
+simulated store, network and clock. The driver's I/O goes through three small
+interfaces: the store (:class:`LogStore`), the transport (:class:`Transport`)
+and the clock (a callable). A Ready round is two synchronous halves
+(:meth:`Runtime.begin_ready`, :meth:`Runtime.finish_ready`) with the store's
+write between them; the asyncio loop only awaits that write.
 """
 
 from __future__ import annotations
@@ -35,8 +26,6 @@ import functools
 import itertools
 import logging
 import math
-import struct
-import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -53,23 +42,18 @@ from enroute_core.base.ids import Incarnation, LogIndex, NodeId, Term
 from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_core.state import (
     MISSING,
-    Activate,
-    Change,
-    Commit,
     LayerKind,
-    NewLayer,
-    Outcome,
-    OutcomeCode,
-    ReplaceLayers,
     RepoState,
-    apply,
-    decode_command,
-    decode_state,
-    encode_change,
-    encode_command,
-    encode_state,
 )
 
+from .machine import (
+    Applied,
+    Done,
+    GroupMachine,
+    encode_snapshot,
+    entry_rid,
+    inline_layer_of,
+)
 from .multiraft import (
     Batch,
     GroupId,
@@ -90,6 +74,7 @@ from .raft.types import (
     EntryType,
     HardState,
     MessageType,
+    Ready,
     Snapshot,
     SnapshotMetadata,
     payload_size_bytes,
@@ -99,14 +84,9 @@ from .storage import LogStore, WriteBatch
 
 log = logging.getLogger("enroute.ledger.runtime")
 
-_GENESIS = b"G"
-_COMMAND = b"C"
-_ID_BYTES = 16
 _SNAPSHOT_ROW = b"snapshot"
 _BLANK_ROW = b"blank"
 """Present while the group was joined blank and no READMIT naming this node applied."""
-HISTORY_MAX = 4096
-"""Applied changes kept per group for subscribers; older followers get a snapshot."""
 _ENTRIES_CHUNK_BYTES = 8 << 20
 HIBERNATE_REPLAY_MAX = 64
 """Most entries after the group's snapshot for it to hibernate: a wake applies them
@@ -118,12 +98,6 @@ repository holds; such a group waits for a checkpoint too."""
 ORPHAN_GROUPS_MAX = 4096
 """Groups not hosted yet whose peers' messages are kept until the node joins them."""
 ORPHAN_BATCHES_MAX = 8
-_STATE_MAGIC = b"ENRS"  # a bare checkpoint: the snapshot payload before the id window
-_SNAPSHOT_MAGIC = b"ENLS"
-_SNAPSHOT_FORMAT = 1
-_SNAPSHOT_HEAD = struct.Struct(">4sB3sQ")  # magic, format, reserved, checkpoint length
-_DONE_HEAD = struct.Struct(">16sQQB")  # request id, log index, version, outcome length
-_U32 = struct.Struct(">I")
 _EARLY_TYPES = frozenset({MessageType.APP, MessageType.HEARTBEAT})
 """What a leader may send before its own fsync (Runtime._send_early)."""
 PROPOSE_RETRY_MAX_S = 4.0
@@ -139,111 +113,6 @@ class Transport(Protocol):
     def send(self, batch: Batch) -> None:
         """Queue a batch for its peer; never blocks (Raft tolerates a dropped batch)."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class Applied:
-    """What applying one proposal gave on this node: the proposer's answer."""
-
-    version: int
-    change: bytes
-    outcome: Outcome
-    state: RepoState
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """One applied request id: what answers a later copy of the same entry.
-
-    ``logged`` (this process only, not encoded) says the entry's Change is in the
-    group's history under ``version``, so a copy is answered with the original bytes.
-    """
-
-    rid: bytes
-    index: int
-    version: int
-    outcome: OutcomeCode
-    logged: bool = False
-
-
-def encode_snapshot(state: RepoState, done: Iterable[Done]) -> bytes:
-    """A group's snapshot payload: the checkpoint of ``state`` and the dedup window.
-
-    Layout (docs/formats/ledger-snapshot.md, golden vectors there; why: docs/raft.md,
-    "Applying each id once"): ``ENLS``, format u8 = 1, 3 zero
-    bytes, checkpoint length u64, the checkpoint (docs/formats/state.md), record
-    count u32, per record request id (16), log index u64, version u64, outcome code
-    length u8 and its ASCII name, then crc32 of every byte before it. Records are in
-    ascending log index order, so equal windows encode to equal bytes on every voter.
-    """
-    cp = encode_state(state)
-    out = bytearray(_SNAPSHOT_HEAD.pack(_SNAPSHOT_MAGIC, _SNAPSHOT_FORMAT, b"\0\0\0", len(cp)))
-    out += cp
-    records = list(done)
-    out += _U32.pack(len(records))
-    for d in records:
-        code = d.outcome.value.encode()
-        out += _DONE_HEAD.pack(d.rid, d.index, d.version, len(code))
-        out += code
-    out += _U32.pack(zlib.crc32(out))
-    return bytes(out)
-
-
-def _bad_snapshot(message: str, **details: object) -> CorruptData:
-    return CorruptData(message, section="ledger-snapshot", **details)
-
-
-def decode_snapshot(data: bytes) -> tuple[RepoState | None, tuple[Done, ...]]:
-    """The state and dedup window a snapshot payload carries; (None, ()) for none.
-
-    A bare checkpoint (written before the window existed) decodes with an empty
-    window. Raises CorruptData (section ``ledger-snapshot`` or the checkpoint's).
-    """
-    if not data:
-        return None, ()
-    if data[:4] == _STATE_MAGIC:
-        return decode_state(data), ()
-    head = _SNAPSHOT_HEAD.size
-    if len(data) < head + 2 * _U32.size:
-        raise _bad_snapshot(f"{len(data)} bytes cannot hold a snapshot payload")
-    magic, fmt, reserved, cp_len = _SNAPSHOT_HEAD.unpack_from(data)
-    if magic != _SNAPSHOT_MAGIC:
-        raise _bad_snapshot(f"bad magic {magic!r}")
-    body, (crc,) = data[:-4], _U32.unpack_from(data, len(data) - 4)
-    if zlib.crc32(body) != crc:
-        raise _bad_snapshot("crc32 mismatch")
-    if fmt != _SNAPSHOT_FORMAT or reserved != b"\0\0\0":
-        raise _bad_snapshot(f"unknown format {fmt}")
-    if cp_len > len(body) - head - _U32.size:
-        raise _bad_snapshot("checkpoint length past the end", length=cp_len)
-    state = decode_state(body[head : head + cp_len])
-    pos = head + cp_len
-    (count,) = _U32.unpack_from(body, pos)
-    pos += _U32.size
-    if count > (len(body) - pos) // _DONE_HEAD.size:
-        raise _bad_snapshot("record count past the end", count=count)
-    out: list[Done] = []
-    rids: set[bytes] = set()
-    for _ in range(count):
-        if pos + _DONE_HEAD.size > len(body):
-            raise _bad_snapshot("record past the end")
-        rid, index, version, n = _DONE_HEAD.unpack_from(body, pos)
-        pos += _DONE_HEAD.size
-        name = body[pos : pos + n]
-        pos += n
-        if len(name) != n:
-            raise _bad_snapshot("outcome code past the end")
-        try:
-            outcome = OutcomeCode(name.decode("ascii"))
-        except (UnicodeDecodeError, ValueError):
-            raise _bad_snapshot(f"unknown outcome code {name[:32]!r}") from None
-        if (out and index <= out[-1].index) or rid in rids:
-            raise _bad_snapshot("records are not in ascending log order or repeat an id")
-        rids.add(rid)
-        out.append(Done(rid, index, version, outcome))
-    if pos != len(body):
-        raise _bad_snapshot(f"{len(body) - pos} bytes after the records")
-    return state, tuple(out)
 
 
 _Summary = tuple[int, bool, bytes, bool, "int | None"]
@@ -476,38 +345,6 @@ def store_gid(gid: GroupId) -> StoreGroupId:
     return StoreGroupId(gid.repo, int(gid.incarnation))
 
 
-def genesis_entry(rid: bytes, base: RepoState, activate: Activate | None) -> bytes:
-    cp = encode_state(base)
-    cmd = b"" if activate is None else encode_command(activate)
-    return _GENESIS + rid + struct.pack(">I", len(cp)) + cp + cmd
-
-
-def command_entry(rid: bytes, command: bytes) -> bytes:
-    return _COMMAND + rid + command
-
-
-def inline_layer_of(entry: bytes, root: bytes, index: int) -> bytes:
-    """The file of the inline layer ``root`` that the command entry ``entry`` added.
-
-    Raises CorruptData(section="ledger-entry") when the entry adds no such layer.
-    """
-    if entry[:1] == _COMMAND:
-        cmd = decode_command(entry[1 + _ID_BYTES :])
-        added: tuple[NewLayer, ...] = ()
-        if isinstance(cmd, Commit) and cmd.new_layer is not None:
-            added = (cmd.new_layer,)
-        elif isinstance(cmd, ReplaceLayers):
-            added = tuple(out.layer for out in cmd.outputs)
-        for layer in added:
-            if layer.kind is LayerKind.INLINE and layer.root == root:
-                return layer.data
-    raise CorruptData(
-        f"log entry {index} holds no inline layer {root.hex()[:16]}",
-        section="ledger-entry",
-        index=index,
-    )
-
-
 @dataclass(slots=True)
 class _Trace:
     """When one proposal passed each phase on its proposer (docs/raft.md, "Commit
@@ -521,6 +358,33 @@ class _Trace:
     committed: float = 0.0
     """The Ready that brings it committed was taken."""
     applied: float = 0.0
+
+
+@dataclass(slots=True)
+class Boot:
+    """A group being founded here: the rows to make durable before it is hosted."""
+
+    gid: GroupId
+    repo: str
+    campaign: bool
+    snapshot: Snapshot
+    batch: WriteBatch
+    blank: int = 0
+
+
+@dataclass(slots=True)
+class ReadyRound:
+    """One Ready between its two halves: taken and written, not yet durable."""
+
+    nr: NodeReady
+    live: list[tuple[GroupReady, Group | None]]
+    batch: WriteBatch
+    """What the store makes durable before :meth:`Runtime.finish_ready`."""
+    batches: tuple[Batch, ...]
+    """What is left to send once it is durable."""
+    before: list[int]
+    """Each group's applied index when the Ready was taken."""
+    traced: list[_Trace] | None = None
 
 
 def hibernate_ticks(config: RuntimeConfig) -> int:
@@ -552,7 +416,87 @@ class RuntimeConfig:
 
 
 class Runtime:
-    """Owns the MultiRaft, the LogStore and every hosted group's applied state."""
+    """Owns the MultiRaft, the LogStore and every hosted group's applied state.
+
+    The counters below are class-level zeros that an instance overrides as it counts;
+    ``http.RUNTIME_COUNTERS`` names the ones exported as metrics.
+    """
+
+    orphans_stashed = 0
+    orphans_replayed = 0
+    ready_groups = 0
+    early_applied = 0
+    handle_s = 0.0
+    persist_wait_s = 0.0
+    # -- where a commit's time goes (docs/raft.md); sums of seconds and counts --
+    commits_traced = 0
+    """Proposals answered here whose every phase was timed."""
+    phase_queue_s = 0.0
+    """Proposed until the Ready that appends the entry here was taken."""
+    phase_persist_s = 0.0
+    """That Ready taken until its writes were durable here (batch, store round, fsync)."""
+    phase_replicate_s = 0.0
+    """Durable here until the Ready that brings the entry committed was taken."""
+    phase_apply_s = 0.0
+    """That Ready taken until the entry was applied."""
+    phase_answer_s = 0.0
+    """Applied until the proposer's call returned."""
+    follower_appends = 0
+    """Group appends received from a leader and made durable here."""
+    follower_queue_s = 0.0
+    """Append received until the Ready holding it was taken."""
+    follower_persist_s = 0.0
+    """That Ready taken until durable (the acknowledgement is sent next)."""
+    ready_take_s = 0.0
+    """Time in MultiRaft.ready() (collecting every dirty group's Ready)."""
+    apply_s = 0.0
+    """Time applying committed entries and answering proposers."""
+    tick_s = 0.0
+    step_s = 0.0
+    """Time stepping peers' batches into the groups."""
+    early_sent = 0
+    """Leader messages sent before the leader's own fsync (docs/raft.md)."""
+    store_commit_s = 0.0
+    """Seconds the store spent in COMMIT (the WAL write and its fsync)."""
+    store_queue_s = 0.0
+    """Seconds batches waited in the store's queue before their round began."""
+    send_queue_s = 0.0
+    """Seconds peer batches waited in the transport's queue."""
+    send_write_s = 0.0
+    """Seconds spent writing peer batches to their streams."""
+    applied_entries = 0
+    persist_rounds = 0
+    proposals_total = 0
+    compactions = 0
+    snapshots_applied = 0
+    reproposals = 0
+    """Proposals sent again under the same request id (docs/raft.md, Re-proposal)."""
+    duplicates_skipped = 0
+    """Applied entries whose request id the window already held: not applied twice."""
+    leader_changes = 0
+    """Times a hosted group learned a leader here (after an election or a restart)."""
+    snapshots_received = 0
+    """Snapshots received in chunks from a leader and stepped."""
+    blank_joined = 0
+    """Groups this node joined blank (or recovered still blank)."""
+    blank_readmitted = 0
+    """READMITs naming this node applied: groups where it counts again."""
+    hibernations = 0
+    """Groups hibernated here (docs/raft.md, "Hibernation")."""
+    wakes = 0
+    """Hibernated groups rebuilt from the log because something needed them."""
+    subscriptions = 0
+    """Subscribe streams opened here (docs/raft.md, "Parked subscriptions")."""
+    subscriptions_ended = 0
+    """Subscribe streams ended: by the subscriber (a compute evicting a view), or here."""
+    propose_streams = 0
+    """ProposeStream calls opened here (docs/rpc.md, ProposeStream)."""
+    propose_streams_ended = 0
+    """ProposeStream calls ended: by the compute, a broken connection, or here."""
+    streamed_outcomes = 0
+    """Outcomes of streamed proposals answered, applied or failed."""
+    streamed_outcome_messages = 0
+    """Messages those outcomes left in: outcomes per message shows the batching."""
 
     def __init__(
         self,
@@ -567,43 +511,25 @@ class Runtime:
     ) -> None:
         """``blank_id`` non-zero: this node's disk was wiped (docs/raft.md, "A voter that
         lost its disk"); every group of a repository in ``blank_repos`` (those that
-        existed when it came back) is joined blank under that id."""
+        existed when it came back) is joined blank under that id.
+
+        ``store``, the transport (set later) and ``clock`` are the driver's only I/O:
+        the seeded simulation gives it simulated ones (tests/sim/driver_sim.py)."""
         self.config = config
-        self.voters = config.voters
-        """One frozenset of the members, shared by every group's ConfState and tracker."""
         self.blank_id = blank_id
         self.blank_repos = frozenset(blank_repos) if blank_id else frozenset()
         self.store = store
         self.clock = clock
         self.transport: Transport | None = None
+        self.machine = GroupMachine(config.dedup_window_entries)
         self._nonce = nonce[:8].ljust(8, b"\0")
         self._ids = itertools.count(1)
-        raft_cfg = RaftConfig(
-            id=config.node_id,
-            election_ticks=config.election_ticks,
-            heartbeat_ticks=config.heartbeat_ticks,
-        )
         self._pending_storage: dict[GroupId, Storage] = {}
-        self.mr = MultiRaft(
-            config.node_id,
-            config.peers,
-            self._storage_for,
-            # a node-level beat every third of an election timeout: enough to keep a
-            # peer's liveness (timeout: election_ticks) and a third of the idle traffic
-            MultiRaftConfig(
-                raft=raft_cfg,
-                liveness_interval_ticks=max(1, config.election_ticks // 3),
-                hibernate_after_ticks=hibernate_ticks(config),
-            ),
-            rand=SplitMix64(seed),
-        )
-        self.mr.on_hibernate = self._hibernate_group
-        self.mr.on_wake = self._wake_group
+        self.mr = self._multiraft(config, seed)
         self._waker = self._wake_of  # one bound method shared by every Group
         # every founder's bootstrap (duty 2), one value for all groups (the store and the
         # in-memory log keep it per group)
-        self._boot_meta = SnapshotMetadata(LogIndex(1), Term(1), ConfState(voters=self.voters))
-        self._boot_snapshot = Snapshot(self._boot_meta)
+        self.set_founding_voters(config.voters)
         self._boot_hard_state = HardState(Term(1), None, LogIndex(1))
         self.groups: dict[GroupId, Group] = {}
         self.by_repo: dict[str, Group] = {}
@@ -620,88 +546,36 @@ class Runtime:
         self._older: dict[str, list[Group]] = {}
         """Hosted incarnations of a repository other than the newest (``by_repo``); rare."""
         self._orphans: dict[GroupId, list[Batch]] = {}
-        self.orphans_stashed = 0
-        self.orphans_replayed = 0
         self._unsynced: asyncio.Future[None] | None = None
-        self.ready_groups = 0
-        self.early_applied = 0
-        self.handle_s = 0.0
-        self.persist_wait_s = 0.0
-        # -- where a commit's time goes (docs/raft.md); sums of seconds and counts --
         self._traces: dict[bytes, _Trace] = {}
         self._arrivals: dict[GroupId, float] = {}
         self._hs_later: dict[StoreGroupId, HardState] = {}
         self._hs_later_seen = False
         self._ready_t = 0.0
-        self.commits_traced = 0
-        """Proposals answered here whose every phase was timed."""
-        self.phase_queue_s = 0.0
-        """Proposed until the Ready that appends the entry here was taken."""
-        self.phase_persist_s = 0.0
-        """That Ready taken until its writes were durable here (batch, store round, fsync)."""
-        self.phase_replicate_s = 0.0
-        """Durable here until the Ready that brings the entry committed was taken."""
-        self.phase_apply_s = 0.0
-        """That Ready taken until the entry was applied."""
-        self.phase_answer_s = 0.0
-        """Applied until the proposer's call returned."""
-        self.follower_appends = 0
-        """Group appends received from a leader and made durable here."""
-        self.follower_queue_s = 0.0
-        """Append received until the Ready holding it was taken."""
-        self.follower_persist_s = 0.0
-        """That Ready taken until durable (the acknowledgement is sent next)."""
-        self.ready_take_s = 0.0
-        """Time in MultiRaft.ready() (collecting every dirty group's Ready)."""
-        self.apply_s = 0.0
-        """Time applying committed entries and answering proposers."""
-        self.tick_s = 0.0
-        self.step_s = 0.0
-        """Time stepping peers' batches into the groups."""
-        self.early_sent = 0
-        """Leader messages sent before the leader's own fsync (docs/raft.md)."""
-        self.store_commit_s = 0.0
-        """Seconds the store spent in COMMIT (the WAL write and its fsync)."""
-        self.store_queue_s = 0.0
-        """Seconds batches waited in the store's queue before their round began."""
-        self.send_queue_s = 0.0
-        """Seconds peer batches waited in the transport's queue."""
-        self.send_write_s = 0.0
-        """Seconds spent writing peer batches to their streams."""
-        self.applied_entries = 0
-        self.persist_rounds = 0
-        self.proposals_total = 0
-        self.compactions = 0
-        self.snapshots_applied = 0
-        self.reproposals = 0
-        """Proposals sent again under the same request id (docs/raft.md, Re-proposal)."""
-        self.duplicates_skipped = 0
-        """Applied entries whose request id the window already held: not applied twice."""
-        self.leader_changes = 0
-        """Times a hosted group learned a leader here (after an election or a restart)."""
-        self.snapshots_received = 0
-        """Snapshots received in chunks from a leader and stepped."""
-        self.blank_joined = 0
-        """Groups this node joined blank (or recovered still blank)."""
-        self.blank_readmitted = 0
-        """READMITs naming this node applied: groups where it counts again."""
         self._blank_groups: set[GroupId] = set()
-        self.hibernations = 0
-        """Groups hibernated here (docs/raft.md, "Hibernation")."""
-        self.wakes = 0
-        """Hibernated groups rebuilt from the log because something needed them."""
-        self.subscriptions = 0
-        """Subscribe streams opened here (docs/raft.md, "Parked subscriptions")."""
-        self.subscriptions_ended = 0
-        """Subscribe streams ended: by the subscriber (a compute evicting a view), or here."""
-        self.propose_streams = 0
-        """ProposeStream calls opened here (docs/rpc.md, ProposeStream)."""
-        self.propose_streams_ended = 0
-        """ProposeStream calls ended: by the compute, a broken connection, or here."""
-        self.streamed_outcomes = 0
-        """Outcomes of streamed proposals answered, applied or failed."""
-        self.streamed_outcome_messages = 0
-        """Messages those outcomes left in: outcomes per message shows the batching."""
+
+    def _multiraft(self, config: RuntimeConfig, seed: int) -> MultiRaft:
+        raft_cfg = RaftConfig(
+            id=config.node_id,
+            election_ticks=config.election_ticks,
+            heartbeat_ticks=config.heartbeat_ticks,
+        )
+        mr = MultiRaft(
+            config.node_id,
+            config.peers,
+            self._storage_for,
+            # a node-level beat every third of an election timeout: enough to keep a
+            # peer's liveness (timeout: election_ticks) and a third of the idle traffic
+            MultiRaftConfig(
+                raft=raft_cfg,
+                liveness_interval_ticks=max(1, config.election_ticks // 3),
+                hibernate_after_ticks=hibernate_ticks(config),
+            ),
+            rand=SplitMix64(seed),
+        )
+        mr.on_hibernate = self._hibernate_group
+        mr.on_wake = self._wake_group
+        return mr
 
     # -- ids ---------------------------------------------------------------------------------
 
@@ -789,7 +663,7 @@ class Runtime:
             row = self.store.state_get(sg, _BLANK_ROW)
             blank = int.from_bytes(row, "big") if row else 0
             g = self._install(gid, mem, int(mem.snapshot().index), blank)
-            self._load_snapshot(g, data)
+            self.machine.load_snapshot(g, data)
             out.append(g)
         return out
 
@@ -844,7 +718,7 @@ class Runtime:
         mem, data = self._load_log(store_gid(gid))
         g._awake(mem)
         g.born = False
-        self._load_snapshot(g, data)
+        self.machine.load_snapshot(g, data)
         g.applied = int(mem.snapshot().index)
         if target > g.applied:
             if target > mem.last_index():
@@ -886,23 +760,32 @@ class Runtime:
 
     async def _found(self, gid: GroupId, repo: str, campaign: bool) -> Group:
         """Write ``gid``'s boot rows, then install it (see :meth:`host`)."""
-        meta, hs = self._boot_meta, self._boot_hard_state  # shared by every group
-        boot = self._boot_snapshot  # taken now: a membership change may replace it meanwhile
+        boot = self.boot_rows(gid, repo, campaign)
+        await asyncio.wrap_future(self.store.submit(boot.batch))
+        return self.booted(boot)
+
+    def boot_rows(self, gid: GroupId, repo: str, campaign: bool) -> Boot:
+        """The rows a founder writes before it hosts ``gid`` (duty 2)."""
+        # taken now: a membership change may replace the boot snapshot meanwhile
+        boot = Boot(gid, repo, campaign, self._boot_snapshot, WriteBatch())
         # a group of a repository that existed when this node came back with a wiped
         # disk may remember it as a voter: join it blank (docs/raft.md)
-        blank = self.blank_id if not campaign and repo in self.blank_repos else 0
-        batch = WriteBatch()
-        batch.install_snapshot(store_gid(gid), meta)
-        batch.set_hard_state(store_gid(gid), hs)
-        if blank:
-            batch.put_state(store_gid(gid), _BLANK_ROW, blank.to_bytes(8, "big"))
-        await asyncio.wrap_future(self.store.submit(batch))
+        boot.blank = self.blank_id if not campaign and repo in self.blank_repos else 0
+        sg = store_gid(gid)
+        boot.batch.install_snapshot(sg, boot.snapshot.metadata)
+        boot.batch.set_hard_state(sg, self._boot_hard_state)
+        if boot.blank:
+            boot.batch.put_state(sg, _BLANK_ROW, boot.blank.to_bytes(8, "big"))
+        return boot
+
+    def booted(self, boot: Boot) -> Group:
+        """Host a group whose boot rows are durable."""
         mem = MemoryStorage()
-        mem.apply_snapshot(boot)
-        mem.set_hard_state(hs)
-        g = self._install(gid, mem, 1, blank, repo)
-        if campaign or not self.config.peers:
-            self.mr.campaign(gid)
+        mem.apply_snapshot(boot.snapshot)
+        mem.set_hard_state(self._boot_hard_state)
+        g = self._install(boot.gid, mem, 1, boot.blank, boot.repo)
+        if boot.campaign or not self.config.peers:
+            self.mr.campaign(boot.gid)
         self.wake()
         return g
 
@@ -1021,9 +904,9 @@ class Runtime:
             for attempt in range(PROPOSE_ATTEMPTS_MAX):
                 # -- caller request id: a copy of an applied id is answered at once,
                 # also on the first attempt (a caller's retry) (begin) --
-                first = self._duplicate(g, rid, g.applied + 1)
+                first = self.machine.duplicate(g, rid, g.applied + 1)
                 if first is not None:  # applied meanwhile (e.g. inside a snapshot)
-                    return self._answer(g, first)
+                    return self.machine.answer(g, first)
                 # -- caller request id (end) --
                 if attempt:
                     self.reproposals += 1
@@ -1167,20 +1050,23 @@ class Runtime:
             await self._drain()
             now = self.clock()
             if now >= next_tick:
-                # held commit indexes that no batch carried for a whole tick are
-                # written alone (one that just came would only delay the next entries)
-                if self._hs_later and self._hs_later_seen:
-                    batch = WriteBatch()
-                    self._write_later(batch)
-                    self.store.submit(batch).add_done_callback(_log_store_failure)
-                self._hs_later_seen = bool(self._hs_later)
-                self.mr.tick()
+                self.tick()
                 self.tick_s += self.clock() - now
                 next_tick = max(next_tick + interval, now)
                 continue
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), next_tick - now)
+
+    def tick(self) -> None:
+        """One tick of every group; held commit indexes that no batch carried for a whole
+        tick are written alone (one that just came would only delay the next entries)."""
+        if self._hs_later and self._hs_later_seen:
+            batch = WriteBatch()
+            self._write_later(batch)
+            self.store.submit(batch).add_done_callback(_log_store_failure)
+        self._hs_later_seen = bool(self._hs_later)
+        self.mr.tick()
 
     def stop(self) -> None:
         self._stopping = True
@@ -1222,6 +1108,13 @@ class Runtime:
         self.wake()
 
     async def _do_compactions(self) -> None:
+        batch, done = self.compaction_batch()
+        if done:
+            await asyncio.wrap_future(self.store.submit(batch))
+            self.compacted(done)
+
+    def compaction_batch(self) -> tuple[WriteBatch, list[tuple[Group, SnapshotMetadata, bytes]]]:
+        """The queued compactions as one write (see :meth:`compact`), and what each is."""
         work, self._compactions = self._compactions, []
         batch = WriteBatch()
         done: list[tuple[Group, SnapshotMetadata, bytes]] = []
@@ -1236,16 +1129,18 @@ class Runtime:
                 if e.type is EntryType.CONF_CHANGE:
                     cs = ConfChange.decode(e.data).applied_to(cs)
             meta = SnapshotMetadata(LogIndex(idx), g.mem.term(LogIndex(idx)), cs)
-            data = encode_snapshot(st, self._window_at(g, idx))
+            data = encode_snapshot(st, self.machine.window_at(g, idx))
             sg = store_gid(g.gid)
             batch.set_snapshot(sg, meta)
             batch.put_state(sg, _SNAPSHOT_ROW, data)
             batch.compact(sg, LogIndex(idx), keep=[p for p in st.pins() if p <= idx])
             done.append((g, meta, data))
-        if not done:
-            return
-        self._write_later(batch)  # the durable commit index never falls below a snapshot
-        await asyncio.wrap_future(self.store.submit(batch))
+        if done:
+            self._write_later(batch)  # the durable commit index never falls below a snapshot
+        return batch, done
+
+    def compacted(self, done: list[tuple[Group, SnapshotMetadata, bytes]]) -> None:
+        """The compaction batch is durable: compact the in-memory logs too."""
         for g, meta, data in done:
             if g.dropped:
                 continue
@@ -1254,9 +1149,38 @@ class Runtime:
         self.compactions += len(done)
 
     async def _handle(self, nr: NodeReady) -> None:
+        """One Ready round: the synchronous halves with the store's write between them."""
+        rnd = self.begin_ready(nr)
+        if rnd.batch.ops:
+            await self._persist(rnd.batch, sync=nr.must_sync)
+        self.finish_ready(rnd)
+
+    def begin_ready(self, nr: NodeReady) -> ReadyRound:
+        """Step 1 of a Ready (duty 5): the write batch of every group, in one round.
+
+        Also sends what a leader may send before its own fsync (:meth:`_send_early`)
+        and applies what was durable before this round (:meth:`_apply_durable`), when
+        the batch must sync. The caller makes ``batch`` durable (``store.submit``),
+        then calls :meth:`finish_ready`.
+        """
         live = [(gr, self.groups.get(gr.group)) for gr in nr.groups]
-        # 1. persist every group in one durable batch (group commit); a hard state
-        # that moves only the commit index waits for the next batch (_write_later)
+        batch = self._ready_batch(nr, live)
+        rnd = ReadyRound(
+            nr, live, batch, nr.batches, [0 if g is None else g.applied for _, g in live]
+        )
+        rnd.traced = self._trace_appends(live) if self._traces else None
+        if batch.ops and nr.must_sync:
+            if self.transport is not None:
+                rnd.batches = self._send_early(live, rnd.batches)
+            self._apply_durable(live)
+        return rnd
+
+    def _ready_batch(
+        self, nr: NodeReady, live: list[tuple[GroupReady, Group | None]]
+    ) -> WriteBatch:
+        """Every group's snapshot, entries and hard state in one batch (group commit); a
+        hard state that moves only the commit index waits for the next batch
+        (:meth:`_write_later`)."""
         batch = WriteBatch()
         later = self._hs_later
         for gr, g in live:
@@ -1281,18 +1205,15 @@ class Runtime:
                     later[sg] = rd.hard_state
         if nr.must_sync and later:
             self._write_later(batch)
-        before = [0 if g is None else g.applied for _, g in live]
-        batches = nr.batches
-        traced = self._trace_appends(live) if self._traces else None
-        if batch.ops:
-            if nr.must_sync:
-                if self.transport is not None:
-                    batches = self._send_early(live, batches)
-                self._apply_durable(live)
-            await self._persist(batch, sync=nr.must_sync)
-        if traced:
+        return batch
+
+    def finish_ready(self, rnd: ReadyRound) -> None:
+        """Steps 2 to 5 of a Ready, once its batch is durable: send, apply, serve reads,
+        advance."""
+        live = rnd.live
+        if rnd.traced:
             t = self.clock()
-            for tr in traced:
+            for tr in rnd.traced:
                 tr.persisted = t
         if self._arrivals:
             self._follower_persisted(live)
@@ -1307,37 +1228,38 @@ class Runtime:
                 g.mem.set_hard_state(rd.hard_state)
         # 2. send, only now that it is durable
         if self.transport is not None:
-            for b in batches:
+            for b in rnd.batches:
                 self.transport.send(b)
         # 3. apply, 4. serve reads
         t_apply = self.clock()
-        me = self.config.node_id
-        changed = self.on_group_changed
-        for (gr, g), applied_before in zip(live, before, strict=True):
-            if g is None or g.dropped:
-                continue
-            rd = gr.ready
-            if rd.snapshot is not None and rd.snapshot.metadata.index > g.applied:
-                self._apply_snapshot(g, rd.snapshot)
-            for e in rd.committed_entries:
-                if e.index <= g.applied:
-                    continue
-                self._apply_entry(g, e)
-            for rs in rd.read_states:
-                fut = g.reads.pop(rs.context, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(int(rs.index))
-            if g.waiters:
-                self._release_waiters(g)
-            led = rd.soft_state is not None and rd.soft_state.lead == me
-            if changed is not None and (g.applied != applied_before or led):
-                changed(g)
-            if rd.soft_state is not None and rd.soft_state.lead is not None:
-                self.leader_changes += 1
-                g.notify()  # proposals waiting for a leader try again now
+        for (gr, g), applied_before in zip(live, rnd.before, strict=True):
+            if g is not None and not g.dropped:
+                self._apply_ready(g, gr.ready, applied_before)
         self.apply_s += self.clock() - t_apply
         # 5. advance
-        self.mr.advance(nr)
+        self.mr.advance(rnd.nr)
+
+    def _apply_ready(self, g: Group, rd: Ready, applied_before: int) -> None:
+        """Apply one group's snapshot and committed entries, answer its reads."""
+        if rd.snapshot is not None and rd.snapshot.metadata.index > g.applied:
+            self._apply_snapshot(g, rd.snapshot)
+        for e in rd.committed_entries:
+            if e.index <= g.applied:
+                continue
+            self._apply_entry(g, e)
+        for rs in rd.read_states:
+            fut = g.reads.pop(rs.context, None)
+            if fut is not None and not fut.done():
+                fut.set_result(int(rs.index))
+        if g.waiters:
+            self._release_waiters(g)
+        led = rd.soft_state is not None and rd.soft_state.lead == self.config.node_id
+        changed = self.on_group_changed
+        if changed is not None and (g.applied != applied_before or led):
+            changed(g)
+        if rd.soft_state is not None and rd.soft_state.lead is not None:
+            self.leader_changes += 1
+            g.notify()  # proposals waiting for a leader try again now
 
     def _write_later(self, batch: WriteBatch) -> None:
         """Add the commit-index-only hard states held back to ``batch``.
@@ -1412,7 +1334,7 @@ class Runtime:
         t = self._ready_t
         for gr, _ in live:
             for e in gr.ready.entries:
-                tr = traces.get(e.data[1 : 1 + _ID_BYTES])
+                tr = traces.get(entry_rid(e.data))
                 if tr is not None and not tr.ready:
                     tr.ready = t
                     out.append(tr)
@@ -1511,7 +1433,7 @@ class Runtime:
         g.waiters = keep
 
     def _apply_snapshot(self, g: Group, snap: Snapshot) -> None:
-        self._load_snapshot(g, snap.data)
+        self.machine.load_snapshot(g, snap.data)
         g.applied = int(snap.metadata.index)
         g.history.clear()
         self._answer_from_window(g)
@@ -1522,54 +1444,36 @@ class Runtime:
         """Apply one committed entry; ``replay``: again, on a group woken from hibernation
         (no counters, no callbacks, no conf change: the Raft record kept the members)."""
         g.applied = int(e.index)
-        if replay:
-            if e.type is EntryType.CONF_CHANGE:
-                return
-        else:
-            self.applied_entries += 1
         if e.type is EntryType.CONF_CHANGE:
-            self.mr.apply_conf_change(g.gid, ConfChange.decode(e.data))
-            if g.gid in self._blank_groups and not self.blank_of(g):
-                self._readmitted(g)
+            if not replay:
+                self.applied_entries += 1
+                self._apply_conf_change(g, ConfChange.decode(e.data))
             return
-        data = e.data
-        if not data:
+        if not replay:
+            self.applied_entries += 1
+        if not e.data:
             return
-        kind, rid = data[:1], data[1 : 1 + _ID_BYTES]
-        first = self._duplicate(g, rid, int(e.index))
-        if first is not None:
-            # a duplicated forward or a re-proposal: applied once, answered as the first was
+        snap_index = int(g.mem.snapshot().metadata.index)
+        res = self.machine.apply(g, e.data, int(e.index), snap_index)
+        if res.duplicate:
             self.duplicates_skipped += not replay
-            fut = g.proposals.pop(rid, None)
-            if fut is not None and not fut.done():
-                fut.set_result(self._answer(g, first))
-            return
-        body = data[1 + _ID_BYTES :]
-        last = g.history[-1] if g.history else None
-        result: Applied
-        try:
-            if kind == _GENESIS:
-                result = self._apply_genesis(g, body, int(e.index))
-            elif kind == _COMMAND:
-                result = self._apply_command(g, body, int(e.index))
-            else:
-                raise CorruptData("unknown log entry kind", section="ledger-entry")
-        except EnrouteError as err:
-            log.error("entry %s of %s/%s not applied: %s", e.index, g.repo, g.incarnation, err)
-            outcome = Outcome(OutcomeCode.INVALID_ARGUMENT, str(err))
-            result = Applied(g.state.version, b"", outcome, g.state)
-        if len(rid) == _ID_BYTES:
-            logged = bool(g.history) and g.history[-1] is not last
-            self._remember(g, Done(rid, int(e.index), result.version, result.outcome.code, logged))
-        fut = g.proposals.pop(rid, None)
+        else:
+            g.notify()
+        fut = g.proposals.pop(res.rid, None)
         if fut is not None and not fut.done():
-            fut.set_result(result)
-            tr = self._traces.get(rid)
-            if tr is not None:
+            fut.set_result(res.applied)
+            tr = self._traces.get(res.rid)
+            if tr is not None and not res.duplicate:
                 tr.committed = self._ready_t
                 tr.applied = self.clock()
-        if self.on_applied is not None and not replay:
-            self.on_applied(g, result)
+        if self.on_applied is not None and not replay and not res.duplicate:
+            self.on_applied(g, res.applied)
+
+    def _apply_conf_change(self, g: Group, cc: ConfChange) -> None:
+        """A committed membership change, or a READMIT naming a blank voter."""
+        self.mr.apply_conf_change(g.gid, cc)
+        if g.gid in self._blank_groups and not self.blank_of(g):
+            self._readmitted(g)
 
     # -- blank groups (docs/raft.md, "A voter that lost its disk") -------------------------
 
@@ -1605,114 +1509,14 @@ class Runtime:
 
     # -- the request id window (docs/raft.md, "Applying each id once") -------------------
 
-    def _duplicate(self, g: Group, rid: bytes, index: int) -> Done | None:
-        """The apply of ``rid`` that makes an entry at ``index`` a copy, or None.
-
-        Only the last ``dedup_window_entries`` log indexes count, whatever this node
-        happens to retain, so every voter decides alike.
-        """
-        d = g.done.get(rid)
-        if d is None or index - d.index > self.config.dedup_window_entries:
-            return None
-        return d
-
-    def _remember(self, g: Group, d: Done) -> None:
-        """Record an apply; forget those no snapshot at or after the last one can need.
-
-        A snapshot at index i carries the records of (i - window, i], and the next
-        snapshot is taken above the current one, so records stay down to the current
-        snapshot's index minus the window: at most the in-memory log plus one window.
-        """
-        g.done[d.rid] = d
-        order = g.done_order
-        order.append(d)
-        window = self.config.dedup_window_entries
-        if len(order) <= window:
-            return
-        floor = min(int(g.mem.snapshot().metadata.index), g.applied) - window
-        cut = 0
-        while cut < len(order) and order[cut].index <= floor:
-            old = order[cut]
-            if g.done.get(old.rid) is old:
-                del g.done[old.rid]
-            cut += 1
-        del order[:cut]
-
-    def _window_at(self, g: Group, index: int) -> list[Done]:
-        """The records a snapshot at ``index`` carries: applies in (index - window, index]."""
-        low = index - self.config.dedup_window_entries
-        return [d for d in g.done_order if low < d.index <= index]
-
-    def _load_snapshot(self, g: Group, data: bytes) -> None:
-        state, done = decode_snapshot(data)
-        if state is None:
-            return
-        g.state = state
-        g.born = True
-        g.done = {d.rid: d for d in done}
-        g.done_order = list(done)
-
-    def _answer(self, g: Group, d: Done) -> Applied:
-        """What the proposer of a copy of an applied entry hears: the first apply's result.
-
-        The Change bytes come from the history while it holds them; after a restart
-        or a snapshot install only the version and outcome code are known, and the
-        answer is a Change with that outcome and no per-ref results.
-        """
-        change = b""
-        if d.logged:
-            for version, encoded in reversed(g.history):
-                if version <= d.version:
-                    change = encoded if version == d.version else b""
-                    break
-        if not change:
-            change = encode_change(Change(Outcome(d.outcome, "applied before; details not kept")))
-        return Applied(d.version, change, Outcome(d.outcome), g.state)
-
     def _answer_from_window(self, g: Group) -> None:
         """After a snapshot: answer the waiters whose entry it already holds."""
-        for rid in [r for r in g.proposals if self._duplicate(g, r, g.applied + 1)]:
-            first = self._duplicate(g, rid, g.applied + 1)
+        machine = self.machine
+        for rid in [r for r in g.proposals if machine.duplicate(g, r, g.applied + 1)]:
+            first = machine.duplicate(g, rid, g.applied + 1)
             fut = g.proposals.pop(rid)
             if first is not None and not fut.done():
-                fut.set_result(self._answer(g, first))
-
-    def _apply_genesis(self, g: Group, body: bytes, index: int) -> Applied:
-        if g.born:
-            return Applied(g.state.version, b"", Outcome(OutcomeCode.EXISTS), g.state)
-        if len(body) < 4:
-            raise CorruptData("short genesis entry", section="ledger-entry")
-        (n,) = struct.unpack(">I", body[:4])
-        base = decode_state(body[4 : 4 + n])
-        rest = body[4 + n :]
-        g.born = True
-        if not rest:
-            g.state = base
-            g.notify()
-            return Applied(base.version, b"", Outcome(OutcomeCode.OK), base)
-        cmd = decode_command(rest)
-        if not isinstance(cmd, Activate):
-            raise CorruptData("genesis carries no activate", section="ledger-entry")
-        res = apply(base, cmd, log_index=index)
-        return self._publish(g, res.change, prev=base, new=res.state)
-
-    def _apply_command(self, g: Group, body: bytes, index: int) -> Applied:
-        cmd = decode_command(body)
-        res = apply(g.state, cmd, log_index=index)
-        if res.change.outcome.code is OutcomeCode.CORRUPT_DATA:
-            log.error("entry %s of %s/%s refused: %s", index, g.repo, g.incarnation,
-                      res.change.outcome.message)  # fmt: skip
-        return self._publish(g, res.change, prev=g.state, new=res.state)
-
-    def _publish(self, g: Group, change: Change, *, prev: RepoState, new: RepoState) -> Applied:
-        encoded = encode_change(change)
-        g.state = new
-        if new.version != prev.version or new.incarnation != prev.incarnation:
-            g.history.append((new.version, encoded))
-            if len(g.history) > HISTORY_MAX:
-                del g.history[0]
-        g.notify()
-        return Applied(new.version, encoded, change.outcome, new)
+                fut.set_result(machine.answer(g, first))
 
     # -- inline layer bytes ---------------------------------------------------------------
 

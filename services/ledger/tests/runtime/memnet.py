@@ -16,8 +16,9 @@ from pathlib import Path
 from enroute_core.base.ids import NodeId
 from enroute_core.state import MISSING, Activate
 from enroute_ledger.logstore import open_log_store
+from enroute_ledger.machine import genesis_entry
 from enroute_ledger.multiraft import Batch
-from enroute_ledger.runtime import Group, Runtime, RuntimeConfig, genesis_entry
+from enroute_ledger.runtime import Group, Runtime, RuntimeConfig
 from enroute_ledger.storage import LogStore
 from enroute_testing import waiting
 

@@ -17,7 +17,8 @@ from memnet import MAIN, WAIT_S, MemNet, genesis, start, stop, until
 
 from enroute_core.base.ids import ObjectId
 from enroute_core.state import Commit, RefUpdate, encode_command
-from enroute_ledger.runtime import Group, Runtime, command_entry
+from enroute_ledger.machine import command_entry
+from enroute_ledger.runtime import Group, Runtime
 from enroute_ledger.runtime import store_gid as sgid
 
 BLANK = 0x5EED

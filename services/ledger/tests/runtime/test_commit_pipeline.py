@@ -22,9 +22,10 @@ from memnet import MAIN, WAIT_S, MemNet, genesis, until
 from enroute_core.base.ids import Incarnation, LogIndex, NodeId, ObjectId, Term
 from enroute_core.state import Commit, OutcomeCode, RefUpdate, encode_command
 from enroute_ledger.logstore import open_log_store
+from enroute_ledger.machine import command_entry
 from enroute_ledger.multiraft import Batch, GroupId, GroupMessage, Heartbeat
 from enroute_ledger.raft.types import Entry, EntryType, Message, MessageType
-from enroute_ledger.runtime import Group, Runtime, RuntimeConfig, command_entry
+from enroute_ledger.runtime import Group, Runtime, RuntimeConfig
 from enroute_ledger.storage import LogStore, WriteBatch
 from enroute_ledger.transport import (
     MERGE_BYTES_MAX,

@@ -35,20 +35,17 @@ from enroute_core.state import (
     encode_state,
 )
 from enroute_ledger.logstore import open_log_store
-from enroute_ledger.multiraft import Batch
-from enroute_ledger.raft.types import ConfState, MessageType, Snapshot, SnapshotMetadata
-from enroute_ledger.runtime import (
+from enroute_ledger.machine import (
     Applied,
     Done,
-    Group,
-    Runtime,
-    RuntimeConfig,
     command_entry,
     decode_snapshot,
     encode_snapshot,
     genesis_entry,
-    store_gid,
 )
+from enroute_ledger.multiraft import Batch
+from enroute_ledger.raft.types import ConfState, MessageType, Snapshot, SnapshotMetadata
+from enroute_ledger.runtime import Group, Runtime, RuntimeConfig, store_gid
 from enroute_ledger.storage import LogStore
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from memnet import MemNet, start, stop, until
 
 from enroute_core.state import MISSING, Activate
-from enroute_ledger.runtime import genesis_entry
+from enroute_ledger.machine import genesis_entry
 
 GROUPS = int(os.environ.get("ENROUTE_MEMORY_GROUPS", "300"))
 BYTES_PER_GROUP_MAX = 1800

@@ -21,7 +21,8 @@ from enroute_core.state import (
     RefUpdate,
     encode_command,
 )
-from enroute_ledger.runtime import HIBERNATE_REPLAY_BYTES_MAX, Group, Runtime, command_entry
+from enroute_ledger.machine import command_entry
+from enroute_ledger.runtime import HIBERNATE_REPLAY_BYTES_MAX, Group, Runtime
 
 
 def asleep(nodes: list[Node], repo: str) -> bool:

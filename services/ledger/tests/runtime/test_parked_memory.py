@@ -26,7 +26,8 @@ from enroute_core.state import MISSING, Activate
 from enroute_core.storage.objectstore.file import FileStore
 from enroute_ledger.lifecycle import ChangeOut, Lifecycle, SnapshotOut
 from enroute_ledger.logstore import open_log_store
-from enroute_ledger.runtime import Runtime, RuntimeConfig, genesis_entry
+from enroute_ledger.machine import genesis_entry
+from enroute_ledger.runtime import Runtime, RuntimeConfig
 
 GROUPS = int(os.environ.get("ENROUTE_MEMORY_GROUPS", "300"))
 BYTES_PER_GROUP_MAX = 1200

@@ -11,7 +11,7 @@ import struct
 import zlib
 
 from enroute_core.state import MISSING, Activate, OutcomeCode, RepoState, apply, encode_state
-from enroute_ledger.runtime import Done, decode_snapshot, encode_snapshot
+from enroute_ledger.machine import Done, decode_snapshot, encode_snapshot
 
 MAIN = b"refs/heads/main"
 CHECKPOINT = bytes.fromhex(

@@ -21,7 +21,7 @@ import pytest
 from enroute_core.base.ids import LogIndex
 from enroute_core.state import decode_state
 from enroute_ledger.logstore import open_log_store
-from enroute_ledger.runtime import decode_snapshot
+from enroute_ledger.machine import decode_snapshot
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
 from enroute_testing import ledgers
 
