@@ -4,12 +4,14 @@
  * only, a delta one deeper than its base).
  *
  * enroute_core.storage.layer.writer.LayerWriter.append_many is the caller and
- * its Python body (_usual_run and the updates after it) the reference: the
- * run is taken only when LayerWriter.append would take every entry of it in
- * order on its usual path, and then the writer's columns change exactly as
- * those appends change them. Anything else (a type, a size, a header, an
- * order it does not take) answers None with nothing changed, and the caller
- * appends entry by entry, which raises the writer's own errors.
+ * LayerWriter._check_entry, the one home of the rule, its reference: a run is
+ * taken only when _check_entry accepts every entry of it in order (usual()
+ * below is its acceptance, compiled), and then this answers what the appends
+ * would add to the writer's columns, as new objects the caller adds; the
+ * writer's containers are only read. Anything else (a type, a size, a header,
+ * an order it does not take) answers None, and the caller appends entry by
+ * entry, which raises the writer's own errors. Differential test:
+ * libs/enroute-core/tests/storage/test_layer_writer_deltas.py.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -156,12 +158,13 @@ usual(const Run *r, Py_ssize_t j, PyObject *where, PyObject *waiting,
     return PyErr_Occurred() ? -1 : 1;
 }
 
-/* The writer's updates for the taken run; the packed columns go back to the caller. Only
- * a memory error stops it halfway, and that ends the layer being written. */
+/* What the writer's appends of the taken run would add, as new objects: the packed
+ * columns, the joined entries, the oids per kind, the kind runs begun, the delta bases and
+ * base contexts by local index, and the bases waited on (first delta of each). The
+ * writer's own containers are only read; the caller adds these to them. */
 static PyObject *
 take(const Run *r, PyObject *where, const unsigned char *run_kinds, const long long *run_depths,
-     long long pos, PyObject *oid_list, PyObject *kind_oids, PyObject *kind_runs,
-     PyObject *base_map, PyObject *context_map)
+     long long pos)
 {
     Py_ssize_t n = PyList_GET_SIZE(r->oids);
     PyObject *offsets = PyBytes_FromStringAndSize(NULL, n * 8);
@@ -169,9 +172,21 @@ take(const Run *r, PyObject *where, const unsigned char *run_kinds, const long l
     PyObject *sizes = PyBytes_FromStringAndSize(NULL, n * 8);
     PyObject *depths = PyBytes_FromStringAndSize(NULL, n * 4);
     PyObject *kinds = PyBytes_FromStringAndSize((const char *)run_kinds, n);
+    PyObject *per_kind = PyTuple_New(KINDS);
+    PyObject *kind_runs = PyList_New(0);
+    PyObject *bases = PyDict_New();
+    PyObject *contexts = PyDict_New();
+    PyObject *waits = PyDict_New();
     PyObject *data = NULL;
     int ok = offsets != NULL && lengths != NULL && sizes != NULL && depths != NULL &&
-             kinds != NULL;
+             kinds != NULL && per_kind != NULL && kind_runs != NULL && bases != NULL &&
+             contexts != NULL && waits != NULL;
+    for (int k = 0; ok && k < KINDS; k++) {
+        PyObject *list = PyList_New(0);
+        ok = list != NULL;
+        if (ok)
+            PyTuple_SET_ITEM(per_kind, k, list);
+    }
     long long total = 0;
     for (Py_ssize_t j = 0; ok && j < n; j++) {
         PyObject *oid = PyList_GET_ITEM(r->oids, j);
@@ -189,21 +204,22 @@ take(const Run *r, PyObject *where, const unsigned char *run_kinds, const long l
         PyObject *local = PyDict_GetItem(where, oid); /* borrowed; present */
         int k = run_kinds[j];
         int last = j > 0 ? run_kinds[j - 1] : r->last_kind;
-        ok = PyList_Append(oid_list, oid) == 0 &&
-             PyList_Append(PyTuple_GET_ITEM(kind_oids, k), oid) == 0 &&
-             PyDict_SetItem(r->index, oid, local) == 0;
+        ok = PyList_Append(PyTuple_GET_ITEM(per_kind, k), oid) == 0;
         if (ok && k != last) {
             PyObject *item = PyTuple_Pack(2, local, PyList_GET_ITEM(r->kinds, j));
             ok = item != NULL && PyList_Append(kind_runs, item) == 0;
             Py_XDECREF(item);
         }
         if (ok && base != Py_None) {
-            int stored = PyDict_SetItem(base_map, local, base) == 0 ? PyDict_Contains(r->index, base)
-                                                                    : -1;
-            ok = stored > 0 || (stored == 0 && PyDict_SetDefault(r->pending, base, local) != NULL);
+            /* a base neither stored before the run nor in it: the delta waits on it */
+            int stored = PyDict_SetItem(bases, local, base) == 0 ? PyDict_Contains(r->index, base)
+                                                                 : -1;
+            if (stored == 0)
+                stored = PyDict_Contains(where, base);
+            ok = stored > 0 || (stored == 0 && PyDict_SetDefault(waits, base, local) != NULL);
         }
         if (ok && context != Py_None)
-            ok = PyDict_SetItem(context_map, local, context) == 0;
+            ok = PyDict_SetItem(contexts, local, context) == 0;
     }
     if (ok && !PyErr_Occurred()) {
         data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
@@ -216,48 +232,50 @@ take(const Run *r, PyObject *where, const unsigned char *run_kinds, const long l
         }
     }
     if (!ok || PyErr_Occurred()) {
-        Py_XDECREF(offsets);
-        Py_XDECREF(lengths);
-        Py_XDECREF(sizes);
-        Py_XDECREF(depths);
-        Py_XDECREF(kinds);
-        Py_XDECREF(data);
+        PyObject *all[] = {offsets, lengths, sizes, depths, kinds, per_kind,
+                           kind_runs, bases, contexts, waits, data};
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+            Py_XDECREF(all[i]);
         return NULL;
     }
-    return Py_BuildValue("(NNNNNN)", kinds, offsets, lengths, sizes, depths, data);
+    Py_INCREF(where);
+    return Py_BuildValue("(NNNNNNNNNNNN)", kinds, offsets, lengths, sizes, depths, data, where,
+                         per_kind, kind_runs, bases, contexts, waits);
 }
 
 PyDoc_STRVAR(append_run_doc,
-"append_run(run, first, pos, index, pending, kind_bytes, depth_column, oid_list,\n"
-"           kind_oids, kind_runs, base_map, context_map, kind_type, pack_types,\n"
-"           merged, objects_max, object_bytes_max, depth_max)\n"
+"append_run(run, first, pos, index, pending, kind_bytes, depth_column, kind_type,\n"
+"           pack_types, merged, objects_max, object_bytes_max, depth_max)\n"
 "--\n\n"
-"Take the run (seven lists: oids, kinds, entries, sizes, bases, depths, contexts)\n"
-"when LayerWriter.append would take each entry in order on its usual path:\n"
-"update the writer's dicts and lists and answer ``(kinds, offsets, lengths,\n"
-"sizes, depths, data)``, the packed columns (native order, as ``array`` holds\n"
-"them) and the joined entries. None, with nothing changed, otherwise.");
+"Whether LayerWriter.append would take each entry of the run (seven lists: oids,\n"
+"kinds, entries, sizes, bases, depths, contexts) in order, the run's first local\n"
+"index being ``first`` and its data starting at ``pos``; the writer's index,\n"
+"pending bases, kind bytes and depth column are read, never changed. None when\n"
+"not; otherwise what those appends add, as new objects: ``(kinds, offsets,\n"
+"lengths, sizes, depths, data, where, per_kind, kind_runs, bases, contexts,\n"
+"waits)``, the packed columns (native order, as ``array`` holds them), the\n"
+"joined entries, oid -> local index, the oids of each kind, the kind runs\n"
+"begun, local -> delta base, local -> base context, and base -> the first local\n"
+"delta waiting on it.");
 
 static PyObject *
 append_run(PyObject *self, PyObject *args)
 {
     (void)self;
     Run r;
-    PyObject *run, *oid_list, *kind_oids, *kind_runs, *base_map, *context_map, *pack_types;
+    PyObject *run, *pack_types;
     Py_buffer kind_buf, depth_buf;
     long long pos;
-    if (!PyArg_ParseTuple(args, "O!nLO!O!y*y*O!O!O!O!O!OO!pLLL:append_run", &PyTuple_Type, &run,
-                          &r.first, &pos, &PyDict_Type, &r.index, &PyDict_Type, &r.pending,
-                          &kind_buf, &depth_buf, &PyList_Type, &oid_list, &PyTuple_Type,
-                          &kind_oids, &PyList_Type, &kind_runs, &PyDict_Type, &base_map,
-                          &PyDict_Type, &context_map, &r.kind_type, &PyTuple_Type, &pack_types,
-                          &r.merged, &r.objects_max, &r.object_bytes_max, &r.depth_max))
+    if (!PyArg_ParseTuple(args, "O!nLO!O!y*y*OO!pLLL:append_run", &PyTuple_Type, &run, &r.first,
+                          &pos, &PyDict_Type, &r.index, &PyDict_Type, &r.pending, &kind_buf,
+                          &depth_buf, &r.kind_type, &PyTuple_Type, &pack_types, &r.merged,
+                          &r.objects_max, &r.object_bytes_max, &r.depth_max))
         return NULL;
     PyObject *result = NULL, *where = NULL, *waiting = NULL;
     unsigned char *run_kinds = NULL;
     long long *run_depths = NULL;
-    if (PyTuple_GET_SIZE(run) != 7 || PyTuple_GET_SIZE(kind_oids) != KINDS ||
-        PyTuple_GET_SIZE(pack_types) != KINDS || depth_buf.len % 4 != 0) {
+    if (PyTuple_GET_SIZE(run) != 7 || PyTuple_GET_SIZE(pack_types) != KINDS ||
+        depth_buf.len % 4 != 0) {
         PyErr_SetString(PyExc_ValueError, "append_run: the writer's columns are not as expected");
         goto done;
     }
@@ -325,14 +343,7 @@ append_run(PyObject *self, PyObject *args)
                 goto done;
         }
     }
-    /* Taken: the buffers over the writer's bytearray and array go before it changes. */
-    PyBuffer_Release(&kind_buf);
-    PyBuffer_Release(&depth_buf);
-    kind_buf.obj = depth_buf.obj = NULL;
-    r.kind_bytes = NULL;
-    r.depth_column = NULL;
-    result = take(&r, where, run_kinds, run_depths, pos, oid_list, kind_oids, kind_runs,
-                  base_map, context_map);
+    result = take(&r, where, run_kinds, run_depths, pos);
 done:
     if (kind_buf.obj != NULL)
         PyBuffer_Release(&kind_buf);

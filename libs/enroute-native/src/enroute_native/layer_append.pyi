@@ -9,11 +9,6 @@ def append_run(
     pending: dict[bytes, int],
     kind_bytes: bytearray,
     depth_column: array[int],
-    oid_list: list[bytes],
-    kind_oids: tuple[list[bytes], ...],
-    kind_runs: list[tuple[int, Any]],
-    base_map: dict[int, bytes],
-    context_map: dict[int, bytes],
     kind_type: type,
     pack_types: tuple[int, ...],
     merged: bool,
@@ -21,4 +16,20 @@ def append_run(
     object_bytes_max: int,
     depth_max: int,
     /,
-) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes] | None: ...
+) -> (
+    tuple[
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        bytes,
+        dict[bytes, int],
+        tuple[list[bytes], list[bytes], list[bytes], list[bytes]],
+        list[tuple[int, Any]],
+        dict[int, bytes],
+        dict[int, bytes],
+        dict[bytes, int],
+    ]
+    | None
+): ...

@@ -265,33 +265,8 @@ class LayerWriter:
         i = len(self._oids)
         if i >= self._objects_max:
             check_limit("layer_objects_max", i + 1, self._objects_max)
+        self._check_entry(oid, kind, entry, size, base, depth, base_context)
         kinds = self._kinds
-        if base is not None:
-            if not self._is_usual_delta(
-                oid, kind, entry, size=size, base=base, depth=depth, base_context=base_context
-            ):
-                self._check_entry(LayerEntry(oid, kind, entry, size, base, depth, base_context))
-        elif not (  # the common case, checked inline: a full entry in order
-            depth == 0
-            and type(oid) is bytes
-            and len(oid) == OID_BYTES
-            and type(kind) is Kind
-            and (self._merged or not kinds or kinds[-1] <= kind)
-            and oid not in self._index
-            and oid not in self._pending_bases
-            and 0 < len(entry) <= U32_MAX
-            and 0 <= size <= self._limits.object_bytes_max
-            and (
-                base_context is None
-                or (
-                    type(base_context) is bytes
-                    and len(base_context) == OID_BYTES
-                    and base_context != oid
-                )
-            )
-            and header_is(entry, PACK_TYPE_OF_KIND[kind], size, None)
-        ):
-            self._check_entry(LayerEntry(oid, kind, entry, size, base, depth, base_context))
         if not kinds or kinds[-1] != kind:
             self._kind_runs.append((i, kind))
         self._oids.append(oid)
@@ -347,77 +322,46 @@ class LayerWriter:
         """:meth:`append` of each entry in order, the run's checks and columns in one call.
 
         Ingest writes a push's entries in runs (docs/ingest.md, "Speed"):
-        ``enroute_native.layer_append`` takes a run when :meth:`append` would
-        take every entry of it on its usual path, and changes the columns as
-        those appends would. Any other run goes through :meth:`append` entry
-        by entry, so what is refused and how is unchanged.
+        ``enroute_native.layer_append`` answers whether :meth:`_check_entry` takes
+        every entry of the run in order and, when it does, what those appends add
+        to the columns, which are added here. Any other run goes through
+        :meth:`append` entry by entry, so what is refused and how is unchanged.
         """
         n = len(run.oids)
         assert all(len(column) == n for column in run), [len(c) for c in run]
         if not n:
             return
+        taken = None
         if not self._finished:
-            out = self._out
             taken = append_run(
                 tuple(c if type(c) is list else list(c) for c in run),
-                len(self._oids), out.pos, self._index, self._pending_bases, self._kinds,
-                self._depths, self._oids, self._kind_oids, self._kind_runs, self._bases,
-                self._contexts, Kind, _PACK_TYPES, self._merged, self._objects_max,
+                len(self._oids), self._out.pos, self._index, self._pending_bases, self._kinds,
+                self._depths, Kind, _PACK_TYPES, self._merged, self._objects_max,
                 self._limits.object_bytes_max, self._depth_max,
             )  # fmt: skip
-            if taken is not None:
-                kinds, offsets, lengths, sizes, depths, data = taken
-                self._kinds += kinds
-                self._offsets.frombytes(offsets)
-                self._lengths.frombytes(lengths)
-                self._sizes.frombytes(sizes)
-                self._depths.frombytes(depths)
-                out.write(data)
-                return
-        for oid, kind, entry, size, base, depth, context in zip(*run, strict=True):
-            self.append(oid, kind, entry, size, base=base, depth=depth, base_context=context)
-
-    def _is_usual_delta(
-        self,
-        oid: ObjectId,
-        kind: Kind,
-        entry: bytes,
-        *,
-        size: int,
-        base: ObjectId,
-        depth: int,
-        base_context: ObjectId | None,
-    ) -> bool:
-        """True when :meth:`_check_entry` would accept this REF_DELTA entry (its checks,
-        cheapest first, without building a :class:`LayerEntry`); False sends it there."""
-        kinds = self._kinds
-        if not (
-            type(oid) is bytes
-            and len(oid) == OID_BYTES
-            and type(base) is bytes
-            and len(base) == OID_BYTES
-            and base != oid
-            and type(kind) is Kind
-            and (self._merged or not kinds or kinds[-1] <= kind)
-            and oid not in self._index
-            and oid not in self._pending_bases
-            and 0 < len(entry) <= U32_MAX
-            and 0 <= size <= self._limits.object_bytes_max
-            and 1 <= depth <= self._depth_max
-            and (
-                base_context is None
-                or (
-                    type(base_context) is bytes
-                    and len(base_context) == OID_BYTES
-                    and base_context != oid
-                )
-            )
-        ):
-            return False
-        if not header_is(entry, PACK_REF_DELTA, -1, base):
-            return False
-        local = self._index.get(base)
-        return local is None or (kinds[local] == kind and self._depths[local] + 1 == depth)
+        if taken is None:
+            for oid, kind, entry, size, base, depth, context in zip(*run, strict=True):
+                self.append(oid, kind, entry, size, base=base, depth=depth, base_context=context)
+            return
+        kinds, offsets, lengths, sizes, depths, data, where, per_kind, runs, bases, ctx, waits = (
+            taken
+        )
+        self._oids += run.oids
+        self._index.update(where)
+        self._kinds += kinds
+        for oids, new in zip(self._kind_oids, per_kind, strict=True):
+            oids.extend(new)
+        self._kind_runs += runs
+        self._offsets.frombytes(offsets)
+        self._lengths.frombytes(lengths)
+        self._sizes.frombytes(sizes)
+        self._depths.frombytes(depths)
+        self._bases.update(bases)
+        self._contexts.update(ctx)
+        pending = self._pending_bases
+        for base, local in waits.items():
+            pending.setdefault(base, local)
+        self._out.write(data)
 
     def add_commit(self, info: CommitInfo) -> None:
         """Record a commit for the commit section; order of calls is the section's order."""
@@ -566,9 +510,24 @@ class LayerWriter:
         if self._finished:
             raise InvalidArgument("the layer is already finished")
 
-    def _check_entry(self, e: LayerEntry) -> None:
-        """Cheap checks first: this runs once per object of every push."""
-        oid, kind, data = e.oid, e.kind, e.entry
+    def _check_entry(  # noqa: PLR0917 (append's fields, as given)
+        self,
+        oid: ObjectId,
+        kind: Kind,
+        entry: bytes,
+        size: int,
+        base: ObjectId | None,
+        depth: int,
+        base_context: ObjectId | None,
+    ) -> None:
+        """The rule of an entry the layer takes (seed 004, "Layers"), its one home.
+
+        Cheap checks first: this runs once per object written entry by entry. The
+        header is read by the compiled ``header_is`` (``packfmt.h``) and, where that
+        does not find the usual one, by ``parse_entry_header``, whose reading words
+        the error. ``enroute_native.layer_append`` takes a run only where this takes
+        every entry of it (``test_layer_writer_deltas.py`` compares the two).
+        """
         if type(oid) is not bytes or len(oid) != OID_BYTES:
             _check_oid(oid, "entry oid")
         if oid in self._index:
@@ -578,63 +537,49 @@ class LayerWriter:
             raise InvalidArgument(f"object {oid.hex()} comes after {delta}, a delta against it")
         if type(kind) is not Kind:
             raise InvalidArgument(f"object {oid.hex()}: kind {kind!r} is not a Kind")
-        if not self._merged and self._kinds and kind < self._kinds[-1]:
+        kinds = self._kinds
+        if not self._merged and kinds and kind < kinds[-1]:
             raise InvalidArgument(
                 f"object {oid.hex()}: a pushed layer groups kinds commit | tree | blob | tag, "
-                f"got a {kind.name.lower()} after a {Kind(self._kinds[-1]).name.lower()}"
+                f"got a {kind.name.lower()} after a {Kind(kinds[-1]).name.lower()}"
             )
-        if not 0 < len(data) <= U32_MAX:
-            raise InvalidArgument(f"object {oid.hex()}: entry length {len(data)} is out of range")
-        if not 0 <= e.size <= self._limits.object_bytes_max:
-            if e.size < 0:
-                raise InvalidArgument(f"object {oid.hex()}: size {e.size} is negative")
-            check_limit("object_bytes_max", e.size, self._limits.object_bytes_max)
-        if not 0 <= e.depth <= self._depth_max:
-            if e.depth < 0:
-                raise InvalidArgument(f"object {oid.hex()}: depth {e.depth} is negative")
-            check_limit("delta_chain_depth_max", e.depth, self._depth_max)
-        if e.base_context is not None:
-            _check_oid(e.base_context, "base context")
-            if e.base_context == oid:
+        if not 0 < len(entry) <= U32_MAX:
+            raise InvalidArgument(f"object {oid.hex()}: entry length {len(entry)} is out of range")
+        if not 0 <= size <= self._limits.object_bytes_max:
+            if size < 0:
+                raise InvalidArgument(f"object {oid.hex()}: size {size} is negative")
+            check_limit("object_bytes_max", size, self._limits.object_bytes_max)
+        if not 0 <= depth <= self._depth_max:
+            if depth < 0:
+                raise InvalidArgument(f"object {oid.hex()}: depth {depth} is negative")
+            check_limit("delta_chain_depth_max", depth, self._depth_max)
+        if base_context is not None:
+            _check_oid(base_context, "base context")
+            if base_context == oid:
                 raise InvalidArgument(f"object {oid.hex()} is its own base context")
-        ptype, hsize, hlen = _header(e)
-        if e.base is None:
-            self._check_full(e, ptype, hsize, hlen)
-        else:
-            self._check_delta(e, ptype, hlen)
-
-    def _check_full(self, e: LayerEntry, ptype: int, hsize: int, hlen: int) -> None:
-        name = e.oid.hex()
-        if ptype == PACK_OFS_DELTA:
-            raise InvalidArgument(f"object {name}: layers store no OFS_DELTA entries")
-        if ptype != PACK_TYPE_OF_KIND[e.kind]:
-            raise InvalidArgument(f"object {name}: pack type {ptype} is not a {e.kind.name}")
-        if hsize != e.size:
-            raise InvalidArgument(f"object {name}: header size {hsize} is not {e.size}")
-        if e.depth != 0:
-            raise InvalidArgument(f"object {name}: a full entry has depth 0")
-
-    def _check_delta(self, e: LayerEntry, ptype: int, hlen: int) -> None:
-        name = e.oid.hex()
-        assert e.base is not None
-        _check_oid(e.base, "delta base")
-        if ptype == PACK_OFS_DELTA:
-            raise InvalidArgument(f"object {name}: layers store no OFS_DELTA entries")
-        if ptype != PACK_REF_DELTA:
-            raise InvalidArgument(f"object {name}: an entry with a base must be a REF_DELTA")
-        if len(e.entry) <= hlen + OID_BYTES or e.entry[hlen : hlen + OID_BYTES] != e.base:
-            raise InvalidArgument(f"object {name}: REF_DELTA entry does not name its base")
-        if e.base == e.oid:
-            raise InvalidArgument(f"object {name} is its own delta base")
-        if e.depth < 1:
-            raise InvalidArgument(f"object {name}: a delta has depth at least 1")
-        local = self._index.get(e.base)
+        if base is None:
+            if not header_is(entry, PACK_TYPE_OF_KIND[kind], size, None):
+                _check_full_header(oid, kind, entry, size)
+            if depth != 0:
+                raise InvalidArgument(f"object {oid.hex()}: a full entry has depth 0")
+            return
+        if (
+            type(base) is not bytes
+            or len(base) != OID_BYTES
+            or not header_is(entry, PACK_REF_DELTA, -1, base)
+        ):
+            _check_delta_header(oid, entry, base)
+        if base == oid:
+            raise InvalidArgument(f"object {oid.hex()} is its own delta base")
+        if depth < 1:
+            raise InvalidArgument(f"object {oid.hex()}: a delta has depth at least 1")
+        local = self._index.get(base)
         if local is not None:
-            if self._kinds[local] != e.kind:
-                raise InvalidArgument(f"object {name}: delta base has another kind")
-            if e.depth != self._depths[local] + 1:
+            if kinds[local] != kind:
+                raise InvalidArgument(f"object {oid.hex()}: delta base has another kind")
+            if depth != self._depths[local] + 1:
                 raise InvalidArgument(
-                    f"object {name}: depth {e.depth}, its base's is {self._depths[local]}"
+                    f"object {oid.hex()}: depth {depth}, its base's is {self._depths[local]}"
                 )
 
     def _check_id_runs(
@@ -750,13 +695,38 @@ def _le_bytes(values: array[int]) -> bytes:
     return values.tobytes()
 
 
-def _header(e: LayerEntry) -> tuple[int, int, int]:
+def _header(oid: bytes, entry: bytes) -> tuple[int, int, int]:
     try:
-        ptype, size, length, _, _ = parse_entry_header(e.entry, 0, 0)
+        ptype, size, length, _, _ = parse_entry_header(entry, 0, 0)
     except InvalidPack as err:
-        raise InvalidArgument(f"object {e.oid.hex()}: {err.message}") from None
+        raise InvalidArgument(f"object {oid.hex()}: {err.message}") from None
     # The pack parser counts a REF_DELTA's base oid in the header; the checks below do not.
     return ptype, size, length - OID_BYTES if ptype == PACK_REF_DELTA else length
+
+
+def _check_full_header(oid: bytes, kind: Kind, entry: bytes, size: int) -> None:
+    """The header of a full entry, read by ``parse_entry_header`` (where the compiled
+    ``header_is`` did not find the usual one): its type and declared size."""
+    ptype, hsize, _ = _header(oid, entry)
+    if ptype == PACK_OFS_DELTA:
+        raise InvalidArgument(f"object {oid.hex()}: layers store no OFS_DELTA entries")
+    if ptype != PACK_TYPE_OF_KIND[kind]:
+        raise InvalidArgument(f"object {oid.hex()}: pack type {ptype} is not a {kind.name}")
+    if hsize != size:
+        raise InvalidArgument(f"object {oid.hex()}: header size {hsize} is not {size}")
+
+
+def _check_delta_header(oid: bytes, entry: bytes, base: object) -> None:
+    """The header of a delta entry, read by ``parse_entry_header``: a REF_DELTA naming
+    ``base``, with data after it."""
+    ptype, _, hlen = _header(oid, entry)
+    _check_oid(base, "delta base")
+    if ptype == PACK_OFS_DELTA:
+        raise InvalidArgument(f"object {oid.hex()}: layers store no OFS_DELTA entries")
+    if ptype != PACK_REF_DELTA:
+        raise InvalidArgument(f"object {oid.hex()}: an entry with a base must be a REF_DELTA")
+    if len(entry) <= hlen + OID_BYTES or entry[hlen : hlen + OID_BYTES] != base:
+        raise InvalidArgument(f"object {oid.hex()}: REF_DELTA entry does not name its base")
 
 
 def _check_oid(oid: object, what: str) -> None:
