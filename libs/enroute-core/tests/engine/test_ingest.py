@@ -30,7 +30,7 @@ from enroute_core.git.delta import apply_delta, create_delta
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.objects import object_id
 from enroute_core.git.pack import OBJ_OFS_DELTA, OBJ_REF_DELTA, parse_entry_header
-from enroute_core.git.packindexer import PackObjectInfo, index_pack
+from enroute_core.git.packindexer import PackObjectInfo, PackObjects, index_pack
 from enroute_core.git.packwrite import PackWriter
 from enroute_core.git.source import BytesSource
 from enroute_core.git.tree import MODE_FILE, Tree, TreeEntry
@@ -677,4 +677,4 @@ def test_compiled_bases_first_matches_the_reference() -> None:
 
         bases = {oid: info.base_oid for oid, info in zip(oids, objects, strict=True)}
         want = _bases_first(order, bases.__getitem__, members.__contains__)
-        assert bases_first(order, by_oid, objects, members) == want
+        assert bases_first(order, by_oid, PackObjects.from_infos(objects).columns, members) == want

@@ -17,39 +17,73 @@
 #include <Python.h>
 #include "packfmt.h"
 
-/* PackObjectInfo's fields (enroute_core.git.packindexer), a NamedTuple. */
-enum {
-    F_OFFSET = 0,
-    F_OBJECT_SIZE = 4,
-    F_SIZE_IN_PACK = 5,
-    F_BASE_OID = 7,
-    F_ENTRY_TYPE = 8,
-    F_HEADER_LENGTH = 9,
-    F_COUNT = 10,
-};
+/* The pack's entries as columns (enroute_core.git.packindexer.PackObjects.columns, the
+ * order enroute_native.pack_index returns them): native byte order. */
+enum { C_OFFSETS, C_OIDS, C_TYPES, C_SIZES, C_OBJECT_SIZES, C_LENGTHS, C_DEPTHS, C_BASE_OIDS,
+       C_HAS_BASE, C_ENTRY_TYPES, C_HLENS, C_COUNT };
 
 typedef struct {
-    PyObject *by_oid, *objects, *placed, *context, *thin, *known, *contains;
+    Py_ssize_t n;
+    const long long *offsets, *lengths;
+    const unsigned long long *object_sizes;
+    const int *hlens;
+    const unsigned char *base_oids, *has_base, *entry_types;
+} Cols;
+
+/* ``columns`` read into ``c``: 0, or -1 with an error when they are not the usual ones. */
+static int
+read_cols(PyObject *columns, Cols *c)
+{
+    static const Py_ssize_t width[C_COUNT] = {8, OID_BYTES, 1, 8, 8, 8, 4, OID_BYTES, 1, 1, 4};
+    if (!PyTuple_Check(columns) || PyTuple_GET_SIZE(columns) != C_COUNT)
+        goto bad;
+    for (int k = 0; k < C_COUNT; k++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(columns, k)))
+            goto bad;
+    c->n = PyBytes_GET_SIZE(PyTuple_GET_ITEM(columns, C_TYPES));
+    for (int k = 0; k < C_COUNT; k++)
+        if (PyBytes_GET_SIZE(PyTuple_GET_ITEM(columns, k)) != c->n * width[k])
+            goto bad;
+#define COL(k) ((const void *)PyBytes_AS_STRING(PyTuple_GET_ITEM(columns, k)))
+    c->offsets = COL(C_OFFSETS);
+    c->lengths = COL(C_LENGTHS);
+    c->object_sizes = COL(C_OBJECT_SIZES);
+    c->hlens = COL(C_HLENS);
+    c->base_oids = COL(C_BASE_OIDS);
+    c->has_base = COL(C_HAS_BASE);
+    c->entry_types = COL(C_ENTRY_TYPES);
+#undef COL
+    return 0;
+bad:
+    PyErr_SetString(PyExc_TypeError, "objects must be PackObjects.columns");
+    return -1;
+}
+
+/* Entry ``i``'s base oid (new reference), or Py_None (new reference) for a full entry. */
+static PyObject *
+base_oid(const Cols *c, Py_ssize_t i)
+{
+    if (!c->has_base[i])
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)c->base_oids + (size_t)i * OID_BYTES,
+                                     OID_BYTES);
+}
+
+typedef struct {
+    PyObject *by_oid, *placed, *context, *thin, *known, *contains;
     PyObject *depths, *kinds, *externals;
+    Cols cols;
     long depth_max;
     const unsigned char *pack;
     Py_ssize_t pack_len;
 } Plan;
 
-static PyObject *
-field(PyObject *info, Py_ssize_t i)
-{
-    return PyTuple_GET_ITEM(info, i);
-}
-
-/* Where the entry lies in the pack: 0, or -1 with an error when it lies outside. */
+/* Where entry ``i`` lies in the pack: 0, or -1 with an error when it lies outside. */
 static int
-entry_span(const Plan *p, PyObject *info, long long *offset, long long *length)
+entry_span(const Plan *p, Py_ssize_t i, long long *offset, long long *length)
 {
-    *offset = PyLong_AsLongLong(field(info, F_OFFSET));
-    *length = PyLong_AsLongLong(field(info, F_SIZE_IN_PACK));
-    if (PyErr_Occurred())
-        return -1;
+    *offset = p->cols.offsets[i];
+    *length = p->cols.lengths[i];
     if (*offset < 0 || *length <= 0 || *offset > p->pack_len || *length > p->pack_len - *offset) {
         PyErr_SetString(PyExc_ValueError, "a pack entry lies outside the pack");
         return -1;
@@ -59,10 +93,10 @@ entry_span(const Plan *p, PyObject *info, long long *offset, long long *length)
 
 /* The entry's bytes as the pack holds them. */
 static PyObject *
-pack_slice(const Plan *p, PyObject *info)
+pack_slice(const Plan *p, Py_ssize_t i)
 {
     long long offset, length;
-    if (entry_span(p, info, &offset, &length) < 0)
+    if (entry_span(p, i, &offset, &length) < 0)
         return NULL;
     return PyBytes_FromStringAndSize((const char *)p->pack + offset, (Py_ssize_t)length);
 }
@@ -70,14 +104,12 @@ pack_slice(const Plan *p, PyObject *info)
 /* A kept OFS_DELTA as a REF_DELTA on ``base`` (packfmt.h's ofs_as_ref_delta, as
  * pack_entry.as_ref_delta); Py_None (new reference) when its header is not the usual one. */
 static PyObject *
-ref_delta(const Plan *p, PyObject *info, PyObject *base)
+ref_delta(const Plan *p, Py_ssize_t i, PyObject *base)
 {
     long long offset, length;
-    if (entry_span(p, info, &offset, &length) < 0)
+    if (entry_span(p, i, &offset, &length) < 0)
         return NULL;
-    Py_ssize_t header_length = PyLong_AsSsize_t(field(info, F_HEADER_LENGTH));
-    if (header_length == -1 && PyErr_Occurred())
-        return NULL;
+    Py_ssize_t header_length = p->cols.hlens[i];
     if (!PyBytes_Check(base) || PyBytes_GET_SIZE(base) != OID_BYTES)
         Py_RETURN_NONE;
     return ofs_as_ref_delta(p->pack + offset, (Py_ssize_t)length, header_length,
@@ -108,13 +140,28 @@ outside(const Plan *p, PyObject *base)
     return yes;
 }
 
+static int plan_base(const Plan *p, Py_ssize_t i, PyObject *kind, PyObject *base,
+                     PyObject **base_out, long *depth_out, PyObject **entry_out);
+
 /* Base, depth and entry of one object: new references in *base_out and *entry_out
  * (*entry_out None where the caller fills it in). 0, or -1 on error. */
 static int
-plan_one(const Plan *p, PyObject *info, PyObject *kind, PyObject **base_out, long *depth_out,
+plan_one(const Plan *p, Py_ssize_t i, PyObject *kind, PyObject **base_out, long *depth_out,
          PyObject **entry_out)
 {
-    PyObject *base = field(info, F_BASE_OID);
+    PyObject *base = base_oid(&p->cols, i);
+    if (base == NULL)
+        return -1;
+    int status = plan_base(p, i, kind, base, base_out, depth_out, entry_out);
+    Py_DECREF(base);
+    return status;
+}
+
+/* plan_one with entry ``i``'s base oid (or Py_None) in ``base``, borrowed. */
+static int
+plan_base(const Plan *p, Py_ssize_t i, PyObject *kind, PyObject *base, PyObject **base_out,
+          long *depth_out, PyObject **entry_out)
+{
     long depth = 0;
     int keep = 0;
     if (base != Py_None) {
@@ -151,13 +198,11 @@ plan_one(const Plan *p, PyObject *info, PyObject *kind, PyObject **base_out, lon
     PyObject *entry;
     if (!keep) {
         depth = 0;
-        entry = base == Py_None ? pack_slice(p, info) : (Py_INCREF(Py_None), Py_None);
+        entry = base == Py_None ? pack_slice(p, i) : (Py_INCREF(Py_None), Py_None);
     }
     else {
-        long entry_type = PyLong_AsLong(field(info, F_ENTRY_TYPE));
-        if (entry_type == -1 && PyErr_Occurred())
-            return -1;
-        entry = entry_type == OBJ_REF_DELTA ? pack_slice(p, info) : ref_delta(p, info, base);
+        long entry_type = p->cols.entry_types[i];
+        entry = entry_type == OBJ_REF_DELTA ? pack_slice(p, i) : ref_delta(p, i, base);
     }
     if (entry == NULL)
         return -1;
@@ -169,7 +214,7 @@ plan_one(const Plan *p, PyObject *info, PyObject *kind, PyObject **base_out, lon
 }
 
 PyDoc_STRVAR(plan_run_doc,
-"plan_run(pack, order, start, run_bytes_max, by_oid, objects, placed, context, thin,\n"
+"plan_run(pack, order, start, run_bytes_max, by_oid, columns, placed, context, thin,\n"
 "         known, contains, depth_max, depths, kinds, externals)\n"
 "--\n\n"
 "``(stop, (oids, kinds, entries, sizes, bases, depths, contexts), redo)`` for\n"
@@ -182,17 +227,21 @@ plan_run(PyObject *self, PyObject *args)
 {
     (void)self;
     Py_buffer pack;
-    PyObject *order;
+    PyObject *order, *columns;
     Py_ssize_t start;
     long long run_bytes_max;
     Plan p;
     if (!PyArg_ParseTuple(args, "y*O!nLO!O!O!O!O!O!OlO!O!O!:plan_run", &pack, &PyList_Type, &order,
                           &start, &run_bytes_max, &PyDict_Type, &p.by_oid, &PyTuple_Type,
-                          &p.objects, &PyDict_Type, &p.placed, &PyDict_Type, &p.context,
+                          &columns, &PyDict_Type, &p.placed, &PyDict_Type, &p.context,
                           &PySet_Type, &p.thin, &PyDict_Type, &p.known, &p.contains, &p.depth_max,
                           &PyDict_Type, &p.depths, &PyDict_Type, &p.kinds, &PySet_Type,
                           &p.externals))
         return NULL;
+    if (read_cols(columns, &p.cols) < 0) {
+        PyBuffer_Release(&pack);
+        return NULL;
+    }
     p.pack = (const unsigned char *)pack.buf;
     p.pack_len = pack.len;
     PyObject *cols[7] = {NULL};
@@ -212,24 +261,20 @@ plan_run(PyObject *self, PyObject *args)
         PyObject *index = PyDict_GetItemWithError(p.by_oid, oid);
         PyObject *kind = index == NULL ? NULL : PyDict_GetItemWithError(p.placed, oid);
         Py_ssize_t i = index == NULL ? -1 : PyLong_AsSsize_t(index);
-        PyObject *info = NULL;
+        int found = 0;
         if (kind == NULL || i == -1) {
             if (!PyErr_Occurred())
                 PyErr_SetObject(PyExc_KeyError, oid);
         }
-        else if (i < 0 || i >= PyTuple_GET_SIZE(p.objects))
+        else if (i < 0 || i >= p.cols.n)
             PyErr_SetString(PyExc_IndexError, "an object index outside the pack");
-        else {
-            info = PyTuple_GET_ITEM(p.objects, i);
-            if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) != F_COUNT) {
-                PyErr_SetString(PyExc_TypeError, "objects must hold PackObjectInfo");
-                info = NULL;
-            }
-        }
-        PyObject *base = NULL, *entry = NULL, *depth_obj = NULL, *ctx = NULL;
+        else
+            found = 1;
+        PyObject *base = NULL, *entry = NULL, *depth_obj = NULL, *ctx = NULL, *size = NULL;
         long depth = 0;
-        if (info != NULL && plan_one(&p, info, kind, &base, &depth, &entry) == 0 &&
-            (depth_obj = PyLong_FromLong(depth)) != NULL) {
+        if (found && plan_one(&p, i, kind, &base, &depth, &entry) == 0 &&
+            (depth_obj = PyLong_FromLong(depth)) != NULL &&
+            (size = PyLong_FromUnsignedLongLong(p.cols.object_sizes[i])) != NULL) {
             ctx = PyDict_GetItemWithError(p.context, oid);
             if (ctx == NULL && !PyErr_Occurred())
                 ctx = Py_None;
@@ -238,19 +283,16 @@ plan_run(PyObject *self, PyObject *args)
             ok = ctx != NULL && (entry != Py_None || index_obj != NULL) &&
                  PyList_Append(cols[0], oid) == 0 && PyList_Append(cols[1], kind) == 0 &&
                  PyList_Append(cols[2], entry) == 0 &&
-                 PyList_Append(cols[3], field(info, F_OBJECT_SIZE)) == 0 &&
+                 PyList_Append(cols[3], size) == 0 &&
                  PyList_Append(cols[4], base) == 0 && PyList_Append(cols[5], depth_obj) == 0 &&
                  PyList_Append(cols[6], ctx) == 0 &&
                  (index_obj == NULL || PyList_Append(redo, index_obj) == 0) &&
                  PyDict_SetItem(p.depths, oid, depth_obj) == 0 &&
                  PyDict_SetItem(p.kinds, oid, kind) == 0;
             Py_XDECREF(index_obj);
-            if (ok) {
-                long long in_pack = PyLong_AsLongLong(field(info, F_SIZE_IN_PACK));
-                ok = !(in_pack == -1 && PyErr_Occurred());
-                run_bytes += in_pack;
-            }
+            run_bytes += p.cols.lengths[i];
         }
+        Py_XDECREF(size);
         Py_XDECREF(base);
         Py_XDECREF(entry);
         Py_XDECREF(depth_obj);
@@ -273,9 +315,9 @@ plan_run(PyObject *self, PyObject *args)
     return result;
 }
 
-/* ``objects[by_oid[oid]]``'s base oid (borrowed), Py_None, or NULL with an error. */
+/* The base oid of ``oid``'s entry (new reference), Py_None, or NULL with an error. */
 static PyObject *
-base_of(PyObject *by_oid, PyObject *objects, PyObject *oid)
+base_of(PyObject *by_oid, const Cols *cols, PyObject *oid)
 {
     PyObject *index = PyDict_GetItemWithError(by_oid, oid);
     if (index == NULL) {
@@ -286,16 +328,11 @@ base_of(PyObject *by_oid, PyObject *objects, PyObject *oid)
     Py_ssize_t i = PyLong_AsSsize_t(index);
     if (i == -1 && PyErr_Occurred())
         return NULL;
-    if (i < 0 || i >= PyTuple_GET_SIZE(objects)) {
+    if (i < 0 || i >= cols->n) {
         PyErr_SetString(PyExc_IndexError, "an object index outside the pack");
         return NULL;
     }
-    PyObject *info = PyTuple_GET_ITEM(objects, i);
-    if (!PyTuple_Check(info) || PyTuple_GET_SIZE(info) != F_COUNT) {
-        PyErr_SetString(PyExc_TypeError, "objects must hold PackObjectInfo");
-        return NULL;
-    }
-    return field(info, F_BASE_OID);
+    return base_oid(cols, i);
 }
 
 /* 1 when ``oid`` equals an item of ``chain[:n]``, 0 if not, -1 on error. */
@@ -311,7 +348,7 @@ in_chain(PyObject *chain, PyObject *oid)
 }
 
 PyDoc_STRVAR(bases_first_doc,
-"bases_first(order, by_oid, objects, members)\n"
+"bases_first(order, by_oid, columns, members)\n"
 "--\n\n"
 "``order`` with each delta's chain of bases in ``members`` not yet placed moved\n"
 "just before it; otherwise unchanged. ingest._bases_first is the reference.");
@@ -320,9 +357,12 @@ static PyObject *
 bases_first(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *order, *by_oid, *objects, *members;
+    PyObject *order, *by_oid, *columns, *members;
+    Cols cols;
     if (!PyArg_ParseTuple(args, "O!O!O!O!:bases_first", &PyList_Type, &order, &PyDict_Type,
-                          &by_oid, &PyTuple_Type, &objects, &PySet_Type, &members))
+                          &by_oid, &PyTuple_Type, &columns, &PySet_Type, &members))
+        return NULL;
+    if (read_cols(columns, &cols) < 0)
         return NULL;
     PyObject *emitted = PySet_New(NULL);
     PyObject *out = PyList_New(0);
@@ -337,7 +377,7 @@ bases_first(PyObject *self, PyObject *args)
         }
         ok = PyList_SetSlice(chain, 0, PyList_GET_SIZE(chain), NULL) == 0 &&
              PyList_Append(chain, oid) == 0;
-        PyObject *base = ok ? base_of(by_oid, objects, oid) : NULL;
+        PyObject *base = ok ? base_of(by_oid, &cols, oid) : NULL;
         ok = base != NULL;
         while (ok && base != Py_None) {
             int member = PySet_Contains(members, base);
@@ -350,9 +390,12 @@ bases_first(PyObject *self, PyObject *args)
             if (!member || placed || again)
                 break;
             ok = PyList_Append(chain, base) == 0;
-            base = ok ? base_of(by_oid, objects, base) : NULL;
+            PyObject *next = ok ? base_of(by_oid, &cols, base) : NULL;
+            Py_DECREF(base);
+            base = next;
             ok = ok && base != NULL;
         }
+        Py_XDECREF(base);
         for (Py_ssize_t k = PyList_GET_SIZE(chain) - 1; ok && k >= 0; k--) {
             PyObject *item = PyList_GET_ITEM(chain, k);
             ok = PySet_Add(emitted, item) == 0 && PyList_Append(out, item) == 0;

@@ -11,7 +11,7 @@ def plan_run(
     start: int,
     run_bytes_max: int,
     by_oid: dict[_Oid, int],
-    objects: tuple[Any, ...],
+    columns: tuple[bytes, ...],
     placed: dict[_Oid, _Kind],
     context: dict[_Oid, _Oid],
     thin: set[_Oid],
@@ -38,7 +38,7 @@ def plan_run(
 def bases_first(
     order: list[_Oid],
     by_oid: dict[_Oid, int],
-    objects: tuple[Any, ...],
+    columns: tuple[bytes, ...],
     members: set[_Oid],
     /,
 ) -> list[_Oid]: ...

@@ -73,7 +73,7 @@ typedef struct Pipe Pipe;
 
 typedef struct {
     /* the caller's */
-    PyObject *read_seq, *read_at, *on_object, *sha1, *find, *info_type;
+    PyObject *read_seq, *read_at, *on_object, *sha1, *find;
     long long end;
     int count;
     unsigned long long size_max, object_bytes_max, free_bytes, ratio_max, stream_min;
@@ -1525,49 +1525,71 @@ resolve_external(Run *r)
     return DONE;
 }
 
+/* A column of ``n`` items of ``width`` bytes each, gathered from ``get(r, i, out)``. */
+static PyObject *
+column(Run *r, Py_ssize_t width, void (*get)(const Run *, int, unsigned char *))
+{
+    PyObject *col = PyBytes_FromStringAndSize(NULL, width * r->count);
+    if (col == NULL)
+        return NULL;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(col);
+    for (int i = 0; i < r->count; i++)
+        get(r, i, out + (size_t)i * (size_t)width);
+    return col;
+}
+
+static void get_offset(const Run *r, int i, unsigned char *o) { memcpy(o, &r->offsets[i], 8); }
+static void get_size(const Run *r, int i, unsigned char *o) { memcpy(o, &r->sizes[i], 8); }
+static void get_object_size(const Run *r, int i, unsigned char *o)
+{
+    memcpy(o, &r->object_sizes[i], 8);
+}
+static void get_length(const Run *r, int i, unsigned char *o)
+{
+    long long length = r->ends[i] - r->offsets[i];
+    memcpy(o, &length, 8);
+}
+static void get_depth(const Run *r, int i, unsigned char *o) { memcpy(o, &r->depths[i], 4); }
+static void get_hlen(const Run *r, int i, unsigned char *o) { memcpy(o, &r->hlens[i], 4); }
+static void get_type(const Run *r, int i, unsigned char *o) { *o = r->types[i]; }
+static void get_entry_type(const Run *r, int i, unsigned char *o) { *o = r->entry_types[i]; }
+static void get_has_base(const Run *r, int i, unsigned char *o) { *o = r->bases[i] != NO_BASE; }
+static void get_base_oid(const Run *r, int i, unsigned char *o)
+{
+    if (r->bases[i] != NO_BASE)
+        memcpy(o, r->base_oids + (size_t)i * OID_BYTES, OID_BYTES);
+    else
+        memset(o, 0, OID_BYTES);
+}
+
+/* The entries as columns, in pack order (enroute_core.git.packindexer.PackObjects): no
+ * Python object per entry, as index-pack keeps its entries in arrays. Native byte order:
+ * offsets, sizes, object sizes, lengths in the pack (int64/uint64); oids (20 bytes each);
+ * types; depths (int32); base oids (20 bytes each, zeros without a base); has a base (0/1);
+ * entry types; header lengths (int32). */
 static PyObject *
 results(Run *r)
 {
-    PyObject *objects = PyTuple_New(r->count);
-    if (objects == NULL)
-        return NULL;
-    /* Half a million tuples would start the collector every 700: none can be in a cycle. */
-    int collecting = PyGC_Disable();
-    for (int i = 0; i < r->count; i++) {
-        PyObject *base_oid;
-        if (r->bases[i] != NO_BASE)
-            base_oid = PyBytes_FromStringAndSize((const char *)r->base_oids + (size_t)i * OID_BYTES,
-                                                 OID_BYTES);
-        else {
-            base_oid = Py_None;
-            Py_INCREF(base_oid);
-        }
-        PyObject *fields = Py_BuildValue(
-            "(LNiKKLiNii)", r->offsets[i],
-            PyBytes_FromStringAndSize((const char *)r->oids + (size_t)i * OID_BYTES, OID_BYTES),
-            (int)r->types[i], r->sizes[i], r->object_sizes[i], r->ends[i] - r->offsets[i],
-            r->depths[i], base_oid, (int)r->entry_types[i], r->hlens[i]);
-        if (fields == NULL) {
-            Py_DECREF(objects);
-            objects = NULL;
-            break;
-        }
-        /* The NamedTuple's own __new__ is tuple.__new__(cls, fields). */
-        PyObject *args = PyTuple_Pack(1, fields);
-        Py_DECREF(fields);
-        PyObject *info = args == NULL ? NULL
-                                      : PyTuple_Type.tp_new((PyTypeObject *)r->info_type, args, NULL);
-        Py_XDECREF(args);
-        if (info == NULL) {
-            Py_DECREF(objects);
-            objects = NULL;
-            break;
-        }
-        PyTuple_SET_ITEM(objects, i, info);
+    PyObject *oids = PyBytes_FromStringAndSize((const char *)r->oids, (Py_ssize_t)r->count * OID_BYTES);
+    PyObject *cols[] = {
+        column(r, 8, get_offset),   oids,
+        column(r, 1, get_type),     column(r, 8, get_size),
+        column(r, 8, get_object_size), column(r, 8, get_length),
+        column(r, 4, get_depth),    column(r, OID_BYTES, get_base_oid),
+        column(r, 1, get_has_base), column(r, 1, get_entry_type),
+        column(r, 4, get_hlen),
+    };
+    const Py_ssize_t n = (Py_ssize_t)(sizeof(cols) / sizeof(cols[0]));
+    PyObject *out = PyTuple_New(n);
+    for (Py_ssize_t c = 0; c < n; c++) {
+        if (out != NULL && cols[c] == NULL)
+            Py_CLEAR(out);
+        if (out != NULL)
+            PyTuple_SET_ITEM(out, c, cols[c]);
+        else
+            Py_XDECREF(cols[c]);
     }
-    if (collecting)
-        PyGC_Enable();
-    return objects;
+    return out;
 }
 
 #define ALLOC(field, n)                                                                        \
@@ -1633,11 +1655,11 @@ release(Run *r)
 }
 
 PyDoc_STRVAR(index_pack_doc,
-"index_pack(read_seq, read_at, check_end, find, on_object, sha1, info_type, count, end,\n"
+"index_pack(read_seq, read_at, check_end, find, on_object, sha1, count, end,\n"
 "           size_max, object_bytes_max, free_bytes, ratio_max, depth_max, cache_max, window,\n"
 "           expansion_max, stream_min, threads)\n"
 "--\n\n"
-"Every entry of the pack as a tuple of ``info_type`` in pack order, or None\n"
+"Every entry of the pack as eleven columns in pack order (results()), or None\n"
 "when the pack is not the usual one (the caller then runs the reference).\n"
 "``check_end(pos)`` is called once the entries are read, with the offset\n"
 "after the last one, before any base outside the pack is asked of ``find``.\n"
@@ -1657,17 +1679,12 @@ index_pack(PyObject *self, PyObject *args)
     PyObject *check_end;
     long long count;
     int threads;
-    if (!PyArg_ParseTuple(args, "OOOOOOOLLKKKKlLnKKi:index_pack", &r->read_seq, &r->read_at,
-                          &check_end, &r->find, &r->on_object, &r->sha1, &r->info_type, &count,
+    if (!PyArg_ParseTuple(args, "OOOOOOLLKKKKlLnKKi:index_pack", &r->read_seq, &r->read_at,
+                          &check_end, &r->find, &r->on_object, &r->sha1, &count,
                           &r->end, &r->size_max, &r->object_bytes_max, &r->free_bytes,
                           &r->ratio_max, &r->depth_max, &r->cache_max, &r->window,
                           &r->expansion_max, &r->stream_min, &threads))
         return NULL;
-    if (!PyType_Check(r->info_type) ||
-        !PyType_IsSubtype((PyTypeObject *)r->info_type, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "info_type must be a tuple type");
-        return NULL;
-    }
     if (count < 0 || count >= INT_MAX / 4 || r->window <= 0 || r->end < PACK_HEADER_BYTES)
         Py_RETURN_NONE;
     r->count = (int)count;

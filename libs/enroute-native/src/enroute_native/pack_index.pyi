@@ -1,7 +1,5 @@
 from collections.abc import Callable
-from typing import Any, TypeVar
-
-_Info = TypeVar("_Info", bound=tuple[Any, ...])
+from typing import Any
 
 def index_pack(
     read_seq: Callable[[int, int], bytes],
@@ -10,7 +8,6 @@ def index_pack(
     find: Callable[[Any], tuple[int, bytes] | None],
     on_object: Callable[[int, Any, int, bytes | None], object] | None,
     sha1: Callable[[bytes], Any],
-    info_type: type[_Info],
     count: int,
     end: int,
     size_max: int,
@@ -24,4 +21,7 @@ def index_pack(
     stream_min: int,
     threads: int,
     /,
-) -> tuple[_Info, ...] | None: ...
+) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes] | None:
+    """(offsets, oids, types, sizes, object sizes, lengths, depths, base oids, has a base,
+    entry types, header lengths): columns in pack order, native byte order (int64/uint64
+    for offsets and sizes, int32 for depths and header lengths, 20 bytes per oid)."""

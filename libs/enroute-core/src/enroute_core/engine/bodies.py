@@ -21,7 +21,7 @@ cache a dropped tree was rebuilt along its chain once per commit that read it
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from enroute_core.base.errors import InvalidObject, InvalidPack
@@ -31,7 +31,7 @@ from enroute_core.engine.snapshot import SnapshotObjects
 from enroute_core.git.delta import apply_delta
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.pack import PACK_TRAILER_BYTES, read_entry_at
-from enroute_core.git.packindexer import PackObjectInfo
+from enroute_core.git.packindexer import PackObjects
 from enroute_core.git.source import ByteSource
 
 
@@ -149,7 +149,7 @@ class ObjectBodies:
     def __init__(
         self,
         source: ByteSource,
-        objects: Sequence[PackObjectInfo],
+        objects: PackObjects,
         by_oid: Mapping[ObjectId, int],
         snapshot: SnapshotObjects,
         *,
@@ -199,32 +199,34 @@ class ObjectBodies:
         chain: list[int] = []
         i = index
         while True:
-            info = objects[i]
-            if info.base_oid is None:
+            base_oid = objects.base_oid(i)
+            if base_oid is None:
                 body = self._entry_data(i)
                 break
             chain.append(i)
             if len(chain) > self._limits.delta_chain_depth_max + 1:
-                raise InvalidPack("delta chain does not end", offset=info.offset)
-            cached = self._cache.get(info.base_oid)
+                raise InvalidPack("delta chain does not end", offset=objects.offsets[i])
+            cached = self._cache.get(base_oid)
             if cached is not None:
                 body = cached[1]
                 break
-            base = self._by_oid.get(info.base_oid)
+            base = self._by_oid.get(base_oid)
             if base is None:
-                found = self._snapshot.read(info.base_oid)
+                found = self._snapshot.read(base_oid)
                 if found is None:
-                    raise InvalidPack("thin base vanished from the snapshot", offset=info.offset)
+                    raise InvalidPack(
+                        "thin base vanished from the snapshot", offset=objects.offsets[i]
+                    )
                 body = found[1]
                 break
             i = base
-        type_ = ObjectType(objects[index].type_num)
+        type_ = ObjectType(objects.types[index])
         for j in reversed(chain):
             body = apply_delta(body, self._entry_data(j), limits=self._limits)
-            self._cache.put(objects[j].oid, type_, body)
-        self._cache.put(objects[index].oid, type_, body)
+            self._cache.put(objects.oid(j), type_, body)
+        self._cache.put(objects.oid(index), type_, body)
         return type_, body
 
     def _entry_data(self, index: int) -> bytes:
-        offset = self._objects[index].offset
+        offset = self._objects.offsets[index]
         return read_entry_at(self._source, offset, self._limits, self._end).data

@@ -107,7 +107,7 @@ from enroute_core.git.pack import (
     read_exactly,
     read_pack_header,
 )
-from enroute_core.git.packindexer import PackIndexResult, PackObjectInfo, index_pack
+from enroute_core.git.packindexer import PackIndexResult, PackObjects, index_pack
 from enroute_core.git.source import ByteSource, BytesSource
 from enroute_core.git.tag import Tag
 from enroute_core.git.tree import Tree, TreeEntry
@@ -562,7 +562,7 @@ def _held(source: ByteSource, share: int) -> ByteSource:
 
 def _check_special_blobs(
     named: Iterable[tuple[SpecialBlob, ObjectId]],
-    objects: Sequence[PackObjectInfo],
+    objects: PackObjects,
     by_oid: dict[ObjectId, int],
     bodies: ObjectBodies,
     *,
@@ -588,8 +588,7 @@ def _check_special_blobs(
     for kind, oid in named:
         index = by_oid.get(oid)
         if index is not None:
-            info = objects[index]
-            type_num, size = info.type_num, info.object_size
+            type_num, size = objects.types[index], objects.object_sizes[index]
         else:
             held = snapshot.type_of(oid)
             if held is None:
@@ -609,25 +608,29 @@ def _check_special_blobs(
         )
 
 
-def _refuse_duplicate(objects: Sequence[PackObjectInfo]) -> None:
+def _refuse_duplicate(objects: PackObjects) -> None:
     """``index-pack --strict`` (what ``receive.fsckObjects`` runs) refuses an object
     the pack holds twice (pack-write.c, ``WRITE_IDX_STRICT``), with git's words."""
     seen: set[ObjectId] = set()
-    for info in objects:
-        if info.oid in seen:
+    for oid in objects.oid_list():
+        if oid in seen:
             raise InvalidPack(
-                f"the same object {oid_to_hex(info.oid)} appears twice in the pack",
-                oid=oid_to_hex(info.oid),
+                f"the same object {oid_to_hex(oid)} appears twice in the pack",
+                oid=oid_to_hex(oid),
             )
-        seen.add(info.oid)
+        seen.add(oid)
 
 
-def _first_copies(objects: Sequence[PackObjectInfo]) -> dict[ObjectId, int]:
+def _first_copies(objects: PackObjects) -> dict[ObjectId, int]:
     """Pack index of each oid's first copy (git without ``--strict`` allows an object
     twice in a pack; ``:func:`ingest_pack` refuses it unless ``fsck`` is None)."""
-    by_oid: dict[ObjectId, int] = {}
-    for i, info in enumerate(objects):
-        by_oid.setdefault(info.oid, i)
+    oids = objects.oid_list()
+    by_oid = dict(zip(oids, range(len(oids)), strict=True))
+    if len(by_oid) == len(oids):
+        return by_oid
+    by_oid = {}
+    for i, oid in enumerate(oids):
+        by_oid.setdefault(oid, i)
     return by_oid
 
 
@@ -639,7 +642,7 @@ class _Walk:
 
     def __init__(
         self,
-        objects: Sequence[PackObjectInfo],
+        objects: PackObjects,
         by_oid: dict[ObjectId, int],
         *,
         snapshot: SnapshotObjects,
@@ -688,7 +691,7 @@ class _Walk:
     def type_of(self, oid: ObjectId) -> ObjectType:
         """The type of an object :meth:`is_new` has classified: the snapshot's or the pack's."""
         held = self.held.get(oid)
-        return ObjectType(held if held is not None else self.objects[self.by_oid[oid]].type_num)
+        return ObjectType(held if held is not None else self.objects.types[self.by_oid[oid]])
 
     def place(self, oid: ObjectId, context: ObjectId | None) -> None:
         if oid in self.placed:
@@ -696,7 +699,7 @@ class _Walk:
         placed = len(self.placed) + 1
         if placed > self.limits.ingest_objects_max:
             check_limit("ingest_objects_max", placed, self.limits.ingest_objects_max)
-        kind = _KIND_OF_TYPE_NUM[self.objects[self.by_oid[oid]].type_num]
+        kind = _KIND_OF_TYPE_NUM[self.objects.types[self.by_oid[oid]]]
         self.placed[oid] = kind
         self.order[kind].append(oid)
         if context is not None:
@@ -772,7 +775,7 @@ class _Walk:
         held = self.held
         placed = self.placed
         by_oid = self.by_oid
-        objects = self.objects
+        types = self.objects.types
         held_type = self.snapshot.type_of
         order = self.order
         context = self.context
@@ -798,7 +801,7 @@ class _Walk:
                 if held[oid] != want:
                     expect(oid, ObjectType(want), via)
                 return
-            type_num = objects[by_oid[oid]].type_num
+            type_num = types[by_oid[oid]]
             if type_num != want:
                 expect(oid, ObjectType(want), via)
             if oid in placed:
@@ -992,13 +995,13 @@ def _check_depth(depth: int, tree: ObjectId, depth_max: int) -> None:
 
 
 def _storage_order(
-    walk: _Walk, objects: tuple[PackObjectInfo, ...], by_oid: dict[ObjectId, int]
+    walk: _Walk, objects: PackObjects, by_oid: dict[ObjectId, int]
 ) -> list[ObjectId]:
     """Kinds in order; commits and tags as walked, trees and blobs with delta bases first
     (compiled, ``entry_plan.bases_first``; :func:`_bases_first` is its reference)."""
     out = list(walk.order[Kind.COMMIT])
     for kind in (Kind.TREE, Kind.BLOB):
-        out.extend(bases_first(walk.order[kind], by_oid, objects, set(walk.order[kind])))
+        out.extend(bases_first(walk.order[kind], by_oid, objects.columns, set(walk.order[kind])))
     out.extend(walk.order[Kind.TAG])
     return out
 
@@ -1053,24 +1056,24 @@ def _write_entries(
     while start < len(order):
         if pack is not None:
             stop, run, redo = plan_run(
-                pack, order, start, _RUN_BYTES, by_oid, indexed.objects, walk.placed,
+                pack, order, start, _RUN_BYTES, by_oid, indexed.objects.columns, walk.placed,
                 walk.context, plan.thin, walk.known, walk.snapshot.contains,
                 limits.delta_chain_depth_max, plan.depths, plan.kinds, plan.externals,
             )  # fmt: skip
             entries = run[2]
             for j in redo:  # what the compiled plan leaves to the reference's routines
                 oid = order[start + j]
-                info = indexed.objects[by_oid[oid]]
+                index = by_oid[oid]
                 if run[4][j] is None:
-                    entries[j] = _full_entry(info, source, oid, bodies)
+                    entries[j] = _full_entry(indexed.objects, index, source, oid, bodies)
                 else:
-                    entries[j] = _ref_delta_entry(info, source)
+                    entries[j] = _ref_delta_entry(indexed.objects, index, source)
             writer.append_many(EntryRun(*run))  # type: ignore[arg-type]  # redo filled
         else:
             stop, planned = plan.run(order, start, source, bodies)
             writer.append_many(planned)
             if plan.large is not None:
-                _copy_entry(writer, source, plan.large)
+                _copy_entry(writer, source, indexed.objects, plan.large)
                 plan.large = None
         start = stop
     return plan.externals
@@ -1081,8 +1084,8 @@ def _held_pack(source: ByteSource) -> bytes | None:
     return source.data if isinstance(source, BytesSource) else None
 
 
-_LargeEntry = tuple[ObjectId, Kind, PackObjectInfo, ObjectId | None]
-"""A full pack entry to copy in pieces: (oid, kind, where it is, base context)."""
+_LargeEntry = tuple[ObjectId, Kind, int, ObjectId | None]
+"""A full pack entry to copy in pieces: (oid, kind, its pack index, base context)."""
 
 
 class _Plan:
@@ -1123,14 +1126,15 @@ class _Plan:
         bases: list[ObjectId | None] = []
         run_depths: list[int] = []
         contexts: list[ObjectId | None] = []
+        objects = self.objects
         run_bytes = 0
         stop = start
         while stop < len(order) and run_bytes < _RUN_BYTES:
             oid = order[stop]
             stop += 1
-            info = self.objects[self.by_oid[oid]]
+            index = self.by_oid[oid]
             kind = walk.placed[oid]
-            base = info.base_oid
+            base = objects.base_oid(index)
             depth = 0
             if base is not None:
                 if base in kinds:
@@ -1146,72 +1150,78 @@ class _Plan:
                     self.externals.add(base)
                 else:
                     base = None
+            length = objects.lengths[index]
             if base is None:
                 depth = 0
-                if info.base_oid is None and info.size_in_pack > self.stream_bytes:
+                if not objects.has_base[index] and length > self.stream_bytes:
                     depths[oid] = depth
                     kinds[oid] = kind
-                    self.large = (oid, kind, info, walk.context.get(oid))
+                    self.large = (oid, kind, index, walk.context.get(oid))
                     break  # after the run's entries, copied in pieces
-                entry = _full_entry(info, source, oid, bodies)
+                entry = _full_entry(objects, index, source, oid, bodies)
             else:
-                entry = _ref_delta_entry(info, source)
+                entry = _ref_delta_entry(objects, index, source)
             oids.append(oid)
             run_kinds.append(kind)
             entries.append(entry)
-            sizes.append(info.object_size)
+            sizes.append(objects.object_sizes[index])
             bases.append(base)
             run_depths.append(depth)
             contexts.append(walk.context.get(oid))
             depths[oid] = depth
             kinds[oid] = kind
-            run_bytes += info.size_in_pack
+            run_bytes += length
         return stop, EntryRun(oids, run_kinds, entries, sizes, bases, run_depths, contexts)
 
 
-def _copy_entry(writer: LayerWriter, source: ByteSource, large: _LargeEntry) -> None:
+def _copy_entry(
+    writer: LayerWriter, source: ByteSource, objects: PackObjects, large: _LargeEntry
+) -> None:
     """A full pack entry into the layer verbatim, read and written ``_RUN_BYTES`` at a time:
     a large object's entry is never held whole (its body never was: the indexer streamed
     it, git/packindexer.py)."""
-    oid, kind, info, context = large
-    end = info.offset + info.size_in_pack
+    oid, kind, index, context = large
+    offset, length = objects.offsets[index], objects.lengths[index]
+    end = offset + length
     pieces = (
         read_exactly(source, pos, min(_RUN_BYTES, end - pos))
-        for pos in range(info.offset, end, _RUN_BYTES)
+        for pos in range(offset, end, _RUN_BYTES)
     )
     head = next(pieces)
     writer.append_pieces(
-        oid, kind, head, pieces, length=info.size_in_pack, size=info.object_size,
+        oid, kind, head, pieces, length=length, size=objects.object_sizes[index],
         base_context=context,
     )  # fmt: skip
 
 
 def _full_entry(
-    info: PackObjectInfo, source: ByteSource, oid: ObjectId, bodies: ObjectBodies
+    objects: PackObjects, index: int, source: ByteSource, oid: ObjectId, bodies: ObjectBodies
 ) -> bytes:
     """The pack's full entry verbatim, or a delta's object re-deflated as a full entry."""
-    if info.base_oid is None:
-        return source.read_at(info.offset, info.size_in_pack)
+    if not objects.has_base[index]:
+        return source.read_at(objects.offsets[index], objects.lengths[index])
     found = bodies.get(oid)
     assert found is not None, oid_to_hex(oid)  # a pack object always has a body
     type_, body = found
     return encode_entry_header(int(type_), len(body)) + deflate(body)
 
 
-def _ref_delta_entry(info: PackObjectInfo, source: ByteSource) -> bytes:
+def _ref_delta_entry(objects: PackObjects, index: int, source: ByteSource) -> bytes:
     """A REF_DELTA entry: verbatim, or an OFS_DELTA with its header rewritten, zlib untouched.
 
     The rewrite is compiled (``enroute_native.pack_entry.as_ref_delta``); this is its
     reference, taken for any entry it does not read as a usual OFS_DELTA."""
-    raw = source.read_at(info.offset, info.size_in_pack)
-    if info.entry_type == OBJ_REF_DELTA:
+    raw = source.read_at(objects.offsets[index], objects.lengths[index])
+    entry_type, base_oid = objects.entry_types[index], objects.base_oid(index)
+    if entry_type == OBJ_REF_DELTA:
         return raw
-    assert info.entry_type == OBJ_OFS_DELTA and info.base_oid is not None, info
-    rewritten = as_ref_delta(raw, info.header_length, info.base_oid)
+    assert entry_type == OBJ_OFS_DELTA and base_oid is not None, objects[index]
+    header_length = objects.header_lengths[index]
+    rewritten = as_ref_delta(raw, header_length, base_oid)
     if rewritten is not None:
         return rewritten
-    header = encode_entry_header(OBJ_REF_DELTA, info.size)
-    return header + info.base_oid + raw[info.header_length :]
+    header = encode_entry_header(OBJ_REF_DELTA, objects.sizes[index])
+    return header + base_oid + raw[header_length:]
 
 
 # -- step 5: commit section --------------------------------------------------------------------
