@@ -32,11 +32,12 @@ from enroute_compute.maintainer import Maintainer, MaintainerConfig
 from enroute_compute.rpc.servicer import ComputeServicer
 from enroute_compute.work import PeerGoneFilter
 from enroute_core.base.errors import EnrouteError
+from enroute_core.base.limits import Limits
 from enroute_core.config import Config, load_config
-from enroute_core.discovery import first_members, follow, member_source
+from enroute_core.discovery import MemberSource, first_members, follow, member_source
 from enroute_core.drain import Drain
 from enroute_core.storage.layers import LayerService
-from enroute_core.storage.objectstore import open_store
+from enroute_core.storage.objectstore import ObjectStore, open_store
 from enroute_core.storage.pool import BufferPool, NodeCaches
 from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2_grpc
@@ -224,29 +225,10 @@ class CallGate(grpc.aio.ServerInterceptor):
 
 async def serve(config: Config) -> None:
     store = open_store(config.store.url, config.store.store_options(), env=os.environ)
-    data_dir = os.path.join(config.node.data_dir, "layers")
     limits = config.resource_limits()  # the `limits:` section reaches every parser and cache
-    # The node's one buffer pool: pages, and the object and entry caches charged to it.
-    pool = BufferPool(config.node.pool_bytes)
-    caches = NodeCaches(pool, config.node.cache)
-    layers = LayerService(store, data_dir, disk_budget_bytes=config.node.disk_cache, pool=pool)
-    discovery: asyncio.Task[None] | None = None
+    layers, caches = _node_storage(config, store)
     source = member_source(tuple(config.ledger.members), config.ledger.discovery)
-
-    def connect(members: tuple[str, ...]) -> GrpcLedger:
-        return GrpcLedger(
-            members,
-            timeout_s=config.ledger.call_timeout,
-            attempt_timeout_s=config.ledger.attempt_timeout,
-            message_bytes_max=limits.rpc_message_bytes_max,
-        )
-
-    if config.ledger.discovery is None:
-        ledger = connect(tuple(config.ledger.members))
-    else:  # one list, then one watch for the life of the process
-        updates = source.updates()
-        ledger = connect(await first_members(updates))
-        discovery = asyncio.get_running_loop().create_task(follow(updates, ledger.set_members))
+    ledger, discovery = await _connect_ledger(config, source, limits)
     host = RepositoryHost(
         ledger,
         layers,
@@ -268,11 +250,10 @@ async def serve(config: Config) -> None:
     bound = server.add_insecure_port(f"{grpc_host}:{grpc_port}")
     await server.start()
     ready = True
-    holder = config.node.id or f"compute@{grpc_host}:{bound}"
     maintainer = Maintainer(
         host,
         store,
-        holder,
+        config.node.id or f"compute@{grpc_host}:{bound}",  # the maintenance lease's holder
         SystemClock(),
         MaintainerConfig.from_layers(config.layers),
         limits=limits,
@@ -291,10 +272,7 @@ async def serve(config: Config) -> None:
         discovery_stats=getattr(source, "stats", None),
     )
     http_host, http_port = await ops.start(*split_address(config.listen.http, DEFAULT_HTTP))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()  # before the ready line: a signal after it stops cleanly
     sys.stdout.write(
         f"enroute compute ready: grpc={grpc_host}:{bound} http={http_host}:{http_port}\n"
     )
@@ -302,14 +280,7 @@ async def serve(config: Config) -> None:
     maintainer.start()
     await stop.wait()
     ready = False
-    log = logging.getLogger("enroute.compute")
-    log.info("stopping: new calls refused; %d in flight may finish within %.0f s "
-             "(compute.drain_grace)", gate.drain.in_flight, config.compute.drain_grace)  # fmt: skip
-    if await gate.drain.drained(config.compute.drain_grace):
-        log.info("drained: every call in flight ended")
-    else:
-        log.warning("%d calls still running after compute.drain_grace; stopping anyway",
-                    gate.drain.in_flight)  # fmt: skip
+    await _drain(gate, config.compute.drain_grace)
     if discovery is not None:
         discovery.cancel()
     await maintainer.stop()
@@ -320,6 +291,60 @@ async def serve(config: Config) -> None:
     await ledger.close()
     await layers.close()
     await store.close()  # its HTTP sessions: an exit without it logs "Unclosed client session"
+
+
+def _node_storage(config: Config, store: ObjectStore) -> tuple[LayerService, NodeCaches]:
+    """The layers on this node's disk, and its one buffer pool: pages, and the object
+    and entry caches charged to it."""
+    pool = BufferPool(config.node.pool_bytes)
+    caches = NodeCaches(pool, config.node.cache)
+    data_dir = os.path.join(config.node.data_dir, "layers")
+    layers = LayerService(store, data_dir, disk_budget_bytes=config.node.disk_cache, pool=pool)
+    return layers, caches
+
+
+async def _connect_ledger(
+    config: Config, source: MemberSource, limits: Limits
+) -> tuple[GrpcLedger, asyncio.Task[None] | None]:
+    """The ledger client, at the configured members or, with ``ledger.discovery``, at
+    the first list, then kept current by one watch for the life of the process (the
+    task returned)."""
+
+    def connect(members: tuple[str, ...]) -> GrpcLedger:
+        return GrpcLedger(
+            members,
+            timeout_s=config.ledger.call_timeout,
+            attempt_timeout_s=config.ledger.attempt_timeout,
+            message_bytes_max=limits.rpc_message_bytes_max,
+        )
+
+    if config.ledger.discovery is None:
+        return connect(tuple(config.ledger.members)), None
+    updates = source.updates()
+    ledger = connect(await first_members(updates))
+    discovery = asyncio.get_running_loop().create_task(follow(updates, ledger.set_members))
+    return ledger, discovery
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event SIGTERM and SIGINT set."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _drain(gate: CallGate, grace_s: float) -> None:
+    """Refuse new calls and let those in flight end, for at most ``grace_s``."""
+    log = logging.getLogger("enroute.compute")
+    log.info("stopping: new calls refused; %d in flight may finish within %.0f s "
+             "(compute.drain_grace)", gate.drain.in_flight, grace_s)  # fmt: skip
+    if await gate.drain.drained(grace_s):
+        log.info("drained: every call in flight ended")
+    else:
+        log.warning("%d calls still running after compute.drain_grace; stopping anyway",
+                    gate.drain.in_flight)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
