@@ -48,6 +48,7 @@ from enroute_core.state import (
     ReplaceLayers,
     RepoState,
     UploadGenAdvanced,
+    added_layers,
     apply,
     state_problem,
 )
@@ -499,6 +500,19 @@ def test_design_every_commit_adding_a_stored_layer_advances_upload_gen() -> None
     assert r.state.upload_gen == g + 1 and UploadGenAdvanced(g + 1) in r.effects
     assert commit(r.state, layer=inline(1)).state.upload_gen == g + 1
     assert commit(r.state, RefUpdate(MAIN, None, A)).state.upload_gen == g + 1
+
+
+def test_added_layers_are_a_commits_layer_or_a_replacements_outputs() -> None:
+    """What the manifest gains from a command: the one home of that rule (apply's
+    inline.root check and the inline-layer lookups of ledger and local ledger)."""
+    one, two = inline(2, r=1), inline(3, r=2)
+    assert added_layers(Commit(1, (), one, 0, is_push=True)) == (one,)
+    assert added_layers(Commit(1, (), None, 0, is_push=True)) == ()
+    merged = ReplaceLayers(1, 0, (root(1),), (PlacedLayer(0, 2, one), PlacedLayer(2, 3, two)))
+    assert added_layers(merged) == (one, two)
+    assert (
+        added_layers(Activate(create=True)) == added_layers(Delete(1)) == added_layers(None) == ()
+    )
 
 
 def test_inline_layer_pins_its_log_index() -> None:

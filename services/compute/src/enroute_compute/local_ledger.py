@@ -33,13 +33,11 @@ from enroute_core.state import (
     Activate,
     Change,
     Command,
-    Commit,
     Delete,
     Deleted,
     LayerKind,
-    NewLayer,
-    ReplaceLayers,
     RepoState,
+    added_layers,
     apply,
 )
 from enroute_core.state.names import check_repo_name
@@ -66,12 +64,7 @@ class _Repo:
 
 
 def _inline_layer_of(command: Command | None, root: bytes) -> bytes:
-    added: tuple[NewLayer, ...] = ()
-    if isinstance(command, Commit) and command.new_layer is not None:
-        added = (command.new_layer,)
-    elif isinstance(command, ReplaceLayers):
-        added = tuple(out.layer for out in command.outputs)
-    for layer in added:
+    for layer in added_layers(command):
         if layer.kind is LayerKind.INLINE and layer.root == root:
             return layer.data
     raise CorruptData(f"no pinned entry holds inline layer {root.hex()[:16]}", section="view")

@@ -37,13 +37,11 @@ from enroute_core.base.errors import CorruptData, EnrouteError
 from enroute_core.state import (
     Activate,
     Change,
-    Commit,
     LayerKind,
-    NewLayer,
     Outcome,
     OutcomeCode,
-    ReplaceLayers,
     RepoState,
+    added_layers,
     apply,
     decode_command,
     decode_state,
@@ -116,13 +114,7 @@ def inline_layer_of(entry: bytes, root: bytes, index: int) -> bytes:
     Raises CorruptData(section="ledger-entry") when the entry adds no such layer.
     """
     if entry[:1] == COMMAND:
-        cmd = decode_command(entry[1 + ID_BYTES :])
-        added: tuple[NewLayer, ...] = ()
-        if isinstance(cmd, Commit) and cmd.new_layer is not None:
-            added = (cmd.new_layer,)
-        elif isinstance(cmd, ReplaceLayers):
-            added = tuple(out.layer for out in cmd.outputs)
-        for layer in added:
+        for layer in added_layers(decode_command(entry[1 + ID_BYTES :])):
             if layer.kind is LayerKind.INLINE and layer.root == root:
                 return layer.data
     raise CorruptData(

@@ -25,6 +25,7 @@ from enroute_core.state.commands import (
     PlacedLayer,
     RefUpdate,
     ReplaceLayers,
+    added_layers,
     check_command,
 )
 from enroute_core.state.effects import (
@@ -87,6 +88,7 @@ __all__ = [
     "ReplaceLayers",
     "RepoState",
     "UploadGenAdvanced",
+    "added_layers",
     "apply",
     "apply_change",
     "check_command",

@@ -39,6 +39,7 @@ from enroute_core.state.commands import (
     Delete,
     NewLayer,
     ReplaceLayers,
+    added_layers,
     command_problem,
 )
 from enroute_core.state.effects import (
@@ -141,12 +142,7 @@ def _gate(state: RepoState, incarnation: int) -> Outcome | None:
 
 def _inline_corruption(command: Command) -> Outcome | None:
     """Rule inline.root: the first inline layer whose bytes do not hash to its root."""
-    added: tuple[NewLayer, ...] = ()
-    if isinstance(command, Commit) and command.new_layer is not None:
-        added = (command.new_layer,)
-    elif isinstance(command, ReplaceLayers):
-        added = tuple(out.layer for out in command.outputs)
-    for layer in added:
+    for layer in added_layers(command):
         if layer.kind is not LayerKind.INLINE:
             continue
         found = blake3.blake3(layer.data).digest()

@@ -125,6 +125,16 @@ class Delete:
 Command = Activate | Commit | ReplaceLayers | Delete
 
 
+def added_layers(cmd: Command | None) -> tuple[NewLayer, ...]:
+    """The layers ``cmd`` adds to the manifest: a commit's new layer, a replacement's
+    outputs (an inline one carries its file, which the entry pins)."""
+    if isinstance(cmd, Commit) and cmd.new_layer is not None:
+        return (cmd.new_layer,)
+    if isinstance(cmd, ReplaceLayers):
+        return tuple(out.layer for out in cmd.outputs)
+    return ()
+
+
 def new_layer_problem(layer: NewLayer) -> str | None:
     if not isinstance(layer.kind, LayerKind):
         return "unknown layer kind"

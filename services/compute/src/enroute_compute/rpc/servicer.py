@@ -140,6 +140,22 @@ async def _collect(chunks: AsyncIterator[bytes]) -> bytes:
     return bytes(out)
 
 
+async def _git_header(
+    requests: AsyncIterator[compute_pb2.GitRequest],
+    context: grpc.aio.ServicerContext[Any, Any],
+    implied: Service | None,
+) -> tuple[compute_pb2.GitRequestHeader, Service]:
+    """The header of a Git stream and its service, the repository name checked; a bad
+    one ends the call with its status."""
+    try:
+        header = await _header(requests)
+        service = _service_of(header, implied)
+        check_repo_name(header.repo)
+    except EnrouteError as exc:
+        await _abort(context, exc)
+    return header, service
+
+
 def _service_of(header: compute_pb2.GitRequestHeader, implied: Service | None) -> Service:
     service = _SERVICES.get(header.service)
     if implied is None:
@@ -215,12 +231,7 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
         request_iterator: AsyncIterator[compute_pb2.GitRequest],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[compute_pb2.GitResponse]:
-        try:
-            header = await _header(request_iterator)
-            service = _service_of(header, None)
-            check_repo_name(header.repo)
-        except EnrouteError as exc:
-            await _abort(context, exc)
+        header, service = await _git_header(request_iterator, context, None)
 
         async def chunks() -> AsyncIterator[bytes]:
             yield await self.fetcher.info_refs(header.repo, service, header.git_protocol)
@@ -234,10 +245,8 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
         request_iterator: AsyncIterator[compute_pb2.GitRequest],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[compute_pb2.GitResponse]:
+        header, _ = await _git_header(request_iterator, context, "git-upload-pack")
         try:
-            header = await _header(request_iterator)
-            _service_of(header, "git-upload-pack")
-            check_repo_name(header.repo)
             body = await _collect(_body(request_iterator, header.content_encoding))
         except EnrouteError as exc:
             await _abort(context, exc)
@@ -251,12 +260,7 @@ class ComputeServicer(compute_pb2_grpc.ComputeServicer):
         request_iterator: AsyncIterator[compute_pb2.GitRequest],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[compute_pb2.GitResponse]:
-        try:
-            header = await _header(request_iterator)
-            _service_of(header, "git-receive-pack")
-            check_repo_name(header.repo)
-        except EnrouteError as exc:
-            await _abort(context, exc)
+        header, _ = await _git_header(request_iterator, context, "git-receive-pack")
         chunks = self.pusher.receive_pack(
             header.repo,
             _body(request_iterator, header.content_encoding),
