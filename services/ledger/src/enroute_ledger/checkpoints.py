@@ -20,6 +20,18 @@ The work is driven by the runtime's ``on_group_changed`` (an apply, or a
 leadership gained), never by a scan of every hosted group: a group that
 changed is checked at once for the entries rule and put on a timer for the
 interval rule, so thousands of idle groups cost nothing here.
+
+Nothing is kept for a settled group (issue 19: an idle repository costs a voter
+almost nothing). Entries are counted in log indexes from the group's compaction
+point, which every checkpoint moves to the index it wrote: ``g.applied`` minus the
+index its in-memory log starts after (versions advance once per applied entry,
+rule version.every_entry, so this is the entries rule; an election's empty entry
+counts too, and a checkpoint that finds the object current only compacts). A group
+is tracked from its first change past that point, or from a checkpoint, until its
+timer fires: the index last checkpointed (the log may not show it yet: compaction
+lands a round later) and a place in a coarse timer wheel, one list per
+``1/TIMER_SLOTS`` of the interval (a deadline is rounded up, never down), instead
+of a mark per group ever led here and one heap entry per timer.
 """
 
 from __future__ import annotations
@@ -29,11 +41,12 @@ import contextlib
 import heapq
 import itertools
 import logging
+import math
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from enroute_core.base.errors import EnrouteError, PreconditionFailed
-from enroute_core.state import encode_state
+from enroute_core.state import RepoState, encode_state
 from enroute_core.state.names import state_key
 
 from .lifecycle import Lifecycle
@@ -41,12 +54,10 @@ from .runtime import Group
 
 log = logging.getLogger("enroute.ledger.checkpoints")
 
-
-@dataclass(slots=True)
-class _Mark:
-    version: int = 0
-    at: float = 0.0
-    timed: bool = False  # on the interval heap
+TIMER_SLOTS = 64
+"""Slots of the timer wheel per checkpoint interval: a group's deadline is rounded up
+to the next slot (at most 1/64 of the interval late, 4.7 s of the default 300 s), and
+every group whose deadline falls in a slot shares one list and one deadline object."""
 
 
 class Checkpointer:
@@ -65,9 +76,20 @@ class Checkpointer:
         self.interval_s = interval_s
         self.clock = clock
         self.poll_s = min(poll_s, interval_s) if interval_s > 0 else poll_s
-        self._marks: dict[Group, _Mark] = {}
-        self._now: dict[Group, None] = {}  # due by the entries rule, or to retry
-        self._timers: list[tuple[float, int, Group]] = []  # (mark.at + interval, seq, group)
+        # the time a tracked group waits for its next look: without an interval rule,
+        # only the wait for its compaction to land before it is forgotten
+        self._wait_s = interval_s if interval_s > 0 else self.poll_s
+        self._slot_s = self._wait_s / TIMER_SLOTS
+        self._tracked: dict[Group, int] = {}
+        """Group -> the log index it was last checkpointed (or compacted) at, for the
+        groups with a change since, or checkpointed within the last interval; each
+        has one entry in ``_wheel``."""
+        self._wheel: deque[tuple[float, list[Group]]] = deque()
+        """(deadline, groups) in deadline order: a group joins the last slot when it
+        starts being tracked, so deadlines never go back."""
+        self._now: dict[Group, None] = {}  # due by the entries rule, or a tombstone
+        self._retries: list[tuple[float, int, Group]] = []  # failed checkpoints: rare
+        self._retrying: dict[Group, None] = {}
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self.written = 0
@@ -78,57 +100,64 @@ class Checkpointer:
     def changed(self, g: Group) -> None:
         """The runtime applied to ``g``, made it leader or dropped it: schedule what is due."""
         if g.dropped:
-            self._marks.pop(g, None)
+            self._forget(g)
             return
         if not g.born:
             return
+        base = self._base(g)
+        if g.applied <= base:
+            return  # nothing past the last checkpoint
         if not self.rt.is_leader(g):
             if g.deleted:
                 self._compact_tombstone(g)
             return
-        mark = self._marks.get(g)
-        if mark is None:
-            mark = self._marks[g] = _Mark(at=self.clock())
-        if g.version <= mark.version:
-            return
-        if g.version - mark.version >= self.every_entries or g.deleted:
+        if g.applied - base >= self.every_entries or g.deleted:
             # a tombstone is the group's last entry: checkpoint and compact it at once,
             # so a deleted repository's log (and the entries its inline layers pinned)
             # leaves the disk now, not an interval later
             self._now[g] = None
             self._wake.set()
-        elif not mark.timed and self.interval_s > 0:
-            mark.timed = True
-            heapq.heappush(self._timers, (mark.at + self.interval_s, next(self._seq), g))
+        self._track(g, base)
+
+    def _base(self, g: Group) -> int:
+        """The index the group was last checkpointed or compacted at. An untracked group
+        is read from its log, which a change or a leadership gain has just woken."""
+        base = self._tracked.get(g)
+        return int(g.mem.first_index()) - 1 if base is None else base
+
+    def _track(self, g: Group, base: int) -> None:
+        if g in self._tracked:
+            self._tracked[g] = base
+            return
+        self._tracked[g] = base
+        # rounded up to the wheel's next slot: never early, and every group of a slot
+        # shares the slot's deadline and list
+        deadline = (math.floor((self.clock() + self._wait_s) / self._slot_s) + 1) * self._slot_s
+        wheel = self._wheel
+        if wheel and wheel[-1][0] >= deadline:
+            wheel[-1][1].append(g)
+            return
+        if not wheel:
+            self._wake.set()  # the loop sleeps without a deadline
+        wheel.append((deadline, [g]))
+
+    def _forget(self, g: Group) -> None:
+        self._tracked.pop(g, None)
+        self._now.pop(g, None)
+        self._retrying.pop(g, None)
 
     def _compact_tombstone(self, g: Group) -> None:
         """A follower's deleted group: its log goes to the tombstone at once. Nothing
         is written to the object (the leader does that), and nothing follows a
         tombstone in the log but elections' empty entries, so the applied state is the
-        tombstone and no pin holds an entry back."""
-        mark = self._marks.setdefault(g, _Mark())
-        if g.version > mark.version:
-            mark.version = g.version
-            self.rt.compact(g, g.state, g.applied)
-
-    def due(self, g: Group, now: float) -> bool:
-        if not g.born or g.dropped or not self.rt.is_leader(g):
-            return False
-        mark = self._marks.setdefault(g, _Mark(at=now))
-        if g.version <= mark.version:  # g.version: a hibernated group is not woken for it
-            return False
-        # versions count applied entries (rule version.every_entry), so they measure entries
-        # since the last checkpoint without a counter that a concurrent apply could skew
-        return (
-            g.version - mark.version >= self.every_entries
-            or now - mark.at >= self.interval_s
-            or g.deleted  # the tombstone rule of ``changed``
-        )
+        tombstone and no pin holds an entry back. Tracked until its timer, so the
+        compaction is asked for once."""
+        self.rt.compact(g, g.state, g.applied)
+        self._track(g, g.applied)
 
     async def checkpoint(self, g: Group) -> bool:
         """One CAS attempt at the group's applied state; True when the object now has it."""
         st, index = g.state, g.applied  # consistent: both change only in one apply step
-        mark = self._marks.setdefault(g, _Mark())
         obj = await self.lc.read_object(g.repo)
         if obj is not None and obj.state.incarnation > g.incarnation:
             self.rt.drop(g)
@@ -138,13 +167,12 @@ class Checkpointer:
             and obj.state.incarnation == g.incarnation
             and (obj.state.deleted or obj.state.version >= st.version)
         ):
-            mark.version, mark.at = max(obj.state.version, mark.version), self.clock()
             if obj.state.version < st.version:
                 return False
             # the object holds this state (the delete's own swap, or a checkpoint that
             # won the race): the log up to it can go all the same; a deleted state has
             # no pins, so its log compacts to the tombstone alone
-            self.rt.compact(g, st, index)
+            self._compacted(g, st, index)
             return True
         if obj is None:
             return False  # the claim writes the object first; never create it here
@@ -155,53 +183,78 @@ class Checkpointer:
                 await self.lc.store.put(state_key(g.repo), encode_state(st), if_match=obj.etag)
             except PreconditionFailed:
                 return False  # changed meanwhile: try again next round
-        mark.version, mark.at = st.version, self.clock()
-        self.rt.compact(g, st, index)
+        self._compacted(g, st, index)
         self.written += 1
         return True
 
+    def _compacted(self, g: Group, st: RepoState, index: int) -> None:
+        self.rt.compact(g, st, index)
+        if not g.dropped:
+            self._track(g, index)
+
     def _take_due(self, now: float) -> list[Group]:
-        work = list(self._now)
+        work = dict(self._now)
         self._now.clear()
-        while self._timers and self._timers[0][0] <= now:
-            _, _, g = heapq.heappop(self._timers)
-            mark = self._marks.get(g)
-            if mark is not None:
-                mark.timed = False
-            work.append(g)
-        return work
+        wheel = self._wheel
+        while wheel and wheel[0][0] <= now:
+            _, slot = wheel.popleft()
+            for g in slot:
+                base = self._tracked.pop(g, None)
+                if base is None:
+                    continue  # forgotten meanwhile
+                if (
+                    g.dropped
+                    or self.interval_s <= 0
+                    or g.applied <= base
+                    or not self.rt.is_leader(g)
+                ):
+                    # settled, or not ours to write: nothing is kept for it any more
+                    # (without an interval rule, a change is counted again from its
+                    # log, where the compaction has landed by now)
+                    continue
+                # a change the object may not hold, an interval old: due, and tracked
+                # for one more interval from the checkpoint about to be written
+                self._track(g, base)
+                work[g] = None
+        while self._retries and self._retries[0][0] <= now:
+            _, _, g = heapq.heappop(self._retries)
+            if self._retrying.pop(g, None) is not None:
+                work[g] = None
+        return list(work)
+
+    def due(self, g: Group) -> bool:
+        """Led here, with an applied entry past its last checkpoint."""
+        return g.born and not g.dropped and self.rt.is_leader(g) and g.applied > self._base(g)
 
     async def run(self) -> None:
         while not self._stopping:
-            now = self.clock()
-            for g in self._take_due(now):
+            for g in self._take_due(self.clock()):
                 self.checks += 1
                 if g.dropped:
-                    self._marks.pop(g, None)
+                    self._forget(g)
                     continue
-                if self.due(g, now):
-                    try:
-                        done = await self.checkpoint(g)
-                    except EnrouteError as e:
-                        log.warning("checkpoint of %s/%s failed: %s", g.repo, g.incarnation, e)
-                        done = False
-                    if not done and not g.dropped:
-                        self._retry(g)
-                        continue
-                self.changed(g)  # not due yet, or more applied meanwhile: the timer again
+                if not self.due(g):
+                    continue
+                try:
+                    done = await self.checkpoint(g)
+                except EnrouteError as e:
+                    log.warning("checkpoint of %s/%s failed: %s", g.repo, g.incarnation, e)
+                    done = False
+                if not done and not g.dropped:
+                    self._retry(g)
             if self._now:
                 continue  # due by the entries rule while a checkpoint was written
-            delay = None if not self._timers else max(0.0, self._timers[0][0] - self.clock())
+            due = [t[0][0] for t in (self._wheel, self._retries) if t]
+            delay = max(0.0, min(due) - self.clock()) if due else None
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
 
     def _retry(self, g: Group) -> None:
-        mark = self._marks.get(g)
-        if mark is None or mark.timed:
+        if g in self._retrying:
             return
-        mark.timed = True
-        heapq.heappush(self._timers, (self.clock() + self.poll_s, next(self._seq), g))
+        self._retrying[g] = None
+        heapq.heappush(self._retries, (self.clock() + self.poll_s, next(self._seq), g))
 
     def stop(self) -> None:
         self._stopping = True

@@ -18,6 +18,16 @@ def live(version: int) -> RepoState:
     return RepoState(incarnation=1, version=version, upload_window=1, head=b"refs/heads/main")
 
 
+@dataclass
+class FakeLog:
+    """As the group's in-memory log: its first index follows the compactions."""
+
+    compacted: int = 0
+
+    def first_index(self) -> int:
+        return self.compacted + 1
+
+
 @dataclass(eq=False)
 class FakeGroup:
     repo: str
@@ -26,6 +36,7 @@ class FakeGroup:
     applied: int = 1
     born: bool = True
     dropped: bool = False
+    mem: FakeLog = field(default_factory=FakeLog)
 
     @property
     def version(self) -> int:
@@ -44,6 +55,9 @@ class FakeRuntime:
         self.on_group_changed: Any = None
         self.leader_checks = 0
         self.compacted: list[tuple[str, int]] = []
+        self.lands = True
+        """The compaction reaches the group's log at once (the runtime's lands a round
+        later: False keeps the log as it was)."""
 
     def is_leader(self, g: FakeGroup) -> bool:
         self.leader_checks += 1
@@ -54,6 +68,8 @@ class FakeRuntime:
 
     def compact(self, g: FakeGroup, st: RepoState, index: int) -> None:
         self.compacted.append((g.repo, st.version))
+        if self.lands:
+            g.mem.compacted = index
 
 
 class FakeStore:
@@ -120,6 +136,43 @@ def test_idle_groups_cost_no_checks_and_changes_are_checkpointed_by_both_rules()
             await asyncio.sleep(0.5)  # the point: a quiet time with no check
             assert cp.checks == checks
             assert rt.leader_checks < 20
+            # and an interval after its checkpoint a settled group costs nothing here
+            # (issue 19: no mark per group ever led, no timer per group)
+            assert not cp._tracked and not cp._wheel and not cp._now
+        finally:
+            cp.stop()
+            await asyncio.wait_for(task, 2)
+
+    asyncio.run(scenario())
+
+
+def test_entries_count_from_the_last_checkpoint_before_its_compaction_lands() -> None:
+    """A checkpoint's compaction reaches the group's log a round later; entries applied
+    meanwhile are counted from the checkpoint, not from the log's older start, so a
+    busy group is not checkpointed twice for one batch of entries."""
+    g = FakeGroup("r0")
+    rt = FakeRuntime([g])
+    rt.lands = False
+    lc = FakeLifecycle(rt)
+    cp = Checkpointer(
+        cast(Lifecycle, lc), every_entries=10, interval_s=30.0, clock=time.monotonic, poll_s=0.05
+    )
+
+    async def scenario() -> None:
+        task = asyncio.get_running_loop().create_task(cp.run())
+        try:
+            bump(g, 12)
+            cp.changed(g)
+            await until(lambda: lc.store.puts, 2, "the entries rule's checkpoint", poll_s=0.01)
+            assert rt.compacted == [("r0", 13)] and g.mem.first_index() == 1
+            bump(g, 5)  # 17 past the log's start, 5 past the checkpoint
+            cp.changed(g)
+            await asyncio.sleep(0.2)  # the point: no second checkpoint for these 5
+            assert lc.store.puts == ["repos/r0/state"] and lc.reads == 1
+            bump(g, 5)  # 10 past the checkpoint: due
+            cp.changed(g)
+            await until(lambda: len(lc.store.puts) == 2, 2, "the next checkpoint", poll_s=0.01)
+            assert rt.compacted == [("r0", 13), ("r0", 23)]
         finally:
             cp.stop()
             await asyncio.wait_for(task, 2)
