@@ -91,6 +91,43 @@ def test_drop_and_unknown_groups_with_hibernation() -> None:
     assert mr.lead_of(g) is None and mr.term_of(g) == -1 and mr.commit_of(g) == -1
 
 
+def lead_truth(c: Cluster, mr: MultiRaft) -> dict[NodeId, int]:
+    """Groups led by each node as ``mr`` sees them, from its views that never wake."""
+    counts = dict.fromkeys(c.ids, 0)
+    for g in c.groups:
+        lead = mr.lead_of(g)
+        if lead is not None:
+            counts[lead] += 1
+    return counts
+
+
+def test_a_sleeping_group_is_counted_by_its_record_alone() -> None:
+    """Leader counts (scenario 4) cover every hosted group, asleep or not, but a sleeping
+    group has no entry in the map of awake groups' leaders: its record names its leader
+    (issue 19: one dict entry less per idle repository). Waking and dropping groups,
+    asleep or awake, keep the counts exact."""
+    c = Cluster(3, 12, 5, hibernate_after=3)
+    c.run_until(c.all_led, 300)
+    c.run_until(lambda: c.all_quiet() and all_asleep(c, 12), 300)
+    for mr in c.nodes.values():
+        assert not mr._lead
+        assert mr.leader_counts() == lead_truth(c, mr)
+    c.commit_all(c.groups[:4], b"w", 200)  # wakes them
+    for mr in c.nodes.values():
+        assert mr.leader_counts() == lead_truth(c, mr)
+    mr = c.nodes[N1]
+    asleep = next(g for g in c.groups if mr.is_hibernated(g))
+    mr.drop_group(asleep)
+    awake = next(g for g in c.groups[:4] if not mr.is_hibernated(g))
+    mr.drop_group(awake)
+    assert mr.leader_counts() == lead_truth(c, mr)
+    assert sum(mr.leader_counts().values()) == 10
+    c.run_until(lambda: c.nodes[N2].hibernated_count() == 12, 400)
+    for mr in c.nodes.values():
+        assert not mr._lead
+        assert mr.leader_counts() == lead_truth(c, mr)
+
+
 def test_a_woken_group_never_has_less_than_its_durable_hard_state() -> None:
     """The disk's term moved on (as after a vote persisted elsewhere in the driver):
     the woken node takes the durable term and keeps time instead of its old role."""

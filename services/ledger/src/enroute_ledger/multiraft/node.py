@@ -138,7 +138,7 @@ class MultiRaft:
         # dicts as ordered sets: iteration order must not depend on hash seeds
         self._active: dict[GroupId, None] = {}
         self._dirty: dict[GroupId, None] = {}
-        self._lead: dict[GroupId, NodeId] = {}
+        self._lead: dict[GroupId, NodeId] = {}  # awake groups; a sleeping one's is its record's
         self._led: dict[GroupId, None] = {}
         self._lead_counts: dict[NodeId, int] = {n: 0 for n in (node_id, *self.peers)}
         self._transfers: dict[GroupId, tuple[NodeId, int]] = {}
@@ -183,9 +183,12 @@ class MultiRaft:
         self._dirty[group] = None
 
     def drop_group(self, group: GroupId) -> None:
-        if self._sleeping.pop(group, None) is None:
+        h = self._sleeping.pop(group, None)
+        if h is None:
             self._get(group)
             del self._nodes[group], self._storages[group]
+        else:
+            self._lead_counts[h.lead] -= 1  # counted by its record (_hibernate_quiet)
         self._set_lead(group, None)
         self._active.pop(group, None)
         self._dirty.pop(group, None)
@@ -480,6 +483,7 @@ class MultiRaft:
             raise
         node = RawNode(self.config.raft, storage, self._rand)
         quiet = node.wake_from(h)
+        self._lead[group] = h.lead  # counted all along; its Readies report a change only
         self._nodes[group] = node
         self._storages[group] = storage
         self.stats.woken += 1
@@ -531,9 +535,18 @@ class MultiRaft:
                 retry.append(g)
                 continue
             h = node.hibernation()
-            if h is None or g in self._transfers or not self.on_hibernate(g):
+            if (
+                h is None
+                or g in self._transfers
+                or h.lead not in self._lead_counts
+                or not self.on_hibernate(g)
+            ):
                 retry.append(g)
                 continue
+            # a sleeping group's leader is its record's: counted in _lead_counts as
+            # before, without an entry in _lead (one per idle group, issue 19)
+            self._set_lead(g, h.lead)
+            del self._lead[g]
             del self._nodes[g], self._storages[g]
             self._dirty.pop(g, None)
             self._active.pop(g, None)
@@ -551,6 +564,7 @@ class MultiRaft:
             self._active = dict(self._active)
             self._dirty = dict(self._dirty)
             self._quiet = dict(self._quiet)
+            self._lead = dict(self._lead)
 
     def _touch(self, group: GroupId) -> None:
         self._dirty[group] = None
