@@ -397,17 +397,7 @@ class LayerWriter:
         n = len(self._oids)
         runs, ids = self._check_id_runs(id_runs, id_count, n)
         records_in = self._check_commits()
-        if self._merged:
-            if graph is None:
-                raise InvalidArgument("a merged layer needs its commit graph")
-            check_graph_input(graph)
-            if len(graph) != len(self._commits):
-                raise InvalidArgument(
-                    f"commit graph has {len(graph)} commits, the layer {len(self._commits)}"
-                )
-        elif graph is not None:
-            raise InvalidArgument("only merged layers store a commit graph")
-        graph = graph or ()
+        graph = self._check_graph(graph)
         external = self._externals(records_in)
         if len(external) > EXTERNAL_MAX + 1:
             raise InvalidArgument(f"{len(external)} external oids, more than a layer can name")
@@ -429,17 +419,53 @@ class LayerWriter:
             )
             for c in records_in
         ]
-        layout = Layout.compute(
-            data_end=self._out.pos,
+        counts = {  # of the sections, for the layout and the footer alike
+            "external_count": len(external),
+            "commit_count": len(records),
+            "commit_parent_count": sum(len(r.parent_refs) for r in records),
+            "commit_member_count": sum(len(r.segment_refs) for r in records),
+            "graph_commit_count": len(graph),
+            "graph_parent_count": sum(len(g.parents) for g in graph),
+            "graph_member_count": sum(len(g.segment) for g in graph),
+        }
+        layout = Layout.compute(data_end=self._out.pos, object_count=n, **counts)
+        samples = self._write_sections(layout, ref, external, records, graph)
+        region = self._index_region(layout, runs, samples)
+        self._out.write(self._footer(layout, region, len(runs), ids, counts).encode())
+        out = self._out
+        return SealedLayer(
+            root=out.root(),
+            file_size=out.pos,
+            meta_size=out.pos - layout.data_end,
             object_count=n,
-            external_count=len(external),
-            commit_count=len(records),
-            commit_parent_count=sum(len(r.parent_refs) for r in records),
-            commit_member_count=sum(len(r.segment_refs) for r in records),
-            graph_commit_count=len(graph),
-            graph_parent_count=sum(len(g.parents) for g in graph),
-            graph_member_count=sum(len(g.segment) for g in graph),
+            id_count=ids,
         )
+
+    def _check_graph(self, graph: Sequence[GraphCommit] | None) -> Sequence[GraphCommit]:
+        """A merged layer's commit graph, one commit per commit record; none for a pushed one."""
+        if not self._merged:
+            if graph is not None:
+                raise InvalidArgument("only merged layers store a commit graph")
+            return ()
+        if graph is None:
+            raise InvalidArgument("a merged layer needs its commit graph")
+        check_graph_input(graph)
+        if len(graph) != len(self._commits):
+            raise InvalidArgument(
+                f"commit graph has {len(graph)} commits, the layer {len(self._commits)}"
+            )
+        return graph
+
+    def _write_sections(
+        self,
+        layout: Layout,
+        ref: Callable[[bytes], int],
+        external: list[bytes],
+        records: list[CommitRecord],
+        graph: Sequence[GraphCommit],
+    ) -> list[bytes]:
+        """The object table, oid index, external oids, commit section and commit graph, each
+        at its place in ``layout``; the oid index's samples, for the index region."""
         out = self._out
         out.pad_to(layout.table_off)
         out.write(self._table(ref))
@@ -453,9 +479,15 @@ class LayerWriter:
         if self._merged:
             out.write(encode_commit_graph(graph))
         assert out.pos == layout.index_region_off, (out.pos, layout)
-        chunk_hashes = out.stop_chunks()
+        return samples
+
+    def _index_region(
+        self, layout: Layout, runs: list[tuple[int, int]], samples: list[bytes]
+    ) -> bytes:
+        """The index region (samples, kind runs, id runs, Bloom filter, chunk hashes), written."""
+        chunk_hashes = self._out.stop_chunks()
         assert len(chunk_hashes) == layout.chunk_count, (len(chunk_hashes), layout)
-        bits = bloom_bits_for(n)
+        bits = bloom_bits_for(len(self._oids))
         region = b"".join(
             (
                 b"".join(samples),
@@ -466,8 +498,13 @@ class LayerWriter:
                 b"".join(chunk_hashes),
             )
         )
-        out.write(region)
-        footer = Footer(
+        self._out.write(region)
+        return region
+
+    def _footer(
+        self, layout: Layout, region: bytes, id_runs: int, ids: int, counts: dict[str, int]
+    ) -> Footer:
+        return Footer(
             data_end=layout.data_end,
             table_off=layout.table_off,
             oid_index_off=layout.oid_index_off,
@@ -481,27 +518,12 @@ class LayerWriter:
                 len(self._kind_oids[2]),
                 len(self._kind_oids[3]),
             ),
-            external_count=len(external),
             kind_run_count=len(self._kind_runs),
-            id_run_count=len(runs),
+            id_run_count=id_runs,
             id_count=ids,
-            commit_count=len(records),
-            commit_parent_count=sum(len(r.parent_refs) for r in records),
-            commit_member_count=sum(len(r.segment_refs) for r in records),
-            graph_commit_count=len(graph),
-            graph_parent_count=sum(len(g.parents) for g in graph),
-            graph_member_count=sum(len(g.segment) for g in graph),
             layer_kind=LayerKind.MERGED if self._merged else LayerKind.PUSHED,
             index_region_crc=zlib.crc32(region),
-        )
-        out.write(footer.encode())
-        root = out.root()
-        return SealedLayer(
-            root=root,
-            file_size=out.pos,
-            meta_size=out.pos - layout.data_end,
-            object_count=n,
-            id_count=ids,
+            **counts,
         )
 
     # -- validation -------------------------------------------------------------------------
