@@ -327,14 +327,16 @@ def test_copies_a_previous_run_left_behind_are_deleted_once_the_repository_is_ho
         path = Path(layers.path_of(copy_name))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"x" * 4096)
-        catalog._records[copy_name] = CopyRecord(copy_name, 4096, b"\x01", False, "before")
+        with catalog._lock:
+            catalog._set_locked(CopyRecord(copy_name, 4096, b"\x01", False, "before"))
         return path
 
     stale = left_by_a_previous_run(storage_segment(name), layer_key(name, GONE))
     other = left_by_a_previous_run("elsewhere", "repos/elsewhere/layers/0001-x.layer")
     for copy_name in live_names:  # a live layer's record from the previous run stays
         rec = catalog.get(copy_name)
-        catalog._records[copy_name] = dataclasses.replace(rec, writer="before")
+        with catalog._lock:
+            catalog._set_locked(dataclasses.replace(rec, writer="before"))
     m = _maintainer(compute, tmp_path, retention_s=3600.0)
     _on_loop(compute, m.run_once)
     assert (

@@ -606,16 +606,13 @@ class LayerService:
         (catalog writer is not this process), that this process has not opened, and
         that are not among the layer keys ``keep``: copies of layers that left the
         manifest while the node was down or before it could delete them."""
-        prefix = self.name_of(repo, "-").rsplit("/", 1)[0] + "/"
+        directory = self.name_of(repo, "-").rsplit("/", 1)[0]
         kept = {self.name_of(repo, k) for k in keep}
-        out: list[str] = []
-        for name in self.catalog.names():
-            if not name.startswith(prefix) or name in kept or name in self._opening:
-                continue
-            rec = self.catalog.get(name)
-            if rec is not None and not self.catalog.written_here(rec):
-                out.append(name)
-        return out
+        return [
+            name
+            for name in self.catalog.foreign_in(directory)
+            if name not in kept and name not in self._opening
+        ]
 
     def remove_leftover(self, name: str) -> int:
         """Delete a copy named by :meth:`leftover_copies` (never opened here)."""
@@ -658,6 +655,7 @@ class LayerService:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 self._close_open(name, fut.result())
         self._opening.clear()
+        self.catalog.close()
 
 
 def open_inline(
