@@ -1,0 +1,821 @@
+"""Deterministic simulation of ledger voters: the real driver, multi-Raft node and machine.
+
+``raft_sim`` drives one ``RawNode`` per node; this drives each voter's real
+:class:`enroute_ledger.runtime.Runtime` (its Ready rounds, ``begin_ready`` and
+``finish_ready``, the hosting, compaction, hibernation and blank-join code), its
+:class:`MultiRaft` and the :class:`GroupMachine`, with three simulated pieces of
+I/O in place of the real ones: a store (:class:`sim_store.SimStore`: writes are
+durable only once synced, a crash may lose what was not), a network (batches lost,
+duplicated, reordered, partitioned) and a clock (ticks of the schedule). As
+TigerBeetle runs its replica, nothing else is mocked.
+
+One seed fixes everything. A run is a fault phase (crashes that lose unsynced
+writes or not, restarts, wiped disks that come back blank, partitions, leadership
+transfers, compactions that make lagging voters take snapshots), then a calm phase
+(the network heals, every voter restarts; each group must elect a leader, commit a
+probe, converge, and readmit every blank voter within a bound), then a quiet phase
+(every group hibernates on every voter, then a probe must wake and commit it).
+After every step: Election Safety, committed entries never change, Leader
+Completeness, and every voter's state after applying index i is the same. At the
+end the clients' CAS history on each repository must be linearizable.
+
+The driver under test is a class: :class:`DriverSim` takes a ``Runtime`` subclass, so
+a test can plant a driver bug and see the schedules catch it (test_driver_sim.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from raft_sim import SimFailure, _describe
+from sim_store import SimStore
+
+from enroute_core.base.errors import EnrouteError, ProposalDropped
+from enroute_core.base.ids import LogIndex, NodeId, ObjectId
+from enroute_core.state import (
+    MISSING,
+    Activate,
+    Commit,
+    RefStatus,
+    RefUpdate,
+    decode_change,
+    encode_command,
+)
+from enroute_ledger.machine import Applied, command_entry, genesis_entry
+from enroute_ledger.multiraft import Batch, GroupId
+from enroute_ledger.raft import MessageType, Role
+from enroute_ledger.runtime import Group, ReadyRound, Runtime, RuntimeConfig, hosted_gid
+from enroute_testing.linearizability import History, check_history
+
+REPOS = ("r0", "r1")
+VALUES = 4
+MAIN = b"refs/heads/main"
+TICK_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class DriverParams:
+    nodes: int = 3
+    fault_steps: int = 150
+    calm_steps_max: int = 600
+    election_ticks: int = 8
+    heartbeat_ticks: int = 2
+    loss: float = 0.05
+    duplicate: float = 0.03
+    client_timeout_steps: int = 80
+    retry_steps: int = 25
+    wipes: bool = False
+    wipe_chance: float = 0.5
+    hibernate_after_ticks: int = 6
+    dedup_window: int = 24
+
+
+def params_for(seed: int) -> DriverParams:
+    """Every eighth schedule runs five voters; every third wipes disks."""
+    return DriverParams(nodes=5 if seed % 8 == 7 else 3, wipes=seed % 3 == 1)
+
+
+class SimFuture:
+    """What the runtime answers a proposal or a read through (done, set_result)."""
+
+    __slots__ = ("_result", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._result: object = None
+
+    def done(self) -> bool:
+        return self._set
+
+    def set_result(self, value: object) -> None:
+        self._set, self._result = True, value
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._set, self._result = True, exc
+
+    def result(self) -> object:
+        return self._result
+
+
+@dataclass(slots=True)
+class ClientOp:
+    op_id: int
+    repo: str
+    input: tuple[object, ...]
+    node: NodeId
+    life: int
+    started: int
+    data: bytes = b""
+    fut: SimFuture | None = None
+    view: tuple[int, int | None] = (0, None)
+    tried: int = 0
+    read_index: int | None = None
+    ctx: bytes = b""
+
+
+@dataclass(slots=True)
+class Voter:
+    id: NodeId
+    store: SimStore
+    rt: Runtime | None = None
+    life: int = 0
+    inflight: ReadyRound | None = None
+    blank: int = 0
+
+
+class SimLink:
+    """The runtime's transport: batches go into the simulated network."""
+
+    def __init__(self, sim: DriverSim, node: NodeId) -> None:
+        self.sim, self.node = sim, node
+
+    def send(self, batch: Batch) -> None:
+        self.sim.send(batch)
+
+
+def _oid(value: int) -> ObjectId:
+    return ObjectId(bytes([value + 1]) * 20)
+
+
+def _value(state_refs: object, ref: bytes = MAIN) -> int | None:
+    v = state_refs.get(ref)  # type: ignore[attr-defined]
+    return None if v is None else v.oid[0] - 1
+
+
+class DriverSim:
+    def __init__(
+        self, seed: int, params: DriverParams | None = None, runtime: type[Runtime] = Runtime
+    ) -> None:
+        self.seed = seed
+        self.p = params or DriverParams()
+        self.runtime = runtime
+        self.rng = random.Random(seed)
+        self.wipe_rng = random.Random(seed ^ 0x5EED_0F_D15C)
+        self.now = 0.0
+        self.step_no = 0
+        self.trace: list[str] = []
+        self.stats: dict[str, int] = {}
+        self.network: list[Batch] = []
+        self.partition: frozenset[NodeId] | None = None
+        self.loss, self.duplicate = self.p.loss, self.p.duplicate
+        self.history = History()
+        self.ops: dict[int, ClientOp] = {}
+        self.open_ops: dict[int, ClientOp] = {}
+        self.next_op = 1
+        self.acked: set[int] = set()
+        self.next_blank = 1
+        self.incarnation: dict[str, int] = {}
+        # -- invariants --
+        self.leaders: dict[tuple[GroupId, int], NodeId] = {}
+        self.committed: dict[tuple[GroupId, int], tuple[int, bytes]] = {}
+        self.commit_term: dict[tuple[GroupId, int], int] = {}
+        self.commit_seen: dict[tuple[NodeId, int, GroupId], int] = {}
+        self.applied_at: dict[tuple[GroupId, int], object] = {}
+        self.checked_leaders: set[tuple[NodeId, GroupId, int]] = set()
+        self.gids = {repo: hosted_gid(repo.encode(), 1) for repo in REPOS}
+        self.voters = {NodeId(i): Voter(NodeId(i), SimStore()) for i in range(1, self.p.nodes + 1)}
+        for v in self.voters.values():
+            self._start(v, found=True)
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    def _log(self, what: str) -> None:
+        self.trace.append(f"{self.step_no}: {what}")
+
+    def _count(self, what: str, n: int = 1) -> None:
+        self.stats[what] = self.stats.get(what, 0) + n
+
+    def _up(self) -> list[Voter]:
+        return [v for v in self.voters.values() if v.rt is not None]
+
+    def leader_of(self, repo: str) -> Voter | None:
+        """The voter leading ``repo``'s group in the highest term, if any."""
+        gid, best, term = self.gids[repo], None, -1
+        for v in self._up():
+            assert v.rt is not None
+            if v.rt.mr.is_leader(gid) and v.rt.mr.term_of(gid) > term:
+                best, term = v, v.rt.mr.term_of(gid)
+        return best
+
+    # -- voters ----------------------------------------------------------------------------
+
+    def _start(self, v: Voter, *, found: bool = False) -> None:
+        v.life += 1
+        peers = tuple(n for n in sorted(self.voters) if n != v.id)
+        cfg = RuntimeConfig(
+            node_id=v.id,
+            peers=peers,
+            tick_interval_s=TICK_S,
+            election_ticks=self.p.election_ticks,
+            heartbeat_ticks=self.p.heartbeat_ticks,
+            dedup_window_entries=self.p.dedup_window,
+            hibernate_after_s=TICK_S * self.p.hibernate_after_ticks,
+        )
+        rt = self.runtime(
+            cfg,
+            v.store,  # type: ignore[arg-type]
+            clock=lambda: self.now,
+            nonce=bytes([v.id, v.life % 256]) * 4,
+            seed=self.seed * 1_000_003 + v.id * 7919 + v.life,
+            blank_id=v.blank,
+            blank_repos=REPOS if v.blank else (),
+        )
+        rt.transport = SimLink(self, v.id)
+        life = v.life
+        rt.on_applied = lambda g, res: self._applied(v, life, g, res)
+        v.rt, v.inflight = rt, None
+        if found or not v.store.groups():
+            for repo in REPOS:  # founders, or a wiped voter joining blank
+                boot = rt.boot_rows(self.gids[repo], repo, campaign=False)
+                v.store.commit(boot.batch)
+                rt.booted(boot)
+        else:
+            rt.recover()
+
+    def _crash(self, v: Voter, *, lose_unsynced: bool) -> None:
+        assert v.rt is not None
+        self._log(f"crash n{v.id} lose_unsynced={lose_unsynced}")
+        self._count("crash_lossy" if lose_unsynced else "crash")
+        self._harvest(v.rt)
+        v.store.crash(lose_unsynced=lose_unsynced)
+        v.rt, v.inflight = None, None
+        for op in list(self.open_ops.values()):
+            if op.node == v.id:
+                self._finish(op, "info")
+
+    def _harvest(self, rt: Runtime) -> None:
+        self._count("hibernations", rt.hibernations)
+        self._count("wakes", rt.wakes)
+        self._count("readmit", rt.blank_readmitted)
+        self._count("snapshots_applied", rt.snapshots_applied)
+        self._count("duplicates_skipped", rt.duplicates_skipped)
+        self._count("early_sent", rt.early_sent)
+
+    def _may_wipe(self) -> bool:
+        """One lost disk at a time, as in raft_sim (two lost before the first is readmitted
+        lose entries only they held, which no Raft survives)."""
+        return (
+            self.p.wipes
+            and self.wipe_rng.random() < self.p.wipe_chance
+            and all(not v.blank for v in self.voters.values())
+        )
+
+    def _restart(self, v: Voter) -> None:
+        if self._may_wipe():
+            v.store = SimStore()
+            v.blank = self.next_blank
+            self.next_blank += 1
+            self._log(f"wipe n{v.id} (blank {v.blank})")
+            self._count("wipe")
+        self._log(f"restart n{v.id}")
+        self._start(v)
+
+    # -- the driver's rounds ---------------------------------------------------------------
+
+    def _take_ready(self, v: Voter) -> None:
+        """The runtime's loop: take a Ready, write it, and finish it once it is durable."""
+        for _ in range(3):
+            rt = v.rt
+            if rt is None or v.inflight is not None or not rt.mr.has_ready():
+                return
+            rnd = rt.begin_ready(rt.mr.ready())
+            if rnd.batch.ops:
+                v.store.submit(rnd.batch)
+                if rnd.nr.must_sync:
+                    v.inflight = rnd
+                    if self.rng.random() < 0.6:
+                        return
+                    self._complete(v)
+                    continue
+            rt.finish_ready(rnd)
+
+    def _complete(self, v: Voter) -> None:
+        rnd, rt = v.inflight, v.rt
+        assert rnd is not None and rt is not None
+        v.store.sync()
+        v.inflight = None
+        rt.finish_ready(rnd)
+
+    def _applied(self, v: Voter, life: int, g: Group, res: Applied | None) -> None:
+        """State Machine Safety: every voter's state after applying index i is the same."""
+        if res is None:
+            return
+        st = res.state
+        digest = (st.version, st.deleted, tuple(sorted((k, r.oid) for k, r in st.refs.items())))
+        seen = self.applied_at.setdefault((g.gid, g.applied), digest)
+        if seen != digest:
+            raise SimFailure(
+                f"state machine safety: n{v.id} applied {g.repo}@{g.applied} to {digest}, "
+                f"another voter to {seen}"
+            )
+
+    # -- network ---------------------------------------------------------------------------
+
+    def send(self, batch: Batch) -> None:
+        if self.rng.random() < self.loss:
+            self._count("lost")
+            self._snap_report(batch, ok=False)
+            return
+        self.network.append(batch)
+        if self.rng.random() < self.duplicate:
+            self._count("duplicated")
+            self.network.append(batch)
+
+    def _snap_report(self, batch: Batch, *, ok: bool) -> None:
+        """What the transport tells the sender of a snapshot (SendSnapshot's outcome)."""
+        sender = self.voters.get(batch.from_node)
+        for gm in batch.messages:
+            if gm.message.type is MessageType.SNAP and sender is not None and sender.rt:
+                self._count("snapshot_sent" if ok else "snapshot_failed")
+                with contextlib.suppress(EnrouteError):
+                    sender.rt.mr.report_snapshot(gm.group, batch.to_node, ok=ok)
+
+    def _blocked(self, a: NodeId, b: NodeId) -> bool:
+        p = self.partition
+        return p is not None and ((a in p) != (b in p))
+
+    def _deliver(self, i: int) -> None:
+        net = self.network
+        net[i], net[-1] = net[-1], net[i]
+        b = net.pop()
+        to = self.voters.get(b.to_node)
+        if to is None or to.rt is None or self._blocked(b.from_node, b.to_node):
+            self._snap_report(b, ok=False)
+            return
+        to.rt.step(b)
+        self._snap_report(b, ok=True)
+        self._take_ready(to)
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def _finish(self, op: ClientOp, how: str, output: object = None) -> None:
+        del self.open_ops[op.op_id]
+        self._forget(op)
+        if how == "ok":
+            self.history.ok(op.op_id, output)
+            self.acked.add(op.op_id)
+        elif how == "fail":
+            self.history.fail(op.op_id)
+        else:
+            self.history.info(op.op_id)
+        self._count(f"op_{how}")
+
+    def _forget(self, op: ClientOp) -> None:
+        """What Runtime.propose's ``finally`` does: the answered waiter leaves its group."""
+        v = self.voters[op.node]
+        if v.rt is None or v.life != op.life:
+            return
+        g = v.rt.groups[self.gids[op.repo]]
+        if g.hibernated:
+            return
+        waiting = g.reads if op.input[0] == "read" else g.proposals
+        for key, fut in list(waiting.items()):
+            if fut is op.fut or key == op.ctx:
+                del waiting[key]
+
+    def client(self, *, repo: str | None = None, node: Voter | None = None) -> ClientOp | None:
+        repo = repo or self.rng.choice(REPOS)
+        if node is None:
+            up = self._up()
+            if not up:
+                return None
+            lead = self.leader_of(repo)
+            node = lead if lead is not None and self.rng.random() < 0.7 else self.rng.choice(up)
+        kind = self.rng.choice(("read", "cas", "cas"))
+        op_input: tuple[object, ...]
+        if kind == "read":
+            op_input = ("read",)
+        else:
+            old = self.rng.choice((None, *range(VALUES)))
+            op_input = ("cas", old, self.rng.randrange(VALUES))
+        op = ClientOp(self.next_op, repo, op_input, node.id, node.life, self.step_no)
+        self.next_op += 1
+        self.ops[op.op_id] = op
+        self.open_ops[op.op_id] = op
+        self.history.invoke(op.op_id, repo, *op_input)
+        if kind == "cas":
+            upd = RefUpdate(MAIN, None if old is None else _oid(old), _oid(int(op_input[2])))  # type: ignore[arg-type]
+            cmd = Commit(self.incarnation[repo], (upd,), None, op.op_id, True)
+            op.data = command_entry(op.op_id.to_bytes(16, "big"), encode_command(cmd))
+        if not self._attempt(op, node):
+            self._finish(op, "fail")
+        return op
+
+    def _attempt(self, op: ClientOp, v: Voter) -> bool:
+        """Propose (or read) at ``v``; False when Raft refused it at once."""
+        rt = v.rt
+        assert rt is not None
+        gid = self.gids[op.repo]
+        g = rt.groups[gid]
+        op.tried = self.step_no
+        self._forget(op)
+        fut = op.fut = SimFuture()
+        try:
+            if op.input[0] == "read":
+                ctx = op.ctx = op.op_id.to_bytes(8, "big") + op.tried.to_bytes(8, "big")
+                g.reads[ctx] = fut  # type: ignore[assignment]
+                rt.mr.read_index(gid, ctx)
+            else:
+                g.proposals[op.data[1:17]] = fut  # type: ignore[assignment]
+                rt.mr.propose(gid, op.data)
+        except ProposalDropped:
+            return False
+        lead = rt.mr.lead_of(gid)
+        op.view = (rt.mr.term_of(gid), None if lead is None else int(lead))
+        return True
+
+    def _serve(self) -> None:
+        """Answer what the runtimes answered; propose again what a view change may have lost."""
+        for op in list(self.open_ops.values()):
+            v = self.voters[op.node]
+            if v.rt is None or v.life != op.life:
+                continue
+            rt, gid = v.rt, self.gids[op.repo]
+            if op.input[0] == "read":
+                self._serve_read(op, rt)
+                continue
+            assert op.fut is not None
+            if op.fut.done():
+                self._answer(op, op.fut.result())
+                continue
+            lead = rt.mr.lead_of(gid)
+            view = (rt.mr.term_of(gid), None if lead is None else int(lead))
+            if view != op.view or self.step_no - op.tried > self.p.retry_steps:
+                self._count("repropose")
+                self._attempt(op, v)  # the same id: the window applies it once
+
+    def _serve_read(self, op: ClientOp, rt: Runtime) -> None:
+        g = rt.groups[self.gids[op.repo]]
+        if op.read_index is None:
+            if op.fut is not None and op.fut.done():
+                res = op.fut.result()
+                if isinstance(res, BaseException):
+                    self._finish(op, "fail")
+                    return
+                op.read_index = int(res)  # type: ignore[call-overload]
+            return
+        if g.applied >= op.read_index:
+            self._finish(op, "ok", _value(g.state.refs))
+
+    def _answer(self, op: ClientOp, res: object) -> None:
+        if not isinstance(res, Applied):
+            self._finish(op, "info")
+            return
+        change = decode_change(res.change)
+        if not change.refs:  # a copy answered after the details were let go
+            self._finish(op, "info")
+            return
+        self._finish(op, "ok", change.refs[0].status is RefStatus.OK)
+
+    def _expire(self) -> None:
+        limit = self.step_no - self.p.client_timeout_steps
+        for op in list(self.open_ops.values()):
+            if op.started < limit:
+                self._finish(op, "info")
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def _fault(self) -> None:
+        r = self.rng.random()
+        up = self._up()
+        down = [v for v in self.voters.values() if v.rt is None]
+        f = (len(self.voters) - 1) // 2
+        if r < 0.25:
+            if up and len(down) < f:
+                self._crash(self.rng.choice(up), lose_unsynced=self.rng.random() < 0.5)
+        elif r < 0.5:
+            if down:
+                self._restart(self.rng.choice(down))
+        elif r < 0.62:
+            side = frozenset(n for n in sorted(self.voters) if self.rng.random() < 0.5)
+            self.partition = side
+            self._log(f"partition {sorted(side)}")
+            self._count("partition")
+        elif r < 0.74:
+            self.partition = None
+            self._log("heal")
+        elif r < 0.84:
+            self._transfer()
+        elif up:
+            self._compact(self.rng.choice(up))
+
+    def _transfer(self) -> None:
+        repo = self.rng.choice(REPOS)
+        lead = self.leader_of(repo)
+        if lead is None or lead.rt is None:
+            return
+        to = self.rng.choice([n for n in sorted(self.voters) if n != lead.id])
+        self._log(f"transfer {repo} n{lead.id} -> n{to}")
+        self._count("transfer")
+        lead.rt.mr.transfer_leader(self.gids[repo], to)
+
+    def _compact(self, v: Voter) -> None:
+        """A checkpoint at the applied index, then the log compacted (the Checkpointer)."""
+        rt = v.rt
+        assert rt is not None
+        if v.inflight is not None:
+            return  # the loop compacts between Readies
+        g = rt.groups[self.gids[self.rng.choice(REPOS)]]
+        if g.hibernated or not g.born or g.applied <= int(g.mem.snapshot().metadata.index) + 2:
+            return
+        rt.compact(g, g.state, g.applied)
+        batch, done = rt.compaction_batch()
+        if done:
+            v.store.commit(batch)
+            rt.compacted(done)
+            self._log(f"compact n{v.id} {g.repo} at {g.applied}")
+            self._count("compact")
+
+    # -- invariants ------------------------------------------------------------------------
+
+    def check(self) -> None:
+        for v in self._up():
+            rt = v.rt
+            assert rt is not None
+            if rt.blank_groups == 0 and v.blank:
+                v.blank = 0
+                self._log(f"n{v.id} readmitted everywhere")
+            for gid in list(rt.groups):
+                if rt.mr.is_hibernated(gid):
+                    continue
+                raw = rt.mr.raw_node(gid)
+                r = raw.raft
+                if r.role is Role.LEADER:
+                    # Election Safety: at most one leader per term (§5.2).
+                    other = self.leaders.setdefault((gid, int(r.term)), v.id)
+                    if other != v.id:
+                        raise SimFailure(
+                            f"election safety: n{other} and n{v.id} lead {gid!r} term {r.term}"
+                        )
+                    if (v.id, gid, int(r.term)) not in self.checked_leaders:
+                        self.checked_leaders.add((v.id, gid, int(r.term)))
+                        self._leader_complete(v, gid, raw)
+                self._committed_prefix(v, gid, raw, int(rt.groups[gid].mem.hard_state.commit))
+
+    def _leader_complete(self, v: Voter, gid: GroupId, raw: object) -> None:
+        """Leader Completeness (§5.4): a leader of a later term holds every committed entry."""
+        log = raw.raft.log  # type: ignore[attr-defined]
+        term_now = int(raw.raft.term)  # type: ignore[attr-defined]
+        first, last = log.first_index(), log.last_index()
+        for (g, index), (term, _) in self.committed.items():
+            if g != gid or self.commit_term[(g, index)] >= term_now or index < first:
+                continue
+            if index > last or log.term(LogIndex(index)) != term:
+                raise SimFailure(
+                    f"leader completeness: n{v.id} leads {gid!r} term {term_now} without "
+                    f"entry {index} (term {term}) committed by term {self.commit_term[(g, index)]}"
+                )
+
+    def _committed_prefix(self, v: Voter, gid: GroupId, raw: object, shown: int) -> None:
+        """A committed entry never changes, on any voter.
+
+        Committed here means committed as of the last Ready this voter finished
+        (``shown``, the commit index of the hard state it handed its log): a leader
+        that sent its appends before its own fsync may count its unsynced copy, and
+        nothing reveals that commit index before the next Ready, which is taken once
+        the copy is durable (Runtime._send_early)."""
+        log = raw.raft.log  # type: ignore[attr-defined]
+        hi = min(int(log.committed), shown)
+        key = (v.id, v.life, gid)
+        seen = self.commit_seen.get(key, 0)
+        if hi <= seen:
+            return
+        lo = max(seen, int(log.first_index()) - 1)
+        term_now = int(raw.raft.term)  # type: ignore[attr-defined]
+        for e in log.slice(LogIndex(lo + 1), LogIndex(hi + 1), 1 << 62):
+            known = self.committed.setdefault((gid, int(e.index)), (int(e.term), e.data))
+            if known != (int(e.term), e.data):
+                raise SimFailure(
+                    f"committed entry {gid!r}@{e.index} differs on n{v.id}: "
+                    f"{known} vs ({e.term}, {e.data[:24]!r})"
+                )
+            k = (gid, int(e.index))
+            self.commit_term[k] = min(self.commit_term.get(k, term_now), term_now)
+        self.commit_seen[key] = hi
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def _tick_all(self, drift: float = 0.0) -> None:
+        self.now += TICK_S
+        for v in self._up():
+            if drift and self.rng.random() < drift:
+                continue  # this voter's tick comes late
+            assert v.rt is not None
+            v.rt.tick()
+
+    def _after(self) -> None:
+        for v in self._up():
+            self._take_ready(v)
+        self._serve()
+        self._expire()
+        self.check()
+
+    def step(self) -> None:
+        self.step_no += 1
+        rng = self.rng
+        r = rng.random()
+        if r < 0.2:
+            self._tick_all(drift=0.25)
+        elif r < 0.34:
+            self.client()
+        elif r < 0.46:
+            pending = [v for v in self._up() if v.inflight is not None]
+            if pending:
+                self._complete(rng.choice(pending))
+        elif r < 0.58:
+            self._fault()
+        for _ in range(rng.randrange(5)):
+            if not self.network:
+                break
+            self._deliver(rng.randrange(len(self.network)))
+        self._after()
+
+    def calm_step(self) -> None:
+        self.step_no += 1
+        for v in self.voters.values():
+            if v.rt is None:
+                self._start(v)
+        batch, self.network = self.network, []  # a calm network: FIFO links
+        for b in batch:
+            self.network.append(b)
+            self._deliver(len(self.network) - 1)
+        if self.step_no % 3 == 0:
+            self._tick_all()
+        for v in self._up():
+            if v.inflight is not None:
+                self._complete(v)
+        self._after()
+
+    # -- phases ----------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Every group elects a leader and applies its genesis (Lifecycle's create)."""
+        for _ in range(self.p.calm_steps_max):
+            self.calm_step()
+            pending = [repo for repo in REPOS if repo not in self.incarnation]
+            if not pending:
+                return
+            for repo in pending:
+                lead = self.leader_of(repo)
+                if lead is None or lead.rt is None:
+                    continue
+                g = lead.rt.groups[self.gids[repo]]
+                if g.born:
+                    self.incarnation[repo] = g.state.incarnation
+                    continue
+                if self.step_no % 10 == 0:
+                    act = Activate(create=True, head=MAIN)
+                    rid = repo.encode().ljust(16, b"\0")
+                    with contextlib.suppress(ProposalDropped):
+                        lead.rt.mr.propose(self.gids[repo], genesis_entry(rid, MISSING, act))
+        raise SimFailure(f"no genesis within {self.p.calm_steps_max} steps")
+
+    def calm(self) -> None:
+        """Heal; every group must commit a probe, converge, and readmit blank voters."""
+        self.partition = None
+        self.loss = self.duplicate = 0.0
+        probes: dict[str, ClientOp | None] = dict.fromkeys(REPOS)
+        done: set[str] = set()
+        for _ in range(self.p.calm_steps_max):
+            self.calm_step()
+            for repo in REPOS:
+                if repo in done:
+                    continue
+                lead = self.leader_of(repo)
+                if lead is None:
+                    continue
+                probe = probes[repo]
+                if probe is None or (
+                    probe.op_id not in self.open_ops and probe.op_id not in self.acked
+                ):
+                    probes[repo] = self.client(repo=repo, node=lead)
+                    continue
+                if probe.op_id in self.open_ops:
+                    continue
+                if self._converged(repo, lead):
+                    done.add(repo)
+            if len(done) == len(REPOS):
+                return
+        blank = [
+            f"n{v.id} {repo}"
+            for v in self._up()
+            for repo, gid in self.gids.items()
+            if v.rt is not None and v.rt.blank_of(v.rt.groups[gid])
+        ]
+        what = f"still blank (never readmitted): {', '.join(blank)}; " if blank else ""
+        raise SimFailure(
+            f"no progress within {self.p.calm_steps_max} calm steps: {what}{self._why()}"
+        )
+
+    def _converged(self, repo: str, lead: Voter) -> bool:
+        assert lead.rt is not None
+        gid = self.gids[repo]
+        commit = lead.rt.mr.commit_of(gid)
+        for v in self.voters.values():
+            rt = v.rt
+            if rt is None or v.inflight is not None:
+                return False
+            g = rt.groups[gid]
+            if g.applied != commit or rt.blank_of(g):
+                return False
+        return True
+
+    def _why(self) -> str:
+        out = []
+        for v in self.voters.values():
+            rt = v.rt
+            if rt is None:
+                continue
+            for repo, gid in self.gids.items():
+                g = rt.groups[gid]
+                out.append(
+                    f"n{v.id} {repo}: term {rt.mr.term_of(gid)} lead {rt.mr.lead_of(gid)} "
+                    f"applied {g.applied} commit {rt.mr.commit_of(gid)} blank {rt.blank_of(g)}"
+                )
+        return "; ".join(out)
+
+    def quiet(self) -> None:
+        """Every group hibernates on every voter; then a write wakes one and commits."""
+        for _ in range(self.p.hibernate_after_ticks * 40):
+            self.calm_step()
+            if all(
+                v.rt is not None and v.rt.mr.is_hibernated(gid)
+                for v in self.voters.values()
+                for gid in self.gids.values()
+            ):
+                break
+        else:
+            raise SimFailure(f"the groups never hibernated everywhere: {self._why()}")
+        self._count("hibernated_all")
+        repo = self.rng.choice(REPOS)
+        for _ in range(self.p.calm_steps_max):
+            lead = self.leader_of(repo)
+            if lead is not None:
+                break
+            self.calm_step()
+        else:
+            raise SimFailure(f"no leader after hibernation: {self._why()}")
+        probe = self.client(repo=repo, node=lead)
+        for _ in range(self.p.calm_steps_max):
+            self.calm_step()
+            answered = probe is not None and probe.op_id not in self.open_ops
+            if answered and (self._converged(repo, lead) or self.leader_of(repo) is not lead):
+                return
+        raise SimFailure(f"a write to hibernated {repo} did not commit: {self._why()}")
+
+    def run(self) -> SimReport:
+        try:
+            self.setup()
+            for _ in range(self.p.fault_steps):
+                self.step()
+            self.calm()
+            self.quiet()
+            self._final_checks()
+            lin = check_history(self.history, steps_max=2_000_000)
+        except SimFailure as e:
+            raise SimFailure(self._explain(str(e))) from None
+        except Exception as e:
+            raise SimFailure(self._explain(f"{type(e).__name__}: {e}")) from e
+        if not lin.ok:
+            raise SimFailure(self._explain(f"history not linearizable: {_describe(lin)}"))
+        for v in self._up():
+            assert v.rt is not None
+            self._harvest(v.rt)
+        return SimReport(self.seed, self.step_no, dict(self.stats))
+
+    def _final_checks(self) -> None:
+        """Every voter holds the same state of every repository."""
+        for repo, gid in self.gids.items():
+            states = {}
+            for v in self._up():
+                assert v.rt is not None
+                g = v.rt.groups[gid]
+                states[v.id] = (g.applied, g.state.version, _value(g.state.refs))
+            if len(set(states.values())) != 1:
+                raise SimFailure(f"voters disagree on {repo} at the end: {states}")
+
+    def _explain(self, what: str) -> str:
+        tail = "\n".join(self.trace[-30:])
+        return (
+            f"seed {self.seed} failed at step {self.step_no}: {what}\n"
+            f"replay: ENROUTE_SEED={self.seed} pytest tests/sim/test_driver_sim.py -k replay\n"
+            f"last events:\n{tail}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SimReport:
+    seed: int
+    steps: int
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def run_seed(
+    seed: int,
+    make: Callable[[int], DriverParams] = params_for,
+    runtime: type[Runtime] = Runtime,
+) -> SimReport:
+    return DriverSim(seed, make(seed), runtime).run()

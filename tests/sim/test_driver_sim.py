@@ -1,0 +1,180 @@
+"""Seeded simulation of the ledger's real driver (docs/raft.md, "Simulation").
+
+Each schedule runs three (every eighth, five) real ``Runtime`` voters hosting two
+groups over a simulated store, network and clock (driver_sim.py): crashes that
+lose unsynced writes or not, restarts, wiped disks that come back blank and are
+readmitted, partitions, loss, duplication, reordering, leadership transfers,
+compactions and snapshot transfers, re-proposals under one request id, and
+hibernation. Safety is checked after every step, liveness when the faults stop,
+and the clients' CAS history must be linearizable.
+
+CI runs seeds 0..999. A failure names its seed; replay it alone with
+``ENROUTE_SEED=<n> pytest tests/sim/test_driver_sim.py -k replay``. A larger sweep
+runs with ``ENROUTE_SIM_SCHEDULES=20000`` (marked slow).
+
+The planted driver bugs below (each a ``Runtime`` subclass that breaks one rule of
+the Ready contract) must each be found within those 1,000 CI schedules.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+import pytest
+from driver_sim import DriverSim, SimFailure, SimReport, params_for, run_seed
+
+from enroute_ledger.multiraft import Batch, GroupReady
+from enroute_ledger.raft import ConfChange, ConfChangeType, EntryType
+from enroute_ledger.runtime import Group, Runtime
+
+SCHEDULES = 1000
+CHUNK = 100
+SEED_BASE = int(os.environ.get("ENROUTE_SIM_SEED_BASE", "0"))
+
+
+@pytest.fixture(autouse=True)
+def _quiet_logs() -> Iterator[None]:
+    """The runtimes log every readmission and refused entry; thousands per chunk."""
+    logging.disable(logging.WARNING)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+def _run_range(seeds: range, runtime: type[Runtime] = Runtime) -> Iterator[SimReport]:
+    failures: list[str] = []
+    for seed in seeds:
+        try:
+            yield run_seed(seed, params_for, runtime)
+        except SimFailure as e:
+            failures.append(str(e))
+    assert not failures, f"{len(failures)} of {len(seeds)} schedules failed; first:\n{failures[0]}"
+
+
+@pytest.mark.parametrize("chunk", range(SCHEDULES // CHUNK))
+def test_schedules(chunk: int) -> None:
+    lo = SEED_BASE + chunk * CHUNK
+    for _ in _run_range(range(lo, lo + CHUNK)):
+        pass
+
+
+def test_replay() -> None:
+    seed = int(os.environ.get("ENROUTE_SEED", "4242"))
+    print(f"ENROUTE_SEED={seed}")
+    print(run_seed(seed))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    "ENROUTE_SIM_SCHEDULES" not in os.environ, reason="set ENROUTE_SIM_SCHEDULES=<n> to sweep"
+)
+def test_sweep() -> None:
+    n = int(os.environ["ENROUTE_SIM_SCHEDULES"])
+    for _ in _run_range(range(1_000_000 + SEED_BASE, 1_000_000 + SEED_BASE + n)):
+        pass
+
+
+def test_a_seed_replays_exactly() -> None:
+    def one() -> tuple[list[str], dict[str, int], list[object]]:
+        sim = DriverSim(77, params_for(77))
+        sim.run()
+        return sim.trace, sim.stats, list(sim.history.operations())
+
+    assert one() == one()
+
+
+def test_schedules_exercise_every_fault() -> None:
+    totals: dict[str, int] = {}
+    for report in _run_range(range(0, 60)):
+        for k, v in report.stats.items():
+            totals[k] = totals.get(k, 0) + v
+    for what in (
+        "lost",
+        "duplicated",
+        "partition",
+        "crash",
+        "crash_lossy",
+        "transfer",
+        "compact",
+        "snapshot_sent",
+        "snapshots_applied",
+        "wipe",
+        "readmit",
+        "hibernations",
+        "wakes",
+        "hibernated_all",
+        "early_sent",
+        "repropose",
+        "duplicates_skipped",
+        "op_ok",
+        "op_info",
+        "op_fail",
+    ):
+        assert totals.get(what, 0) > 0, (what, totals)
+
+
+# -- planted driver bugs: each must be found within the CI schedules ----------------------
+
+
+class SendsBeforePersisting(Runtime):
+    """Sends everything of a Ready before its writes are durable: votes and
+    acknowledgements too, not only the leader's appends that ``_send_early`` allows."""
+
+    def _send_early(
+        self, live: list[tuple[GroupReady, Group | None]], batches: tuple[Batch, ...]
+    ) -> tuple[Batch, ...]:
+        assert self.transport is not None
+        for b in batches:
+            self.transport.send(b)
+        return ()
+
+
+class AppliesBeforeCommit(Runtime):
+    """Applies the entries a Ready appends before they are committed."""
+
+    def _apply_durable(self, live: list[tuple[GroupReady, Group | None]]) -> None:
+        super()._apply_durable(live)
+        for gr, g in live:
+            if g is None or g.dropped or gr.ready.snapshot is not None:
+                continue
+            for e in gr.ready.entries:
+                if e.index > g.applied and e.type is EntryType.NORMAL:
+                    self._apply_entry(g, e)
+
+
+class DropsReadmit(Runtime):
+    """Drops a committed READMIT instead of applying it: a wiped voter stays blank."""
+
+    def _apply_conf_change(self, g: Group, cc: ConfChange) -> None:
+        if cc.type is ConfChangeType.READMIT:
+            return
+        super()._apply_conf_change(g, cc)
+
+
+def _first_failure(runtime: type[Runtime]) -> tuple[int, str]:
+    for seed in range(SEED_BASE, SEED_BASE + SCHEDULES):
+        try:
+            run_seed(seed, params_for, runtime)
+        except SimFailure as e:
+            return seed, str(e)
+    return -1, ""
+
+
+@pytest.mark.parametrize(
+    ("bug", "finding"),
+    [
+        (
+            SendsBeforePersisting,
+            ("election safety", "committed entry", "leader completeness", "commit past the log"),
+        ),
+        (AppliesBeforeCommit, ("state machine safety", "linearizable", "disagree")),
+        (DropsReadmit, ("never readmitted",)),
+    ],
+    ids=["send-before-persist", "apply-before-commit", "drop-readmit"],
+)
+def test_finds_a_planted_driver_bug(bug: type[Runtime], finding: tuple[str, ...]) -> None:
+    seed, failure = _first_failure(bug)
+    print(f"{bug.__name__}: first found by seed {seed}")
+    assert seed >= 0, f"{bug.__name__} not found in {SCHEDULES} schedules"
+    assert any(f in failure for f in finding), failure
