@@ -24,6 +24,7 @@ import pytest
 
 from enroute_testing.devserver import running_dev
 from enroute_testing.gitcli import run_git
+from enroute_testing.waiting import wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -90,18 +91,22 @@ def test_sigterm_lets_a_clone_in_flight_finish(tmp_path: Path) -> None:
             if termed_at is None and len(got) >= TERM_AFTER_BYTES:
                 os.kill(pid, signal.SIGTERM)
                 termed_at = time.monotonic()
-                deadline = termed_at + 5
-                while not refused(host, int(port)) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                assert refused(host, int(port)), "a stopping gitproto still accepts connections"
+                wait_until(
+                    lambda: refused(host, int(port)),
+                    5,
+                    "a stopping gitproto refuses new connections",
+                    poll_s=0.05,
+                )
             time.sleep(READ_PAUSE_S)
         assert termed_at is not None, f"the answer ended after {len(got)} bytes"
         served_after_s = time.monotonic() - termed_at
         conn.close()
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not Path(f"/proc/{pid}").exists(), "gitproto did not exit after its drain"
+        wait_until(
+            lambda: not Path(f"/proc/{pid}").exists(),
+            30,
+            "gitproto exits after its drain",
+            poll_s=0.1,
+        )
     assert got[:8] == b"0008NAK\n"
     pack = bytes(got[8:])
     assert pack[:4] == b"PACK" and len(pack) > BLOB_BYTES

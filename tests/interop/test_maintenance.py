@@ -18,7 +18,7 @@ import yaml
 from enroute_testing.devserver import compute_status, running_dev
 from enroute_testing.gitcli import run_git
 from enroute_testing.repogen import list_refs
-from enroute_testing.waiting import wait_until
+from enroute_testing.waiting import WaitTimeout, wait_until
 
 pytestmark = pytest.mark.interop
 
@@ -179,13 +179,15 @@ def test_last_push_is_not_stamped_by_maintenance(dev: Dev, tmp_path: Path) -> No
         pushed = _describe(dev.url, name)["last_push"]
         times = _ref_times(dev.url, name)
         assert before_us <= _rfc_us(pushed) <= after_us  # the push's stamp, not a later one
-        deadline = time.monotonic() + WAIT_S
-        while dev.status()["maintenance"]["merges"] <= merges_before:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        else:
-            break  # a merge committed after this push
+
+        def merged(before: int = merges_before) -> bool:
+            return bool(dev.status()["maintenance"]["merges"] > before)
+
+        try:
+            wait_until(merged, WAIT_S, "a merge after this push", poll_s=0.2)
+        except WaitTimeout:
+            continue  # none: push another layer
+        break  # a merge committed after this push
     else:
         raise AssertionError(f"no merge after any of 8 pushes: {dev.status()}")
     time.sleep(0.5)  # the point: a few more maintenance passes, which must not restamp

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 from enroute_core.state import OutcomeCode, decode_change, decode_state
 from enroute_core.state.names import state_key
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
-from enroute_testing.waiting import wait_until
+from enroute_testing.waiting import WaitTimeout, wait_until
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
@@ -51,19 +50,20 @@ def test_leader_checkpoints_every_n_entries_and_a_node_without_log_restores(
     assert obj.refs[MAIN].oid in {oid(n) for n in range(1, 8)}
     # the interval rule (default 300 s) does not fire here: within 3 more entries one
     # checkpoint lands exactly at the last acknowledged version
-    reached = False
     for i in range(8, 8 + 4):
         last = propose(p, "r", 1, commit(1, MAIN, have, oid(i)))
         have = oid(i)
-        deadline = time.monotonic() + 1.5
-        while time.monotonic() < deadline:
-            if decode_state(read_object(store, state_key("r"))).version == last.version:
-                reached = True
-                break
-            time.sleep(0.05)
-        if reached:
-            break
-    assert reached, "no checkpoint at the last version within checkpoint_entries commits"
+
+        def at_last(version: int = last.version) -> bool:
+            return decode_state(read_object(store, state_key("r"))).version == version
+
+        try:
+            wait_until(at_last, 1.5, "a checkpoint at the last version", poll_s=0.05)
+        except WaitTimeout:
+            continue  # none yet: commit one more
+        break
+    else:
+        raise AssertionError("no checkpoint at the last version within checkpoint_entries commits")
     obj = decode_state(read_object(store, state_key("r")))
     assert obj.refs[MAIN].oid == have and obj.version == last.version
 
