@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Sequence
+from typing import TypeAlias
 
 from enroute_core.base.errors import InvalidArgument
 
@@ -23,6 +24,9 @@ from ..raft.errors import Compacted, EntriesUnavailable
 from ..raft.types import EMPTY_HARD_STATE, Entry, HardState, SnapshotMetadata
 
 EMPTY_META = SnapshotMetadata()
+
+Terms: TypeAlias = "array[int] | int"
+"""A shape's terms: see ``GroupShape.terms``."""
 
 
 NO_KEPT: dict[int, int] = {}
@@ -35,15 +39,30 @@ dict per group was 64 bytes of every idle repository's cost on a voter (issue 19
 class GroupShape:
     """The published shape of one group; changed only by :func:`fold`, under the store's lock."""
 
-    __slots__ = ("base_index", "base_term", "hard_state", "kept", "snapshot", "terms")
+    __slots__ = (
+        "base_index",
+        "base_term",
+        "hard_state",
+        "kept",
+        "last",
+        "rowid",
+        "snapshot",
+        "terms",
+    )
 
     def __init__(self) -> None:
+        self.rowid = 0
+        """The group's key in the store's tables (0: none yet); kept here rather than in
+        a map of its own, one entry less per hosted group (issue 19)."""
         self.base_index = 0
         self.base_term = 0
         self.snapshot = EMPTY_META
         self.hard_state = EMPTY_HARD_STATE
-        self.terms = array("q")
-        """Terms of the entries ``base_index + 1 .. last_index``."""
+        self.last = 0
+        self.terms: Terms = 0
+        """Terms of the entries ``base_index + 1 .. last``: one int when they all have
+        the same (a log with one leader since its last checkpoint, most of them), else
+        an array; an array object was 112 bytes of every idle repository (issue 19)."""
         self.kept: dict[int, int] = NO_KEPT
         """Index -> term of the entries kept below the base by pins."""
 
@@ -53,7 +72,7 @@ class GroupShape:
 
     @property
     def last_index(self) -> int:
-        return self.base_index + len(self.terms)
+        return self.last
 
     def term(self, index: int) -> int:
         """Raft's ``term(i)``: ``Compacted`` below the base, ``EntriesUnavailable`` past the end."""
@@ -61,9 +80,10 @@ class GroupShape:
             raise Compacted(index)
         if index == self.base_index:
             return self.base_term
-        if index > self.last_index:
+        if index > self.last:
             raise EntriesUnavailable(index)
-        return self.terms[index - self.base_index - 1]
+        terms = self.terms
+        return terms if isinstance(terms, int) else terms[index - self.base_index - 1]
 
 
 class Stage:
@@ -86,6 +106,7 @@ class Stage:
         "meta_dirty",
         "pub",
         "pub_dropped",
+        "rowid",
         "snapshot",
         "tail",
         "tail_from",
@@ -99,6 +120,7 @@ class Stage:
         self.meta_dirty = False
         self.hs_dirty = False
         self.tail: list[int] = []
+        self.rowid = 0 if pub is None else pub.rowid  # kept through a drop: the same row
         if pub is None:
             self._reset()
         else:
@@ -128,7 +150,7 @@ class Stage:
         if index >= self.tail_from:
             return self.tail[index - self.tail_from]
         assert not self.log_reset and self.pub is not None
-        return self.pub.terms[index - self.pub.base_index - 1]
+        return self.pub.term(index)
 
     # -- changes: each checks first, then mutates -------------------------------
 
@@ -253,24 +275,57 @@ class Stage:
         return True
 
 
+def pack_terms(terms: array[int]) -> Terms:
+    """One int for terms that are all the same (an empty log's: 0), else the array."""
+    if not terms:
+        return 0
+    first = terms[0]
+    # a log's terms never go down, so unequal ends settle it without the count
+    if first == terms[-1] and terms.count(first) == len(terms):
+        return first
+    return terms
+
+
+def _splice(terms: Terms, held: int, keep: int, tail: list[int]) -> Terms:
+    """The ``held`` terms cut to their first ``keep``, then ``tail``; an array is changed
+    in place (it is the published shape's, under the store's lock)."""
+    if isinstance(terms, int):
+        if keep == 0:
+            return pack_terms(array("q", tail))
+        if all(t == terms for t in tail):
+            return terms
+        out = array("q", [terms]) * held
+    else:
+        out = terms
+    del out[keep:]
+    out.extend(tail)
+    return out
+
+
 def fold(stage: Stage) -> GroupShape | None:
     """Publish a stage: the group's new shape, or ``None`` when the group is gone."""
     if not stage.exists:
         return None
     shape = stage.pub
+    terms: Terms
     if shape is None or stage.pub_dropped or stage.log_reset:
         shape = shape if shape is not None and not stage.pub_dropped else GroupShape()
-        shape.terms = array("q", stage.tail)
+        terms = array("q", stage.tail)
         start = stage.tail_from - 1
     else:
         start = shape.base_index
-        del shape.terms[stage.tail_from - start - 1 :]
-        shape.terms.extend(stage.tail)
-    del shape.terms[: stage.base_index - start]
+        terms = _splice(shape.terms, shape.last - start, stage.tail_from - start - 1, stage.tail)
+    if not isinstance(terms, int):
+        del terms[: stage.base_index - start]
+        terms = pack_terms(terms)
+    elif stage.last_index == stage.base_index:
+        terms = 0
+    shape.terms = terms
+    shape.last = stage.last_index
     shape.base_index = stage.base_index
     shape.base_term = stage.base_term
     shape.snapshot = stage.snapshot
     shape.hard_state = stage.hard_state
     shape.kept = stage.kept
-    assert shape.last_index == stage.last_index, (shape.last_index, stage.last_index)
+    shape.rowid = stage.rowid
     return shape

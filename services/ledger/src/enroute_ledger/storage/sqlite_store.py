@@ -40,6 +40,7 @@ import sqlite3
 import struct
 import threading
 import zlib
+from array import array
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -69,7 +70,7 @@ from .api import (
 )
 from .codec import decode_kept, decode_snapshot_meta, encode_kept, encode_snapshot_meta
 from .committer import Committer
-from .shape import NO_KEPT, GroupShape, Stage, fold
+from .shape import NO_KEPT, GroupShape, Stage, fold, pack_terms
 
 FORMAT = 1
 DB_NAME = "ledger.sqlite"
@@ -172,7 +173,6 @@ class SqliteStore:
         self._limits = limits
         self._lock = threading.Lock()
         self._shapes: dict[GroupId, GroupShape] = {}
-        self._gids: dict[GroupId, int] = {}
         self._next_gid = 1
         self._node: NodeId | None = None
         self._staged_node: NodeId | None = None
@@ -260,7 +260,6 @@ class SqliteStore:
             g, shape = self._load_group(row)
             by_gid[row[0]] = shape
             self._shapes[g] = shape
-            self._gids[g] = row[0]
             self._next_gid = max(self._next_gid, row[0] + 1)
         try:
             self._load_terms(by_gid)
@@ -273,21 +272,31 @@ class SqliteStore:
         owner: GroupShape | None = None
         owner_gid = -1
         expect = 0
+        terms = array("q")
+
+        def done() -> None:
+            if owner is not None:
+                owner.last = owner.base_index + len(terms)
+                owner.terms = pack_terms(terms)
+
         for gid, idx, term in self._w.execute("SELECT gid, idx, term FROM log ORDER BY gid, idx"):
             if gid != owner_gid:
+                done()
                 owner = by_gid.get(gid)
                 if owner is None:
                     raise CorruptData("log entry of an unknown group", section=SECTION, gid=gid)
                 owner_gid = gid
                 expect = owner.base_index + 1
+                terms = array("q")
             assert owner is not None
             if idx == expect:
-                owner.terms.append(term)
+                terms.append(term)
                 expect += 1
-            elif idx < owner.first_index and owner.kept.get(idx) == term and type(idx) is int:
+            elif idx <= owner.base_index and owner.kept.get(idx) == term and type(idx) is int:
                 kept_found[gid] = kept_found.get(gid, 0) + 1
             else:
                 raise CorruptData("log rows out of place", section=SECTION, gid=gid, idx=idx)
+        done()
         for gid, shape in by_gid.items():
             if kept_found.get(gid, 0) != len(shape.kept):
                 raise CorruptData("kept entry missing", section=SECTION, gid=gid)
@@ -304,7 +313,9 @@ class SqliteStore:
         if mine != mcrc or hs_crc(gid, ht, hv, hc) != hcrc:
             raise CorruptData("group row fails its crc", section=SECTION, gid=gid)
         shape = GroupShape()
+        shape.rowid = gid
         shape.base_index = base
+        shape.last = base  # and the entries _load_terms finds
         shape.base_term = bterm
         shape.snapshot = decode_snapshot_meta(snap, SECTION)
         shape.hard_state = HardState(Term(ht), None if hv == 0 else NodeId(hv), LogIndex(hc))
@@ -418,7 +429,7 @@ class SqliteStore:
                 raise EntriesUnavailable(hi)
             if lo == hi:
                 return []
-            gid = self._gids[group]
+            gid = shape.rowid
             out = self._checked(lambda: self._read_entries(gid, shape, lo, hi, max_bytes))
         assert out and out[0].index == lo and out[-1].index < hi
         return out
@@ -464,7 +475,7 @@ class SqliteStore:
                 raise EntriesUnavailable(index)
             if index <= shape.base_index and index not in shape.kept:
                 raise Compacted(index)
-            gid = self._gids[group]
+            gid = shape.rowid
 
             def read() -> Entry:
                 r = self._r.execute(
@@ -479,9 +490,10 @@ class SqliteStore:
 
     def state_rows(self, group: GroupId) -> list[tuple[bytes, bytes]]:
         with self._lock:
-            gid = self._gids.get(group)
-            if group not in self._shapes or gid is None:
+            shape = self._shapes.get(group)
+            if shape is None:
                 return []
+            gid = shape.rowid
             rows = self._checked(
                 lambda: self._r.execute(
                     "SELECT key, value, crc FROM state WHERE gid = ? ORDER BY key", (gid,)
@@ -491,9 +503,10 @@ class SqliteStore:
 
     def state_get(self, group: GroupId, key: bytes) -> bytes | None:
         with self._lock:
-            gid = self._gids.get(group)
-            if group not in self._shapes or gid is None:
+            shape = self._shapes.get(group)
+            if shape is None:
                 return None
+            gid = shape.rowid
             r = self._checked(
                 lambda: self._r.execute(
                     "SELECT key, value, crc FROM state WHERE gid = ? AND key = ?", (gid, key)
@@ -578,7 +591,7 @@ class SqliteStore:
             if type(op) is Append:
                 accepted, discard = st.append(op.entries)
                 if accepted:
-                    self._emit_append(g, accepted, discard)
+                    self._emit_append(st, accepted, discard)
             elif type(op) is SetHardState:
                 st.set_hard_state(op.hard_state)
             else:
@@ -595,10 +608,10 @@ class SqliteStore:
     def _stage_other(self, op: Op, g: GroupId, st: Stage) -> None:
         if isinstance(op, TruncateSuffix):
             if st.truncate_suffix(op.from_index):
-                self._sql(_DELETE_FROM, (self._gid(g), op.from_index))
+                self._sql(_DELETE_FROM, (self._gid(st), op.from_index))
         elif isinstance(op, InstallSnapshot):
             st.install_snapshot(op.meta)
-            self._sql(_DELETE_LOG, (self._gid(g),))
+            self._sql(_DELETE_LOG, (self._gid(st),))
         elif isinstance(op, SetSnapshot):
             st.set_snapshot(op.meta)
         elif isinstance(op, Compact):
@@ -606,17 +619,17 @@ class SqliteStore:
             self._emit_compact(g, st)
         elif isinstance(op, PutState):
             st.ensure()
-            gid = self._gid(g)
+            gid = self._gid(st)
             self._sql(_PUT, (gid, op.key, op.value, state_crc(gid, op.key, op.value)))
         elif isinstance(op, DeleteState):
             st.ensure()
-            self._sql(_DEL, (self._gid(g), op.key))
+            self._sql(_DEL, (self._gid(st), op.key))
         elif isinstance(op, ClearState):
             st.ensure()
-            self._sql(_CLEAR, (self._gid(g),))
+            self._sql(_CLEAR, (self._gid(st),))
         elif isinstance(op, DropGroup):
             if st.drop():
-                gid = self._gid(g)
+                gid = self._gid(st)
                 self._sql(_DELETE_LOG, (gid,))
                 self._sql(_CLEAR, (gid,))
                 self._sql(_DROP, (gid,))
@@ -630,14 +643,14 @@ class SqliteStore:
                 self._emit_group_row(g, st)
             elif st.hs_dirty:
                 hs = st.hard_state
-                gid = self._gid(g)
+                gid = self._gid(st)
                 vote = 0 if hs.vote is None else hs.vote
                 crc = hs_crc(gid, hs.term, vote, hs.commit)
                 self._sql(_SET_HS, (hs.term, vote, hs.commit, crc, gid))
             st.meta_dirty = st.hs_dirty = False
 
-    def _emit_append(self, g: GroupId, entries: Sequence[Entry], discard: int | None) -> None:
-        gid = self._gid(g)
+    def _emit_append(self, st: Stage, entries: Sequence[Entry], discard: int | None) -> None:
+        gid = self._gid(st)
         if discard is not None:
             self._sql(_DELETE_FROM, (gid, discard))
         for e in entries:
@@ -649,7 +662,7 @@ class SqliteStore:
 
     def _emit_compact(self, g: GroupId, st: Stage) -> None:
         """Delete every row up to the base except the kept ones, as ranges between them."""
-        gid = self._gid(g)
+        gid = self._gid(st)
         lo = 0
         for k in sorted(st.kept):
             if k > lo:
@@ -659,7 +672,7 @@ class SqliteStore:
             self._sql(_DELETE_RANGE, (gid, lo, st.base_index))
 
     def _emit_group_row(self, g: GroupId, st: Stage) -> None:
-        gid = self._gid(g)
+        gid = self._gid(st)
         hs = st.hard_state
         vote = 0 if hs.vote is None else hs.vote
         snap = encode_snapshot_meta(st.snapshot)
@@ -682,12 +695,13 @@ class SqliteStore:
             ),
         )
 
-    def _gid(self, g: GroupId) -> int:
-        gid = self._gids.get(g)
-        if gid is None:
-            gid = self._gids[g] = self._next_gid
+    def _gid(self, st: Stage) -> int:
+        """The group's row key: a new group's is the next unused one (a round rolled back
+        leaves a gap, never a key used twice)."""
+        if st.rowid == 0:
+            st.rowid = self._next_gid
             self._next_gid += 1
-        return gid
+        return st.rowid
 
     def _sql(self, sql: str, row: tuple[Any, ...]) -> None:
         """Queue a statement; runs of the same statement go to SQLite as one ``executemany``."""
