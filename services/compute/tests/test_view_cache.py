@@ -300,3 +300,35 @@ async def test_under_a_disk_budget_a_closed_layers_copy_goes(tmp_path: Path) -> 
             await layers.close()
     finally:
         shutil.rmtree(node, ignore_errors=True)
+
+
+@pytest.mark.asyncio
+async def test_an_evicted_views_bodies_leave_the_node_caches(tmp_path: Path) -> None:
+    """Issue 19: the node's object cache is keyed by a view lineage's scope, so what an
+    evicted view put there is never hit again; it went only when the LRU reached it,
+    and meanwhile every repository touched kept about 0.5 KiB there (the commits its
+    ref advertisement peeled: docs/fleet.md). Eviction takes it out."""
+    host, layers, tips = await stored_hosting(tmp_path, ["a", "b"])
+    try:
+        caches = host.caches
+        for name in ("a", "b"):
+            await host.ref_snapshot_loaded(await host.read(name))
+        peeled = len(caches.objects)
+        assert peeled >= 2, "the advertisements peeled nothing into the cache"
+        await clone(host, "b", tips["b"])
+        cloned = len(caches.objects) + len(caches.entries)
+        assert isinstance(host.clock, FixedClock)
+        host.clock.advance_us(IDLE_MS * 1000)
+        host._touch(host._repos["b"])  # b used now: only a is idle
+        assert host.evict(host.clock.now_us()) == 1
+        assert len(caches.objects) + len(caches.entries) == cloned - peeled // 2
+        host.clock.advance_us(IDLE_MS * 1000)
+        assert host.evict(host.clock.now_us()) == 1
+        assert (len(caches.objects), len(caches.entries)) == (0, 0)
+        assert caches.objects.used_bytes == caches.entries.used_bytes == 0
+        # a re-open starts a new lineage: its reads fill the cache again
+        await host.ref_snapshot_loaded(await host.read("a"))
+        assert len(caches.objects) == peeled // 2
+    finally:
+        await host.close()
+        await layers.close()

@@ -307,6 +307,7 @@ class RepositoryHost:
             del self._used_us[repo.name]
             self.view_bytes -= repo.bytes
             self._swept_leftovers.discard(repo.name)
+            repo.view.forget_cached()  # its scope's cache entries would never be hit again
             for listener in self.unhost_listeners:
                 listener(repo.name)
 
@@ -535,6 +536,7 @@ class RepositoryHost:
         layers (a change it cannot place) is built whole instead.
         """
         if not state.live:
+            repo.view.forget_cached()
             repo.view = View((), caches=self.caches)
         elif rebuild or changes:
             view: View | None = None
@@ -558,6 +560,7 @@ class RepositoryHost:
                     partial(View, pairs, limits=self.limits, caches=self.caches)
                 )
                 self.view_builds += 1
+                repo.view.forget_cached()  # a new lineage: the old one's entries are dead
             keep = {e.root for e in state.manifest}
             repo.readers = {k: v for k, v in repo.readers.items() if k in keep}
             repo.inline = {k: v for k, v in repo.inline.items() if k in keep}

@@ -79,6 +79,11 @@ TYPE_OF_KIND = {
 _SECTION = "view"
 TREE_CLOSURES_KEPT = 8
 """Whole tree closures kept per repository (shallow and tree-only fetches of the same tips)."""
+CACHED_KEYS_KEPT = 64
+"""Node cache entries a view lineage remembers putting, so that :meth:`View.forget_cached`
+takes them out when the view goes (issue 19): all of them for a repository that was
+read a little (an idle one: a ref advertisement peels a few commits), the first few of
+a busy one, whose others age out of the caches' LRU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +109,7 @@ class _Bodies:
     Used from the fetch threads at once: the caches lock, and so does the memo.
     """
 
-    __slots__ = ("_entries", "_lock", "_objects", "_scope", "_trees")
+    __slots__ = ("_entries", "_lock", "_objects", "_put", "_scope", "_trees")
 
     def __init__(self, caches: NodeCaches) -> None:
         self._objects = caches.objects
@@ -112,6 +117,9 @@ class _Bodies:
         self._scope = caches.new_scope()
         self._lock = threading.Lock()
         self._trees: OrderedDict[tuple[int, ...], BitMap] = OrderedDict()
+        self._put: list[tuple[int, int]] | None = []
+        """The first ``CACHED_KEYS_KEPT`` keys this lineage put in the node caches; None
+        once forgotten."""
 
     def tree_closure(self, roots: tuple[int, ...]) -> BitMap | None:
         """A memoized closure of exactly these root trees (a tree's closure never changes:
@@ -132,13 +140,32 @@ class _Bodies:
         return self._objects.get((self._scope, object_id))
 
     def put(self, object_id: int, body: bytes) -> None:
-        self._objects.put((self._scope, object_id), body)
+        key = (self._scope, object_id)
+        if self._objects.put(key, body):
+            self._remember(key)
 
     def entry(self, object_id: int) -> bytes | None:
         return self._entries.get((self._scope, object_id))
 
     def put_entry(self, object_id: int, entry: bytes) -> None:
-        self._entries.put((self._scope, object_id), entry)
+        key = (self._scope, object_id)
+        if self._entries.put(key, entry):
+            self._remember(key)
+
+    def _remember(self, key: tuple[int, int]) -> None:
+        with self._lock:
+            if self._put is not None and len(self._put) < CACHED_KEYS_KEPT:
+                self._put.append(key)  # past it (a busy lineage) the rest age out of the LRU
+
+    def forget(self) -> None:
+        """Take what this lineage put out of the node caches (no later view of it will
+        ask: the scope is its own), and its tree closures."""
+        with self._lock:
+            put, self._put = self._put, None
+            self._trees.clear()
+        for key in put or ():  # one key space for both caches: a key not there is a no-op
+            self._objects.discard(key)
+            self._entries.discard(key)
 
 
 def private_caches(limits: Limits) -> NodeCaches:
@@ -455,6 +482,14 @@ class View:
         view = View.__new__(View)
         view._init((*older, *newer), self._bodies, self._limits)
         return view
+
+    def forget_cached(self) -> None:
+        """The view's lineage is done (its repository's view was evicted or dropped):
+        what it put in the node's object and entry caches goes now rather than when the
+        LRU reaches it. Keyed by the lineage's scope, it could never be hit again, and
+        until then it took the room of live views and memory per repository touched
+        (issue 19). A read still holding a view of the lineage only reads again."""
+        self._bodies.forget()
 
     # -- residency (seed 004, "Never waiting on the object store", Machines) -------------------
 
