@@ -20,6 +20,10 @@ class Memory:
     """Resident now (``VmRSS``)."""
     peak_bytes: int
     """Peak resident since the process started (``VmHWM``)."""
+    anon_bytes: int
+    """Resident anonymous memory now (``RssAnon``): the process's own, without the
+    pages of the interpreter's and libraries' files, which are shared with other
+    processes and come and go with the page cache."""
 
 
 def role_pid(dev_pid: int, role: str) -> int:
@@ -48,4 +52,4 @@ def memory(pid: int) -> Memory:
         assert found is not None, f"{key} not in /proc/{pid}/status"
         return int(found.group(1)) * 1024
 
-    return Memory(kib("VmRSS"), kib("VmHWM"))
+    return Memory(kib("VmRSS"), kib("VmHWM"), kib("RssAnon"))
