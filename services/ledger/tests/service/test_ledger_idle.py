@@ -64,9 +64,17 @@ def test_idle_groups_quiesce_in_real_processes(tmp_path: Path, procs: list[Ledge
         poll_s=0.1,
         explain=lambda: [metrics(n)["groups_active"] for n in nodes],
     )
-    # Followers learn the leader's commit from its quiesce heartbeat and then stop:
-    # no message is in flight once every node reports no awake group.
-    time.sleep(0.2)  # a margin for the last heartbeat's reply before the window opens
+    # Followers learn the leader's commit from its quiesce heartbeat and then stop; the
+    # window opens once the last heartbeat's reply is in: two looks 0.2 s apart in which
+    # no node sent a Raft message or persisted.
+    looks: list[list[tuple[float, float]]] = []
+
+    def settled() -> bool:
+        ms = [metrics(n) for n in nodes]
+        looks.append([(m["raft_messages_out_total"], m["persist_rounds_total"]) for m in ms])
+        return len(looks) >= 2 and looks[-1] == looks[-2]
+
+    wait_until(settled, QUIET_DEADLINE_S, "no Raft traffic between two looks", poll_s=0.2)
 
     before = [metrics(n) for n in nodes]
     time.sleep(WINDOW_S)  # the point: an idle window in which nothing may tick
