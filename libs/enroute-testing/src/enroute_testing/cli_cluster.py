@@ -117,6 +117,23 @@ def ledger_remove(
     typer.echo(f"{name} removed and stopped")
 
 
+@app.command("ledger-replace")
+def ledger_replace(
+    node: Annotated[int, typer.Argument(help="voter id (enroute ledger members)")],
+    data: DataOption = DEFAULT_DATA,
+    recover_from: Annotated[
+        int | None,
+        typer.Option("--recover-from", help="two voters, NODE lost: the surviving voter's id"),
+    ] = None,
+) -> None:
+    """Start a new voter under a new id in place of voter NODE, then stop NODE for good."""
+    from enroute_testing import cluster_ledger  # noqa: PLC0415
+
+    c = _loaded(data)
+    name = cluster_ledger.ledger_replace(c, node, typer.echo, recover_from=recover_from)
+    typer.echo(f"voter {node} replaced by {name}")
+
+
 @app.command("ledger-wipe")
 def ledger_wipe(
     node: Annotated[int, typer.Argument(help="voter id (enroute ledger members)")],

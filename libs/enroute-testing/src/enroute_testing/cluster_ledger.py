@@ -79,7 +79,11 @@ def members(cluster: Cluster) -> dict[str, Any]:
 
 
 def _change(
-    cluster: Cluster, say: Say, *args: str, started: Callable[[int], None] | None = None
+    cluster: Cluster,
+    say: Say,
+    *args: str,
+    started: Callable[[int], None] | None = None,
+    timeout_s: float = CHANGE_TIMEOUT_S,
 ) -> None:
     """Run one ``enroute ledger`` change to its end, its lines passed to ``say``."""
     proc = subprocess.Popen(
@@ -96,7 +100,7 @@ def _change(
             m = _OPENED.match(line)
             if m and started is not None:
                 started(int(m.group(1)))
-        code = proc.wait(CHANGE_TIMEOUT_S)
+        code = proc.wait(timeout_s)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -138,17 +142,34 @@ def ledger_add(cluster: Cluster, say: Say = print) -> str:
     return _grow(cluster, say, "add")
 
 
-def ledger_replace(cluster: Cluster, old: int, say: Say = print) -> str:
+def ledger_replace(
+    cluster: Cluster,
+    old: int,
+    say: Say = print,
+    *,
+    recover_from: int | None = None,
+    timeout_s: float = CHANGE_TIMEOUT_S,
+) -> str:
     """``enroute ledger replace``: a new machine under a new id, then voter ``old``
-    removed and stopped for good; the new voter's name."""
-    name = _grow(cluster, say, "replace", str(old))
+    removed and stopped for good; the new voter's name. ``recover_from``: a two-voter
+    ledger that lost ``old`` is recovered from that surviving voter (``--recover-from``:
+    docs/raft.md, "Recovering a two-voter ledger")."""
+    after = () if recover_from is None else ("--recover-from", str(recover_from))
+    name = _grow(cluster, say, "replace", str(old), after=after, timeout_s=timeout_s)
     gone = name_of(cluster, old)
     cluster.keep_down.add(gone)
     cluster.terminate(gone)
     return name
 
 
-def _grow(cluster: Cluster, say: Say, command: str, *before: str) -> str:
+def _grow(
+    cluster: Cluster,
+    say: Say,
+    command: str,
+    *before: str,
+    after: tuple[str, ...] = (),
+    timeout_s: float = CHANGE_TIMEOUT_S,
+) -> str:
     names = voter_names(cluster)
     base = cluster.members[names[0]]
     name = f"ledger-{_number(names[-1]) + 1}"
@@ -169,7 +190,7 @@ def _grow(cluster: Cluster, say: Say, command: str, *before: str) -> str:
         cluster.save()
         say(f"{name} started as voter {nid}")
 
-    _change(cluster, say, command, *before, member.grpc, started=start)
+    _change(cluster, say, command, *before, member.grpc, *after, started=start, timeout_s=timeout_s)
     assert name in cluster.members, "the change opened no voter"
     _rewrite_configs(cluster, members(cluster)["record"])
     return name

@@ -98,7 +98,12 @@ class LedgerAdmin:
         self.finish(progress)
 
     def recover(
-        self, old: int, address: str, survivor: int, progress: Callable[[str], None]
+        self,
+        old: int,
+        address: str,
+        survivor: int,
+        progress: Callable[[str], None],
+        timeout_s: float = CHANGE_TIMEOUT_S,
     ) -> int:
         """Two-voter recovery (docs/raft.md, "Recovering a two-voter ledger"): this voter,
         the survivor, consents; ``old`` retires, the survivor leads every group alone,
@@ -108,7 +113,7 @@ class LedgerAdmin:
         )
         nid = int(answer["id"])
         progress(f"voter {nid} at {address}: start it with node.id {nid} if it is not running")
-        self.finish(progress)
+        self.finish(progress, timeout_s)
         return nid
 
     def replace(self, old: int, address: str, progress: Callable[[str], None]) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from enroute_core.base.errors import CorruptData
-from enroute_ledger.membership import Record, founding_record
+from enroute_ledger.membership import Record, Recovery, founding_record
 
 A, B, C, E = "10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000", "10.0.0.5:7000"
 ADDING = (
@@ -27,6 +27,13 @@ FOUNDED = (
     b'"target": null, "voters": {"1": "a:1", "2": "b:1", "3": "c:1"}}'
 )
 """The record the first voter to start writes from ``ledger.members``."""
+RECOVERING = (
+    b'{"epoch": 2, "format": 1, "founders": 2, "next_id": 4, '
+    b'"recovery": {"lost": 2, "new": 3, "survivor": 1}, "retired": [2], '
+    b'"target": {"1": "10.0.0.1:7000", "3": "10.0.0.9:7000"}, '
+    b'"voters": {"1": "10.0.0.1:7000", "2": "10.0.0.2:7000"}}'
+)
+"""A two-voter recovery open: voter 2 lost (retired at once), voter 1 alone, voter 3 added."""
 
 
 def test_a_record_with_a_change_open_is_its_vector() -> None:
@@ -51,6 +58,21 @@ def test_the_founding_record_is_its_vector() -> None:
     assert rec.view == rec.voters and rec.change_text() == ""
 
 
+def test_a_record_with_a_recovery_open_is_its_vector() -> None:
+    rec = Record(
+        epoch=2,
+        voters={1: A, 2: B},
+        next_id=4,
+        founders=2,
+        target={1: A, 3: "10.0.0.9:7000"},
+        retired=(2,),
+        recovery=Recovery(survivor=1, lost=2, new=3),
+    )
+    assert rec.encode() == RECOVERING
+    assert Record.decode(RECOVERING) == rec
+    assert rec.change_text() == "recover: voter 2 lost, voter 1 alone, then add 3 (10.0.0.9:7000)"
+
+
 @pytest.mark.parametrize(
     "data",
     [
@@ -60,8 +82,19 @@ def test_the_founding_record_is_its_vector() -> None:
         FOUNDED.replace(b'"founders": 3, ', b""),  # a key missing
         FOUNDED[:-1],  # cut short
         b"[]",
+        RECOVERING.replace(b'"retired": [2]', b'"retired": []'),  # the lost id not retired
+        RECOVERING.replace(b'"target": {"1"', b'"target": null, "x": {"1"'),  # no target
     ],
-    ids=["format", "next-id", "no-voters", "missing-key", "truncated", "not-an-object"],
+    ids=[
+        "format",
+        "next-id",
+        "no-voters",
+        "missing-key",
+        "truncated",
+        "not-an-object",
+        "recovery-lost-not-retired",
+        "recovery-without-target",
+    ],
 )
 def test_a_corrupt_record_is_refused(data: bytes) -> None:
     with pytest.raises(CorruptData):
