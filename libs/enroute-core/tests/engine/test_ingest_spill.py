@@ -107,3 +107,24 @@ def test_ingest_with_a_spill_rebuilds_no_tree_and_writes_the_same_layer(
     assert spilled.data == plain.data
     assert spilled.spilled_bytes > 0 and plain.spilled_bytes == 0
     assert spilled.new_commits == plain.new_commits
+
+
+def test_a_shrunk_cache_keeps_the_most_recent_within_its_new_bound(tmp_path: Path) -> None:
+    """Ingest shrinks the body cache before writing the layer (the walk's trees are not
+    read again; docs/ingest.md, "Memory"): what is over the new bound goes, least recent
+    first, a tree to the spill; closing keeps the spilled count the push reports."""
+    a, b, c, d = (ObjectId(bytes([x]) * 20) for x in b"abcd")
+    cache = BodyCache(300, lambda: ScratchFile(tmp_path, "trees"))
+    cache.put(a, ObjectType.BLOB, b"x" * 60)
+    cache.put(b, ObjectType.TREE, b"y" * 60)
+    cache.put(c, ObjectType.BLOB, b"z" * 60)
+    assert cache.get(a) is not None  # now the most recent
+    cache.shrink(100)
+    assert cache.spilled_bytes == 60  # tree b, dropped
+    assert cache.get(c) is None  # blob c, dropped
+    assert cache.get(a) == (ObjectType.BLOB, b"x" * 60)
+    cache.shrink(1000)  # never grows back
+    cache.put(d, ObjectType.BLOB, b"w" * 60)
+    assert cache.get(a) is None
+    cache.close()
+    assert cache.spilled_bytes == 60 and cache.get(d) is None

@@ -6,7 +6,7 @@
  *
  * enroute_core.engine.ingest._Plan.run is the reference, and this is its loop
  * step for step over a pack held in memory: the same decisions, the same
- * updates of ``depths``, ``kinds`` and ``externals``, the same calls of
+ * updates of ``depths`` and ``externals``, the same calls of
  * ``contains`` in the same order. Two entries it does not make itself: a
  * delta whose base is not kept (deflated whole by the reference's
  * _full_entry) and a kept OFS_DELTA whose header it does not read as usual;
@@ -71,7 +71,8 @@ base_oid(const Cols *c, Py_ssize_t i)
 
 typedef struct {
     PyObject *by_oid, *placed, *context, *thin, *known, *contains;
-    PyObject *depths, *kinds, *externals;
+    PyObject *externals;
+    int *depths; /* the planned depth by pack index, -1 while not planned */
     Cols cols;
     long depth_max;
     const unsigned char *pack;
@@ -165,25 +166,32 @@ plan_base(const Plan *p, Py_ssize_t i, PyObject *kind, PyObject *base, PyObject 
     long depth = 0;
     int keep = 0;
     if (base != Py_None) {
-        PyObject *base_kind = PyDict_GetItemWithError(p->kinds, base);
-        if (base_kind != NULL) {
-            PyObject *base_depth = PyDict_GetItemWithError(p->depths, base);
-            if (base_depth == NULL) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_KeyError, "a planned base has no depth");
+        Py_ssize_t b = -1;
+        PyObject *index = PyDict_GetItemWithError(p->by_oid, base);
+        if (index != NULL) {
+            b = PyLong_AsSsize_t(index);
+            if (b == -1 && PyErr_Occurred())
+                return -1;
+            if (b < 0 || b >= p->cols.n) {
+                PyErr_SetString(PyExc_IndexError, "an object index outside the pack");
                 return -1;
             }
-            depth = PyLong_AsLong(base_depth);
-            if (depth == -1 && PyErr_Occurred())
+        }
+        else if (PyErr_Occurred())
+            return -1;
+        if (b >= 0 && p->depths[b] >= 0) { /* planned before it */
+            depth = p->depths[b] + 1L;
+            PyObject *base_kind = PyDict_GetItemWithError(p->placed, base);
+            if (base_kind == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_KeyError, "a planned base is not placed");
                 return -1;
-            depth += 1;
+            }
             int other = PyObject_RichCompareBool(base_kind, kind, Py_NE);
             if (other < 0)
                 return -1;
             keep = !other && depth <= p->depth_max;
         }
-        else if (PyErr_Occurred())
-            return -1;
         else {
             keep = outside(p, base);
             if (keep < 0)
@@ -215,7 +223,7 @@ plan_base(const Plan *p, Py_ssize_t i, PyObject *kind, PyObject *base, PyObject 
 
 PyDoc_STRVAR(plan_run_doc,
 "plan_run(pack, order, start, run_bytes_max, by_oid, columns, placed, context, thin,\n"
-"         known, contains, depth_max, depths, kinds, externals)\n"
+"         known, contains, depth_max, depths, externals)\n"
 "--\n\n"
 "``(stop, (oids, kinds, entries, sizes, bases, depths, contexts), redo)`` for\n"
 "``order[start:stop]``: ingest._Plan.run over the pack held in ``pack``. ``redo``\n"
@@ -226,22 +234,26 @@ static PyObject *
 plan_run(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer pack;
+    Py_buffer pack, depths;
     PyObject *order, *columns;
     Py_ssize_t start;
     long long run_bytes_max;
     Plan p;
-    if (!PyArg_ParseTuple(args, "y*O!nLO!O!O!O!O!O!OlO!O!O!:plan_run", &pack, &PyList_Type, &order,
+    if (!PyArg_ParseTuple(args, "y*O!nLO!O!O!O!O!O!Olw*O!:plan_run", &pack, &PyList_Type, &order,
                           &start, &run_bytes_max, &PyDict_Type, &p.by_oid, &PyTuple_Type,
                           &columns, &PyDict_Type, &p.placed, &PyDict_Type, &p.context,
                           &PySet_Type, &p.thin, &PyDict_Type, &p.known, &p.contains, &p.depth_max,
-                          &PyDict_Type, &p.depths, &PyDict_Type, &p.kinds, &PySet_Type,
-                          &p.externals))
+                          &depths, &PySet_Type, &p.externals))
         return NULL;
-    if (read_cols(columns, &p.cols) < 0) {
+    if (read_cols(columns, &p.cols) < 0 || depths.len != p.cols.n * (Py_ssize_t)sizeof(int) ||
+        depths.itemsize != (Py_ssize_t)sizeof(int)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "depths must be an array('i') of one item per entry");
         PyBuffer_Release(&pack);
+        PyBuffer_Release(&depths);
         return NULL;
     }
+    p.depths = (int *)depths.buf;
     p.pack = (const unsigned char *)pack.buf;
     p.pack_len = pack.len;
     PyObject *cols[7] = {NULL};
@@ -286,9 +298,9 @@ plan_run(PyObject *self, PyObject *args)
                  PyList_Append(cols[3], size) == 0 &&
                  PyList_Append(cols[4], base) == 0 && PyList_Append(cols[5], depth_obj) == 0 &&
                  PyList_Append(cols[6], ctx) == 0 &&
-                 (index_obj == NULL || PyList_Append(redo, index_obj) == 0) &&
-                 PyDict_SetItem(p.depths, oid, depth_obj) == 0 &&
-                 PyDict_SetItem(p.kinds, oid, kind) == 0;
+                 (index_obj == NULL || PyList_Append(redo, index_obj) == 0);
+            if (ok)
+                p.depths[i] = (int)depth;
             Py_XDECREF(index_obj);
             run_bytes += p.cols.lengths[i];
         }
@@ -312,6 +324,7 @@ plan_run(PyObject *self, PyObject *args)
         Py_XDECREF(cols[c]);
     Py_XDECREF(redo);
     PyBuffer_Release(&pack);
+    PyBuffer_Release(&depths);
     return result;
 }
 

@@ -1,3 +1,4 @@
+from array import array
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -18,8 +19,7 @@ def plan_run(
     known: dict[_Oid, bool],
     contains: Callable[[_Oid], bool],
     depth_max: int,
-    depths: dict[_Oid, int],
-    kinds: dict[_Oid, _Kind],
+    depths: array[int],
     externals: set[_Oid],
     /,
 ) -> tuple[

@@ -63,7 +63,7 @@ class BodyCache:
     (``pack_delta_expansion_ratio_max``, docs/ingest.md). :meth:`close` removes it.
     """
 
-    __slots__ = ("_bytes", "_file", "_items", "_max", "_spill", "_spilled")
+    __slots__ = ("_bytes", "_file", "_items", "_max", "_spill", "_spilled", "_spilled_bytes")
 
     def __init__(self, max_bytes: int, spill: Callable[[], SpillFile] | None = None) -> None:
         self._items: OrderedDict[ObjectId, tuple[ObjectType, bytes]] = OrderedDict()
@@ -72,11 +72,12 @@ class BodyCache:
         self._spill = spill
         self._file: SpillFile | None = None
         self._spilled: dict[ObjectId, int] = {}
+        self._spilled_bytes = 0  # what the spill file held when it was closed
 
     @property
     def spilled_bytes(self) -> int:
         """Bytes of trees written to the spill file (0 without one)."""
-        return 0 if self._file is None else self._file.size
+        return self._spilled_bytes if self._file is None else self._file.size
 
     def get(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
         found = self._items.get(oid)
@@ -91,11 +92,14 @@ class BodyCache:
         return ObjectType.TREE, body
 
     def close(self) -> None:
-        """Remove the spill file, if one was made."""
+        """Drop every body and remove the spill file, if one was made (called again: nothing)."""
         file, self._file = self._file, None
         self._spill = None
         self._spilled.clear()
+        self._items.clear()
+        self._bytes = 0
         if file is not None:
+            self._spilled_bytes = file.size
             file.close()
 
     def reader(
@@ -123,12 +127,21 @@ class BodyCache:
                 self._spill_tree(oid, body)
             return
         self._bytes += len(body)
+        self._evict()
+        self._items[oid] = (type_, body)
+
+    def shrink(self, max_bytes: int) -> None:
+        """Bound the cache to ``max_bytes`` from now on, dropping (or spilling) the least
+        recently used bodies over it: for a step that needs less than the one before."""
+        self._max = min(self._max, max_bytes)
+        self._evict()
+
+    def _evict(self) -> None:
         while self._bytes > self._max:
             old_oid, (old_type, old) = self._items.popitem(last=False)
             self._bytes -= len(old)
             if self._spill is not None and old_type is ObjectType.TREE:
                 self._spill_tree(old_oid, old)
-        self._items[oid] = (type_, body)
 
     def _spill_tree(self, oid: ObjectId, body: bytes) -> None:
         if oid in self._spilled or len(body) > _SPILL_MASK:

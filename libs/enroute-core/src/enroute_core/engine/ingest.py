@@ -63,6 +63,7 @@ push pays no Python object per tree entry, only one per member.
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -442,7 +443,7 @@ def _ingest(
     if progress is not None:
         progress(INDEXING, count, count, True)
     source = _held(source, share * _BASE_SHARE)
-    by_oid = _first_copies(indexed.objects)
+    by_oid, keys = _first_copies(indexed.objects)
     if fsck is not None and len(by_oid) < len(indexed.objects):
         _refuse_duplicate(indexed.objects)
     bodies = ObjectBodies(source, indexed.objects, by_oid, snapshot, limits=limits, cache=cache)
@@ -458,40 +459,28 @@ def _ingest(
             warnings=headers.warnings,
         )
     walk = _Walk(
-        indexed.objects, by_oid, snapshot=snapshot, bodies=bodies, headers=headers, limits=limits
-    )
+        indexed.objects, by_oid, keys=keys, snapshot=snapshot, bodies=bodies,
+        headers=headers, limits=limits,
+    )  # fmt: skip
     walk.discover(tips)
     _check_ref_types(refs, walk)
     commits = walk.commit_order()
     infos = _segments(walk, commits, progress)
+    headers.commits.clear()  # the infos hold what the layer needs of them
     walk.walk_loose_roots()
     order = _storage_order(walk, indexed.objects, by_oid)
-    parts: list[bytes] = []
-    sealed: SealedLayer | None = None
-    externals: set[ObjectId] = set()
-    if order:
-        writer = LayerWriter(sink if sink is not None else parts.append, limits=limits)
-        externals = _write_entries(
-            writer,
-            order,
-            walk,
-            source=source,
-            indexed=indexed,
-            by_oid=by_oid,
-            bodies=bodies,
-            limits=limits,
-        )
-        for info in infos:
-            writer.add_commit(info)
-        sealed = writer.finish()
-        externals |= _commit_externals(infos, walk.placed)
+    dedup, dropped = _unstored(by_oid, walk)
+    stored = len(walk.placed)
+    sealed, externals, data = _write_layer(
+        order, walk, infos, source=source, indexed=indexed, by_oid=by_oid, bodies=bodies,
+        cache=cache, limits=limits, sink=sink,
+    )  # fmt: skip
     if progress is not None:
         progress(WRITING, len(order), len(order), True)
-    dedup, dropped = _unstored(by_oid, walk)
     return IngestResult(
-        data=b"".join(parts) if sealed is not None and sink is None else None,
+        data=data,
         sealed=sealed,
-        object_count=len(walk.placed),
+        object_count=stored,
         new_commits=tuple(commits),
         external_oids=tuple(sorted(externals)),
         thin_bases=indexed.external_bases,
@@ -500,6 +489,46 @@ def _ingest(
         compiled_index=indexed.compiled,
         warnings=headers.warnings.summary(),
     )
+
+
+def _write_layer(
+    order: list[ObjectId],
+    walk: _Walk,
+    infos: Sequence[CommitInfo],
+    *,
+    source: ByteSource,
+    indexed: PackIndexResult,
+    by_oid: dict[ObjectId, int],
+    bodies: ObjectBodies,
+    cache: BodyCache,
+    limits: Limits,
+    sink: LayerSink | None,
+) -> tuple[SealedLayer | None, set[ObjectId], bytes | None]:
+    """Steps 4 and 5: (the sealed layer, its external oids, its bytes when no sink took them).
+
+    What only step 4 reads (the walk's dicts, the oid index, the body cache) is let go
+    before the writer's ``finish``, which builds its tables beside its own per-object
+    columns: on the large profile that step is the push's peak (docs/ingest.md, "Memory").
+    """
+    if not order:
+        return None, set(), None
+    # The trees the segment diff read are not read again; what step 4 rebuilds (a delta
+    # stored whole) needs far less than the walk did.
+    cache.shrink(limits.ingest_body_cache_bytes_max // _CACHE_SHARES)
+    parts: list[bytes] = []
+    writer = LayerWriter(sink if sink is not None else parts.append, limits=limits)
+    externals = _write_entries(
+        writer, order, walk, source=source, indexed=indexed, by_oid=by_oid, bodies=bodies,
+        limits=limits,
+    )  # fmt: skip
+    externals |= _commit_externals(infos, walk.placed)
+    walk.release()
+    by_oid.clear()
+    cache.close()
+    for info in infos:
+        writer.add_commit(info)
+    sealed = writer.finish()
+    return sealed, externals, b"".join(parts) if sink is None else None
 
 
 # -- step 1: index ---------------------------------------------------------------------------
@@ -621,17 +650,18 @@ def _refuse_duplicate(objects: PackObjects) -> None:
         seen.add(oid)
 
 
-def _first_copies(objects: PackObjects) -> dict[ObjectId, int]:
+def _first_copies(objects: PackObjects) -> tuple[dict[ObjectId, int], list[ObjectId]]:
     """Pack index of each oid's first copy (git without ``--strict`` allows an object
-    twice in a pack; ``:func:`ingest_pack` refuses it unless ``fsck`` is None)."""
+    twice in a pack; ``:func:`ingest_pack` refuses it unless ``fsck`` is None), and the
+    oids by pack index: ``keys[by_oid[oid]]`` is the dict's own key object."""
     oids = objects.oid_list()
     by_oid = dict(zip(oids, range(len(oids)), strict=True))
     if len(by_oid) == len(oids):
-        return by_oid
+        return by_oid, oids
     by_oid = {}
     for i, oid in enumerate(oids):
         by_oid.setdefault(oid, i)
-    return by_oid
+    return by_oid, oids
 
 
 # -- step 2: connectivity, segments and the order objects are first reached -----------------
@@ -645,6 +675,7 @@ class _Walk:
         objects: PackObjects,
         by_oid: dict[ObjectId, int],
         *,
+        keys: Sequence[ObjectId],
         snapshot: SnapshotObjects,
         bodies: ObjectBodies,
         headers: _Headers,
@@ -652,6 +683,7 @@ class _Walk:
     ) -> None:
         self.objects = objects
         self.by_oid = by_oid
+        self.keys = keys  # by_oid's own oid objects by pack index: the walk keeps these
         self.snapshot = snapshot
         self.bodies = bodies
         self.headers = headers
@@ -668,6 +700,13 @@ class _Walk:
         self._snapshot_trees: dict[ObjectId, ObjectId] = {}
         self._tree_body = bodies.tree_reader()
         self._visit = self._visitor()
+
+    def release(self) -> None:
+        """Let go of the walk's per-object dicts once the entries are written."""
+        for held in (self.known, self.held, self.placed, self.context):
+            held.clear()
+        for listed in self.order:
+            listed.clear()
 
     # classification
 
@@ -764,7 +803,9 @@ class _Walk:
         self.members += len(members)
         members_max = self.limits.ingest_segment_members_max
         check_limit("ingest_segment_members_max", self.members, members_max)
-        return CommitInfo(commit, head.tree, head.parents, head.time, tuple(members))
+        get, keys = self.by_oid.get, self.keys  # by_oid's own objects, not the diff's copies
+        kept = tuple(m if (i := get(m)) is None else keys[i] for m in members)
+        return CommitInfo(commit, head.tree, head.parents, head.time, kept)
 
     def _visitor(self) -> Visit:
         """:meth:`is_new`, then :meth:`_expect` and :meth:`place` for a new one, inlined
@@ -775,6 +816,8 @@ class _Walk:
         held = self.held
         placed = self.placed
         by_oid = self.by_oid
+        by_oid_get = by_oid.get
+        keys = self.keys
         types = self.objects.types
         held_type = self.snapshot.type_of
         order = self.order
@@ -791,10 +834,14 @@ class _Walk:
                 if found is not None:
                     held[oid] = int(found)
                     new = False
-                elif oid in by_oid:
-                    new = True
                 else:
-                    raise _missing(oid, via)
+                    index = by_oid_get(oid)
+                    if index is None:
+                        raise _missing(oid, via)
+                    # The dicts below keep by_oid's own object, not the diff's copy: one
+                    # bytes object per pack object, however many dicts name it.
+                    oid = keys[index]
+                    new = True
                 known[oid] = new
             want = tree_num if is_tree else blob_num
             if not new:  # the snapshot's object, named as a tree or a blob
@@ -811,7 +858,8 @@ class _Walk:
             kind = kind_of[type_num]
             placed[oid] = kind
             order[kind].append(oid)
-            context[oid] = via
+            via_index = by_oid_get(via)
+            context[oid] = via if via_index is None else keys[via_index]
 
         return visit
 
@@ -1058,7 +1106,7 @@ def _write_entries(
             stop, run, redo = plan_run(
                 pack, order, start, _RUN_BYTES, by_oid, indexed.objects.columns, walk.placed,
                 walk.context, plan.thin, walk.known, walk.snapshot.contains,
-                limits.delta_chain_depth_max, plan.depths, plan.kinds, plan.externals,
+                limits.delta_chain_depth_max, plan.depths, plan.externals,
             )  # fmt: skip
             entries = run[2]
             for j in redo:  # what the compiled plan leaves to the reference's routines
@@ -1109,8 +1157,9 @@ class _Plan:
         self.stream_bytes = limits.pack_stream_threshold_bytes
         self.large: _LargeEntry | None = None
         self.thin = set(indexed.external_bases)
-        self.depths: dict[ObjectId, int] = {}
-        self.kinds: dict[ObjectId, Kind] = {}
+        # The stored depth by pack index, -1 while not planned (a word per pack object; a
+        # dict by oid was 40 bytes and a key's worth per stored object).
+        self.depths = array("i", [-1]) * len(indexed.objects)
         self.externals: set[ObjectId] = set()
 
     def run(
@@ -1118,7 +1167,7 @@ class _Plan:
     ) -> tuple[int, EntryRun]:
         """The columns of ``order[start:stop]``, ``stop`` the first place after which the
         run's pack entries reach ``_RUN_BYTES``; the reference of ``entry_plan.plan_run``."""
-        walk, depths, kinds = self.walk, self.depths, self.kinds
+        walk, depths, by_oid = self.walk, self.depths, self.by_oid
         oids: list[ObjectId] = []
         run_kinds: list[Kind] = []
         entries: list[bytes] = []
@@ -1132,14 +1181,17 @@ class _Plan:
         while stop < len(order) and run_bytes < _RUN_BYTES:
             oid = order[stop]
             stop += 1
-            index = self.by_oid[oid]
+            index = by_oid[oid]
             kind = walk.placed[oid]
             base = objects.base_oid(index)
             depth = 0
             if base is not None:
-                if base in kinds:
-                    depth = depths[base] + 1
-                    if kinds[base] != kind or depth > self.depth_max:
+                base_index = by_oid.get(base)
+                if base_index is not None:  # the writer keeps by_oid's own object
+                    base = walk.keys[base_index]
+                if base_index is not None and depths[base_index] >= 0:  # planned before it
+                    depth = depths[base_index] + 1
+                    if walk.placed[base] != kind or depth > self.depth_max:
                         base = None
                 elif base not in walk.placed and (
                     base in self.thin
@@ -1154,8 +1206,7 @@ class _Plan:
             if base is None:
                 depth = 0
                 if not objects.has_base[index] and length > self.stream_bytes:
-                    depths[oid] = depth
-                    kinds[oid] = kind
+                    depths[index] = depth
                     self.large = (oid, kind, index, walk.context.get(oid))
                     break  # after the run's entries, copied in pieces
                 entry = _full_entry(objects, index, source, oid, bodies)
@@ -1168,8 +1219,7 @@ class _Plan:
             bases.append(base)
             run_depths.append(depth)
             contexts.append(walk.context.get(oid))
-            depths[oid] = depth
-            kinds[oid] = kind
+            depths[index] = depth
             run_bytes += length
         return stop, EntryRun(oids, run_kinds, entries, sizes, bases, run_depths, contexts)
 
