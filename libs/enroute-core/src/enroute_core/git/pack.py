@@ -175,6 +175,39 @@ def encode_ofs_distance(distance: int) -> bytes:
     return bytes(out)
 
 
+def ref_delta_as_ofs(out: bytearray, entry: bytes | memoryview, pos: int, distance: int) -> int:
+    """Append the header of the REF_DELTA at ``entry[pos:]`` (the entry's bytes end where
+    ``entry`` does) rewritten as an OFS_DELTA's whose base lies ``distance`` bytes back
+    (gitformat-pack, "Pack file entry" and "offset encoding"): the type bits flipped, the
+    size bytes kept, the base distance where the base oid was; the zlib bytes after the
+    oid are the caller's to copy. Answers the type-and-size bytes, or -1 (nothing
+    appended) for a header :func:`parse_entry_header` refuses: size bytes past ten, no
+    room for the base oid.
+
+    The one REF-to-OFS rewrite of serving; ``enroute_native.pack_run`` is its compiled
+    copy (``test_serve_runs_native.py`` compares them). One- and two-byte distances are
+    written here, longer ones by :func:`encode_ofs_distance`.
+    """
+    end = len(entry)
+    hlen = 1
+    while entry[pos + hlen - 1] & 0x80:
+        hlen += 1
+        if hlen > _SIZE_BYTES_MAX or pos + hlen + OID_BYTES > end:
+            return -1
+    if pos + hlen + OID_BYTES > end:
+        return -1
+    out.append(entry[pos] ^ 0x10)  # type 7 (REF_DELTA) becomes 6 (OFS_DELTA)
+    out += entry[pos + 1 : pos + hlen]
+    if distance < 0x80:
+        out.append(distance)
+    elif distance < 0x4080:  # two bytes: the second adds 2**7 to the range
+        out.append(0x80 | ((distance >> 7) - 1))
+        out.append(distance & 0x7F)
+    else:
+        out += encode_ofs_distance(distance)
+    return hlen
+
+
 RawHeader = tuple[int, int, int, int, ObjectId | None]
 """(type, size, header length, base offset or 0, base oid or None): a header, unboxed."""
 
