@@ -46,6 +46,7 @@ from enroute_core.git.sideband import (
     SidebandDemux,
     demux_payload,
     sideband_mux,
+    sideband_parts,
     sideband_pkt,
 )
 
@@ -368,3 +369,17 @@ def test_git_upload_pack_sideband_demuxes_to_a_valid_pack(tmp_path: Path, capabi
     assert pack[:4] == b"PACK"
     assert struct.unpack(">II", pack[4:12]) == (2, 3)  # commit, tree, blob
     assert hashlib.sha1(pack[:-20]).digest() == pack[-20:]
+
+
+def test_sideband_parts_join_to_the_mux_packets() -> None:
+    """The pack writer frames a piece as header and payload views joined once (issue 25):
+    the same bytes as the packets of sideband_mux, payloads not copied."""
+    data = bytearray(bytes(range(256)) * 700)  # 179,200 bytes: two full packets and a part
+    for max_payload in (SIDEBAND_64K_DATA_BYTES_MAX, SIDEBAND_DATA_BYTES_MAX, 1):
+        piece = data[:3000] if max_payload == 1 else data
+        parts = sideband_parts(1, piece, max_payload=max_payload)
+        assert b"".join(parts) == b"".join(sideband_mux(1, piece, max_payload=max_payload))
+    parts = sideband_parts(1, data, max_payload=SIDEBAND_64K_DATA_BYTES_MAX)
+    assert [len(p) for p in parts] == [5, 65515, 5, 65515, 5, 179_200 - 2 * 65515]
+    assert all(isinstance(p, memoryview) for p in parts[1::2])  # views of data, not copies
+    assert sideband_parts(1, b"", max_payload=995) == []

@@ -28,7 +28,7 @@ from enroute_core.git.pktline import FLUSH_PKT, NEED_DATA
 from enroute_core.git.sideband import (
     BAND_PACK,
     SIDEBAND_64K_DATA_BYTES_MAX,
-    sideband_mux,
+    sideband_parts,
     sideband_pkt,
 )
 from enroute_core.protocol import fetch as pfetch
@@ -380,8 +380,8 @@ class Fetcher:
             # write_pack hands over pieces of 256-512 KiB, which it does not touch again:
             # each becomes one message, with the progress since the last one before it.
             if sideband_max is not None:
-                frames = sideband_mux(BAND_PACK, data, max_payload=sideband_max)
-                data = b"".join([*pending, *frames])
+                frames = sideband_parts(BAND_PACK, data, max_payload=sideband_max)
+                data = b"".join([*pending, *frames])  # the piece's one copy here
                 pending.clear()
             elif pending:
                 data = b"".join([*pending, data])

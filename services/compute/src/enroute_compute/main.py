@@ -36,6 +36,7 @@ from enroute_core.base.limits import Limits
 from enroute_core.config import Config, load_config
 from enroute_core.discovery import MemberSource, first_members, follow, member_source
 from enroute_core.drain import Drain
+from enroute_core.storage.heap import tune_heap
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import ObjectStore, open_store
 from enroute_core.storage.pool import BufferPool, NodeCaches
@@ -357,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             text = f.read()
     config = load_config(text, os.environ)
     configure_logging(config.log.format, config.log.level, role="compute", node=config.node.id)
+    tune_heap(config.resource_limits())  # pack pieces without page faults each
     try:
         use_token(config.auth.internal_token(), "compute")
     except EnrouteError as error:

@@ -24,6 +24,7 @@ import uvicorn
 from enroute_core.base.errors import EnrouteError, InvalidArgument
 from enroute_core.config import Config, load_config
 from enroute_core.discovery import MemberSource, follow, member_source
+from enroute_core.storage.heap import tune_heap
 from enroute_gitproto.app import GitprotoApp, TransportLimits
 from enroute_gitproto.connections import guarded_protocol
 from enroute_gitproto.githttp import GitHttpLimits
@@ -194,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(text, os.environ)
         configure_logging(config.log.format, config.log.level, role="gitproto",
                           node=config.node.id)  # fmt: skip
+        tune_heap(config.resource_limits())  # pack pieces without page faults each
         use_token(config.auth.internal_token(), "gitproto")  # on every call to a compute
         host, port = parse_listen(config.listen.http or DEFAULT_HTTP)
         git_limits, transport = transport_limits(config)

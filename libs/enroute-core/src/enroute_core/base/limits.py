@@ -81,6 +81,13 @@ class Limits:
     protocol_server_options_max: int = 256
     protocol_push_commands_max: int = 100_000
     protocol_push_options_max: int = 256
+    # storage/heap.py: glibc's malloc thresholds in the compute and gitproto, fixed
+    # (0: glibc's own, which maps each block over 128 KiB afresh and gives a heap's top
+    # back at once): pack pieces of 256-512 KiB cost page faults per piece otherwise
+    # (issue 25, docs/serving.md). Blocks under the first come from the heap; up to the
+    # second of free memory stays at a heap's top.
+    heap_mmap_threshold_bytes: int = 4 * MiB
+    heap_trim_threshold_bytes: int = 32 * MiB
     # engine/view.py: the object and entry caches of a view built outside a host (a
     # compute's views share the node's, sized by node.cache: docs/buffer-pool.md)
     view_body_cache_bytes_max: int = 64 * MiB

@@ -68,6 +68,7 @@ __all__ = [
     "demux_payload",
     "progress_text",
     "sideband_mux",
+    "sideband_parts",
     "sideband_pkt",
 ]
 
@@ -120,7 +121,27 @@ def sideband_pkt(band: int, data: bytes | bytearray | memoryview) -> bytes:
     size = len(data)
     if size > SIDEBAND_64K_DATA_BYTES_MAX:
         raise LimitExceeded("sideband_data_bytes", size, SIDEBAND_64K_DATA_BYTES_MAX)
-    return b"%04x%c" % (size + PKT_LEN_BYTES + _BAND_BYTES, band) + data
+    return _band_header(band, size) + data
+
+
+def _band_header(band: int, size: int) -> bytes:
+    return b"%04x%c" % (size + PKT_LEN_BYTES + _BAND_BYTES, band)
+
+
+def sideband_parts(
+    band: int, data: bytes | bytearray | memoryview, *, max_payload: int
+) -> list[bytes | memoryview]:
+    """The packets of :func:`sideband_mux` as header and payload, the payload a view of
+    ``data``: ``b"".join`` of them frames a pack piece in one copy (the packets copy
+    each payload once, their join a second time)."""
+    assert BAND_PACK <= band <= BAND_ERROR, band
+    assert 1 <= max_payload <= SIDEBAND_64K_DATA_BYTES_MAX, max_payload
+    view = memoryview(data)
+    parts: list[bytes | memoryview] = []
+    for start in range(0, len(view), max_payload):
+        payload = view[start : start + max_payload]
+        parts += (_band_header(band, len(payload)), payload)
+    return parts
 
 
 def sideband_mux(

@@ -447,6 +447,7 @@ class PoolStats:
     writebacks: int = 0
     load_errors: int = 0
     refused_charges: int = 0
+    read_through_bytes: int = 0  # one-pass reads answered without keeping pages
 
     def as_dict(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -533,6 +534,7 @@ class BufferPool:
         self._writebacks = 0
         self._load_errors = 0
         self._refused = 0
+        self._read_through_bytes = 0
 
     @property
     def budget_bytes(self) -> int:
@@ -638,6 +640,58 @@ class BufferPool:
                 return data[start:end] if type(data) is bytes else bytes(data[start:end])
         with self.pin(file, page_no, intent) as page:
             return page[start:end].tobytes()
+
+    def read_through(self, file: PoolFile, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset + length)`` of an immutable file for a one-pass reader.
+
+        A full clone reads each byte of a layer once (issue 25): pages kept for it
+        would fill the pool with what nobody reads again (a 267 MiB clone took the
+        compute's pool, and its resident set, up by as much). Resident pages are
+        copied under the lock as :meth:`read_page` copies a hit; each run of
+        missing pages within a region is one loader call whose bytes are returned
+        as they came, kept by no page. So a span nobody else holds costs one pread
+        and no copy here, and the pool is left as it was. The kernel's page cache
+        is what a second clone reads from. Temp files (pages written but maybe not
+        yet written back) go through :meth:`read`.
+        """
+        if file.writable:
+            return self.read(file, offset, length, Intent.SCAN)
+        parts: list[bytes] = []
+        end = offset + length
+        pos = offset
+        while pos < end:
+            page_no = file.page_at(pos)
+            ri = bisect_right(file.region_first, page_no) - 1
+            region = file.regions[ri]
+            pb = region.page_class.page_bytes
+            stop = page_no
+            with self._lock:  # a hit is copied here; a miss extends the run to load
+                assert not file.closed, f"{file.name} is closed"
+                slots = file.slots
+                slot = slots[page_no]
+                if isinstance(slot, _Page):
+                    page_off = region.start + (page_no - file.region_first[ri]) * pb
+                    upto = min(end, page_off + slot.nbytes)
+                    parts.append(bytes(slot.data[pos - page_off : upto - page_off]))
+                    self._hits += 1
+                    pos = upto
+                    continue
+                last = min(file.region_first[ri] + region.page_count, file.page_at(end - 1) + 1)
+                while stop < last and not isinstance(slots[stop], _Page):
+                    stop += 1
+            upto = min(end, region.end, region.start + (stop - file.region_first[ri]) * pb)
+            data = file.loader(pos, upto - pos, Intent.SCAN)
+            if len(data) != upto - pos:
+                raise CorruptData(
+                    f"{file.name}: {len(data)} bytes read at {pos}, wanted {upto - pos}",
+                    section="local file",
+                    offset=pos,
+                )
+            parts.append(data)
+            with self._lock:
+                self._read_through_bytes += len(data)
+            pos = upto
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def write(self, file: PoolFile, offset: int, data: bytes) -> None:
         """Write into a temp file's pages, growing it as needed."""
@@ -1139,6 +1193,7 @@ class BufferPool:
                 writebacks=self._writebacks,
                 load_errors=self._load_errors,
                 refused_charges=self._refused,
+                read_through_bytes=self._read_through_bytes,
             )
 
     def resident(self, file: PoolFile, page_no: int) -> bool:

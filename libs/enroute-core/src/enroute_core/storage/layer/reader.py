@@ -459,14 +459,19 @@ class LayerReader:
     def _pool_read(self, offset: int, length: int, intent: Intent | None) -> bytes:
         """``[offset, offset + length)`` through pool pages.
 
-        A scan borrows whole runs of pages (:meth:`BufferPool.scan`: one loader
-        call per run of missing pages, inserted cold), so a serving window costs
-        a few pins, not one per page.
+        A scan (``Intent.SCAN``, or no intent and ``SCAN_READ_BYTES`` or more) reads
+        through the pool
+        (:meth:`BufferPool.read_through`: resident pages copied, one loader call
+        per run of missing ones, nothing kept), since a serving window or a slab
+        of records is read once per clone and pages kept for it would only fill
+        the pool (issue 25).
         """
         pool, pfile = self._pool, self._pfile
         assert pool is not None and pfile is not None
         if length <= 0:
             return b""
+        if intent is Intent.SCAN:
+            return pool.read_through(pfile, offset, length)
         # One page (a record, an entry, an oid): page number by arithmetic, one lock.
         rel = offset - self._meta_base
         if rel >= 0:
@@ -479,21 +484,9 @@ class LayerReader:
             if skip + length <= DATA_PAGE_BYTES:
                 page_no = offset // DATA_PAGE_BYTES
                 return pool.read_page(pfile, page_no, skip, skip + length, intent or Intent.POINT)
-        if intent is None:
-            intent = Intent.SCAN if length >= SCAN_READ_BYTES else Intent.POINT
-        end = offset + length
-        first = pfile.page_at(offset)
-        last = pfile.page_at(end - 1)
-        if intent is Intent.POINT or first == last:
-            return pool.read(pfile, offset, length, intent)
-        out = bytearray(length)
-        with pool.scan(pfile, first, last + 1) as pages:
-            for page_no, view in pages:
-                page_off, page_len, _ = pfile.page_span(page_no)
-                lo = max(offset, page_off)
-                hi = min(end, page_off + page_len)
-                out[lo - offset : hi - offset] = view[lo - page_off : hi - page_off]
-        return bytes(out)
+        if intent is None and length >= SCAN_READ_BYTES:
+            return pool.read_through(pfile, offset, length)
+        return pool.read(pfile, offset, length, intent or Intent.POINT)
 
     def _data_page(self, page_off: int) -> bytes:
         """The 64 KiB page at ``page_off``; pages from the metadata start on are in memory."""

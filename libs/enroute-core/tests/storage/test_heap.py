@@ -1,0 +1,56 @@
+"""The C heap's fixed thresholds (storage/heap.py; issue 25, docs/serving.md).
+
+A process that allocates and frees pack pieces of a MiB or so must not fault the
+same pages in again for every piece: with glibc's own thresholds a freed 8 MiB
+burst goes back to the kernel (mmap per block, then the heap's top trimmed), with
+the fixed ones it stays for the next burst. Each case runs in a fresh interpreter
+(the thresholds are process-wide); glibc's mallopt is the real one (malloc.h,
+M_MMAP_THRESHOLD / M_TRIM_THRESHOLD).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from enroute_core.base.limits import Limits
+from enroute_core.storage.heap import tune_heap
+
+_BURSTS = """
+import resource, sys
+from enroute_core.base.limits import Limits
+from enroute_core.storage.heap import tune_heap
+tuned = sys.argv[1] == "tuned"
+limits = Limits() if tuned else Limits(heap_mmap_threshold_bytes=0, heap_trim_threshold_bytes=0)
+assert tune_heap(limits) is tuned
+def burst():
+    held = [bytearray(1 << 20) for _ in range(8)]  # eight 1 MiB pieces, then freed
+    for b in held:
+        b[::4096] = b"x" * len(b[::4096])
+burst()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(50):
+    burst()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _faults(mode: str) -> int:
+    out = subprocess.run(
+        [sys.executable, "-c", _BURSTS, mode], check=True, capture_output=True, text=True
+    )
+    return int(out.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_fixed_thresholds_keep_freed_pieces_for_the_next_ones() -> None:
+    default, tuned = _faults("default"), _faults("tuned")
+    # 50 bursts of 8 MiB are 102,400 pages: faulted again each time by default.
+    assert default > 50_000, default
+    assert tuned < default // 20, (tuned, default)
+
+
+def test_zero_leaves_glibc_its_own_thresholds() -> None:
+    assert not tune_heap(Limits(heap_mmap_threshold_bytes=0, heap_trim_threshold_bytes=0))
