@@ -401,22 +401,7 @@ def _reach(view: View, starts: Sequence[int], grafts: BitMap) -> BitMap:
     is walked (skipping the closed part already found)."""
     if not grafts:
         return view.object_closure(starts)
-    out = BitMap()
-    commits: list[int] = []
-    trees: list[int] = []
-    stack = list(starts)
-    while stack:
-        current = stack.pop()
-        kind = view.kind_of(current)
-        if kind == Kind.COMMIT:
-            commits.append(current)
-        elif kind == Kind.TAG:
-            out.add(current)
-            stack.append(_want_id(view, view.tag_target(current)))
-        elif kind == Kind.TREE:
-            trees.append(current)
-        else:
-            out.add(current)
+    out, commits, trees = view.peel(starts)
     walk: list[int] = []
     seen = BitMap()
     while commits:

@@ -652,6 +652,15 @@ class View:
     def object_closure(self, object_ids: Iterable[int]) -> BitMap:
         """Everything reachable from any objects: commits by segments, tags peeled,
         trees walked (refs may name tags, trees and blobs too)."""
+        out, commits, trees = self.peel(object_ids)
+        out |= self.closure(commits)
+        out |= self.tree_closure(trees, skip=out)
+        return out
+
+    def peel(self, object_ids: Iterable[int]) -> tuple[BitMap, list[int], list[int]]:
+        """The objects with every tag peeled down its chain: (the tags and blobs met, the
+        commits, the trees), the start of a closure (:meth:`object_closure`, and serving's
+        walk with the parents of shallow commits cut)."""
         out = BitMap()
         commits: list[int] = []
         trees: list[int] = []
@@ -668,9 +677,7 @@ class View:
                 trees.append(oid_id)
             else:
                 out.add(oid_id)
-        out |= self.closure(commits)
-        out |= self.tree_closure(trees, skip=out)
-        return out
+        return out, commits, trees
 
     def tree_closure(self, tree_ids: Iterable[int], *, skip: BitMap | None = None) -> BitMap:
         """Trees and blobs below ``tree_ids`` (with them), read and walked; ids in ``skip``
