@@ -16,7 +16,6 @@ stay below the merged layer's size.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import yaml
 from enroute_testing.cluster import GITPROTO, Cluster, get_json, running_cluster
 from enroute_testing.gitcli import run_git
 from enroute_testing.s3budget import refs_of, stored_layers
+from enroute_testing.waiting import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -53,13 +53,6 @@ def _route(cluster: Cluster, compute: str) -> None:
     config = cluster.config_of(GITPROTO)
     config["compute"]["members"] = [cluster.members[compute].grpc]
     _rewrite(cluster, GITPROTO, config)
-
-
-def _wait(what: str, check: Any) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        assert time.monotonic() < deadline, f"no {what} in {WAIT_S} s"
-        time.sleep(0.2)
 
 
 def _commit_blob(src: Path, name: str, size: int) -> None:
@@ -96,14 +89,18 @@ def test_a_compaction_is_taken_over_without_loading_the_merged_layer(tmp_path: P
         _route(cluster, "compute-1")
         _commit_blob(src, "b.bin", 2 * MiB)
         run_git(["push", "-q", url, "main"], cwd=src, timeout_s=120)
-        _wait(
-            "compaction on compute-1",
+        wait_until(
             lambda: _status(cluster, "compute-1")["maintenance"]["compactions"] >= 1,
+            WAIT_S,
+            "a compaction on compute-1",
+            poll_s=0.2,
         )
         # compute-2 follows: the push, then the compaction, each a view update
-        _wait(
-            "view update on compute-2",
+        wait_until(
             lambda: _status(cluster, "compute-2")["view_updates"] >= updates + 2,
+            WAIT_S,
+            "two view updates on compute-2",
+            poll_s=0.2,
         )
         assert cluster.s3 is not None
         layers = stored_layers(cluster.s3.endpoint, f"cluster/repos/{REPO}/")
