@@ -211,6 +211,12 @@ class LedgerConfig(_Section):
         description="An idle group quiet this long keeps only a compact record in memory and is "
         "rebuilt from the log on use; 0 keeps every group in memory.",
     )
+    trim_heap_after: int = Field(
+        default=256,
+        ge=0,
+        description="Groups hibernated since the last trim after which a voter with no group "
+        "awake returns its free C heap to the system (malloc_trim, logged); 0 never.",
+    )
     members: tuple[str, ...] = Field(
         default=(), description="host:port of every ledger voter's gRPC endpoint."
     )

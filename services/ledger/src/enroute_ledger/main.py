@@ -30,6 +30,7 @@ from enroute_core.base.errors import EnrouteError, InvalidArgument
 from enroute_core.base.ids import NodeId
 from enroute_core.config import Config, load_config
 from enroute_core.drain import Drain
+from enroute_core.storage.heap import malloc_trim
 from enroute_core.storage.objectstore import ObjectStore, open_store
 from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2_grpc
@@ -37,6 +38,7 @@ from enroute_proto.logs import ContextInterceptor, configure_logging
 from enroute_proto.peer_token import server_interceptors, use_token
 
 from .checkpoints import Checkpointer
+from .heaptrim import HeapTrimmer
 from .http import TRANSFER_TIMEOUT_S, StatusApp, transfer_leadership
 from .identity import establish
 from .lifecycle import Lifecycle
@@ -226,6 +228,8 @@ async def serve(config: Config) -> int:
         clock=time.monotonic,
     )
     node.tasks.append(loop.create_task(cp.run()))
+    trimmer = HeapTrimmer(rt.mr, after_groups=config.ledger.trim_heap_after, trim=malloc_trim())
+    node.tasks.append(loop.create_task(trimmer.run()))
     app = StatusApp(rt, node.members)
     started = await _start_http(config, app)
     if started is None:
@@ -248,6 +252,7 @@ async def serve(config: Config) -> int:
     http.should_exit = True
     await node.transport.close()
     cp.stop()
+    trimmer.stop()
     node.members.stop()
     rt.stop()
     await asyncio.wait(node.tasks, timeout=5.0)

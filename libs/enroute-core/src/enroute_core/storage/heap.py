@@ -13,7 +13,9 @@ about a fifth of the pack writer thread's CPU, and fixed thresholds
 CPU per clone by 15% and gitproto's by 22%, for about 20 MiB more kept by gitproto.
 
 ``mallopt`` is glibc's; on another C library (or when both limits are 0) nothing
-changes and the caller is told so.
+changes and the caller is told so. So is ``malloc_trim``, which gives the free pages of
+every heap back, not only a heap's top: a ledger voter calls it once idle after a burst
+(``enroute_ledger.heaptrim``, issue 19).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+from collections.abc import Callable
 
 from enroute_core.base.limits import Limits
 
@@ -54,3 +57,15 @@ def tune_heap(limits: Limits) -> bool:
             log.warning("mallopt refused %s = %d; the heap keeps its own threshold", name, value)
             applied = False
     return applied
+
+
+def malloc_trim() -> Callable[[], object] | None:
+    """glibc's ``malloc_trim(0)`` (free pages of every arena back to the system, by
+    ``madvise``), or None in a C library without it."""
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return lambda: fn(0)
