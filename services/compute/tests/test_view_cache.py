@@ -19,7 +19,12 @@ from pathlib import Path
 import pytest
 
 from enroute_compute.fetch import Fetcher
-from enroute_compute.host import DEFAULT_HEAD, VIEW_FIXED_BYTES, RepositoryHost
+from enroute_compute.host import (
+    DEFAULT_HEAD,
+    VIEW_FIXED_BYTES,
+    RepositoryHost,
+    release_free_memory,
+)
 from enroute_compute.ledger_port import BarrierPoint, CreateMode
 from enroute_compute.local_ledger import LocalLedger
 from enroute_compute.push import Pusher
@@ -332,3 +337,30 @@ async def test_an_evicted_views_bodies_leave_the_node_caches(tmp_path: Path) -> 
     finally:
         await host.close()
         await layers.close()
+
+
+@pytest.mark.asyncio
+async def test_when_the_last_view_goes_the_free_memory_goes_back_to_the_system() -> None:
+    """Issue 19, docs/fleet.md "Measuring": the C allocator keeps freed pages inside its
+    heaps, so an idle compute's resident memory depended on where its last large block
+    lay. When eviction leaves no view open, the free pages go back (malloc_trim(3))."""
+    if release_free_memory() is None:
+        pytest.skip("no malloc_trim in this C library")
+    _ledger, host, clock = await hosting(["a"])
+    try:
+        await host.read("a")
+        # what the requests used, freed around a few blocks still in use: holes in the
+        # heap, which free() alone does not give back (only a free top is trimmed)
+        blocks = [bytes(2000) for _ in range(40_000)]
+        kept = blocks[::50]
+        del blocks
+        clock.advance_us(IDLE_MS * 1000)
+        for _ in range(50):  # the evictor looks every tenth of the idle time
+            await asyncio.sleep(0.05)
+            if not host.hosted and host.memory_released_bytes:
+                break
+        assert host.hosted == () and host.evictions == 1
+        assert host.memory_released_bytes >= 16 << 20, host.memory_released_bytes
+        assert len(kept) == 800
+    finally:
+        await host.close()

@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import ctypes
 import logging
+import os
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -98,6 +100,9 @@ EVICTION_PERIOD_S_MAX = 10.0
 """Longest wait between two looks for idle views (a tenth of the idle time when shorter)."""
 READ_REOPENS_MAX = 3
 """Times a read opens a view again that was evicted while it waited (then Unavailable)."""
+MEMORY_RELEASE_PERIOD_S = 60.0
+"""Longest an evicting compute keeps the free memory of its C allocator before giving
+it back to the system (at once when the last view goes): :func:`release_free_memory`."""
 
 
 class _Evicted(Unavailable):
@@ -181,6 +186,10 @@ class RepositoryHost:
         self._evicted_names: dict[str, None] = {}
         """Names evicted lately (bounded by ``views_open_max``): a later open is a re-open."""
         self._evictor: asyncio.Task[None] | None = None
+        self._evicted_since_release = False
+        self._released_at_s = 0.0
+        self.memory_released_bytes = 0
+        """Resident bytes given back to the system after evictions (:func:`release_free_memory`)."""
         self._opening: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self.pushes = 0
         self.fetches = 0
@@ -410,12 +419,40 @@ class RepositoryHost:
         ``EVICTION_PERIOD_S_MAX``) while any view is open: an idle fleet sends no
         request that would look for them."""
         period_s = min(self.limits.view_idle_ms_max / 10_000, EVICTION_PERIOD_S_MAX)
+        loop = asyncio.get_running_loop()
         while self._repos:
             await asyncio.sleep(max(period_s, 0.01))
             try:
-                self.evict(self.clock.now_us())
+                if self.evict(self.clock.now_us()):
+                    self._evicted_since_release = True
             except Exception:  # the loop must outlive any one failure
                 log.exception("view eviction failed")
+            if self._evicted_since_release and (
+                not self._repos or loop.time() - self._released_at_s >= MEMORY_RELEASE_PERIOD_S
+            ):
+                self._evicted_since_release = False
+                self._released_at_s = loop.time()
+                await self._release_memory()
+
+    async def _release_memory(self) -> None:
+        """Give the allocator's free memory back once views went (issue 19).
+
+        What the evicted views and the requests that used them allocated is free now,
+        but the C allocator keeps freed pages inside its heaps: how much it keeps
+        depends on where the last large block lay, so an idle compute held several MiB
+        more or less from one hour to the next, more than its idle repositories cost
+        (docs/fleet.md, "Measuring"). Released when the last view goes, and at most every
+        ``MEMORY_RELEASE_PERIOD_S`` while views are being evicted.
+        """
+        freed = await asyncio.to_thread(release_free_memory)
+        if freed is None:
+            return
+        self.memory_released_bytes += freed
+        log.info(
+            "gave %d KiB of free memory back to the system after evictions (%d views open)",
+            freed // 1024,
+            len(self._repos),
+        )
 
     async def close(self) -> None:
         if self._evictor is not None:
@@ -961,6 +998,41 @@ class LoadingSnapshot:
             pins, self._pins = self._pins, []
         for p in pins:
             p.release()
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the C library has none (musl)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return cast("Callable[[int], int]", trim)
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def release_free_memory() -> int | None:
+    """Return the free pages of every heap of the C allocator to the system
+    (``malloc_trim(0)``, malloc_trim(3): glibc 2.8 and later release whole free pages
+    anywhere in a heap, not only at its top); answers the resident bytes it gave back,
+    or None without glibc. Python's own small-object arenas are not touched: pymalloc
+    frees an arena when it is empty."""
+    if _MALLOC_TRIM is None:
+        return None
+    before = _resident_bytes()
+    _MALLOC_TRIM(0)
+    return max(0, before - _resident_bytes())
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _stored_keys(name: str, state: RepoState) -> list[tuple[str, str]]:

@@ -310,6 +310,7 @@ class OpsServer:
                 "bytes": self.host.view_bytes,
                 "evictions": self.host.evictions,
                 "reopens": self.host.reopens,
+                "memory_released_bytes": self.host.memory_released_bytes,
             },
             "git_calls_in_flight": self.metrics.in_flight_count,
             "reads": self.host.read_stats(),
