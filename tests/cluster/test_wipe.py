@@ -17,6 +17,7 @@ import pytest
 from cluster_scenario import run_scenario, seeds
 
 from enroute_testing.cluster import LEDGERS, Cluster, readyz
+from enroute_testing.waiting import WaitTimeout, wait_until
 from enroute_testing.workload import Workload, WorkloadConfig
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -41,13 +42,13 @@ def test_voter_disk_wiped(cluster: Cluster, tmp_path: Path, seed: int) -> None:
         # REJOIN_S counts from the process serving: under load, starting it can take longer
         with contextlib.suppress(RuntimeError, TimeoutError):
             c.wait_ready(victim)
-        deadline = time.monotonic() + REJOIN_S
-        while time.monotonic() < deadline:
-            if not c.members[victim].alive():
-                break
-            if readyz(c.members[victim].http, 1.0) == 200:
-                break
-            time.sleep(0.2)
+        with contextlib.suppress(WaitTimeout):  # judged below: rejoined, or kept down
+            wait_until(
+                lambda: not c.members[victim].alive() or readyz(c.members[victim].http, 1.0) == 200,
+                REJOIN_S,
+                f"{victim} ready again or gone",
+                poll_s=0.2,
+            )
         if c.members[victim].alive() and readyz(c.members[victim].http, 1.0) == 200:
             outcomes[seed] = f"{victim} rejoined"
             c.keep_down.discard(victim)
@@ -74,13 +75,19 @@ def _assert_caught_up(cluster: Cluster, victim: str, repos: tuple[str, ...]) -> 
                 out[g["repo"]] = max(out.get(g["repo"], 0), int(g["version"]))
         return out
 
-    deadline = time.monotonic() + REJOIN_S
-    while True:
+    seen: list[tuple[dict[str, int], dict[str, int]]] = []
+
+    def caught_up() -> bool:
         others = [versions(v) for v in LEDGERS if v != victim and v not in cluster.keep_down]
         mine = versions(victim)
         best = {r: max(o.get(r, 0) for o in others) for r in repos}
-        if all(mine.get(r, 0) >= best[r] for r in repos):
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{victim} did not catch up: {mine} vs {best}")
-        time.sleep(0.5)
+        seen.append((mine, best))
+        return all(mine.get(r, 0) >= best[r] for r in repos)
+
+    wait_until(
+        caught_up,
+        REJOIN_S,
+        f"{victim} at the others' versions",
+        poll_s=0.5,
+        explain=lambda: f"{victim} vs the others: {seen[-1]}",
+    )
