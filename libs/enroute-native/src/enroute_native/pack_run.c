@@ -38,7 +38,7 @@ typedef struct {
 } Entry;
 
 /* The OFS_DELTA distance (gitformat-pack, "offset encoding"), most significant byte first,
- * into the end of ``tmp``; answers its length. serve's encode_ofs_distance is the reference. */
+ * into the end of ``tmp``; answers its length. git.pack.encode_ofs_distance is the reference. */
 static int
 encode_distance(unsigned long long d, unsigned char tmp[OFS_BYTES_MAX])
 {

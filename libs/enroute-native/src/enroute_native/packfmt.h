@@ -2,8 +2,10 @@
  * The pack entry header (gitformat-pack, "Pack file entry": type and size,
  * then a REF_DELTA's base oid or an OFS_DELTA's base distance), read as the
  * compiled routines read it: the usual header only. enroute_core.git.pack's
- * parse_entry_header is the reference; a header this does not read as usual
- * goes back to it, which raises the typed error of a bad one.
+ * parse_entry_header is the normative reader and this its fast path; a header
+ * this does not read as usual goes back to it, which raises the typed error of
+ * a bad one. Differential tests: libs/enroute-core/tests/git/test_pack.py
+ * (header_is against _header_is_reference) and tests/fuzz/test_fuzz_pack_entry.py.
  */
 #ifndef ENROUTE_NATIVE_PACKFMT_H
 #define ENROUTE_NATIVE_PACKFMT_H

@@ -7,8 +7,11 @@ topological order with every delta base before its delta, so a pack written
 in id order can name each base by offset, and stored entries are copied
 verbatim ("Entries are stored as pack entries, so serving copies them").
 
-:func:`write_pack` decides per stored entry (gitformat-pack, "Deltified
-representation"):
+:func:`write_pack` is a planner plus an emitter: :class:`PackPlanner` decides per
+stored entry (gitformat-pack, "Deltified representation") and says so as an
+instruction (:class:`Copy`, :class:`Rewrite`, :class:`Resolved`, or a :class:`Run`
+of entries), reading the layers and writing nothing; :class:`PackWriter` carries
+the instructions out:
 
 1. A full entry is copied as it is.
 2. A REF_DELTA whose base is earlier in this pack becomes an OFS_DELTA when the

@@ -218,6 +218,15 @@ def parse_entry_header(data: bytes | memoryview, pos: int, offset: int) -> RawHe
     ``data`` must hold the whole header or end where the entry region ends;
     a header cut short raises ``InvalidPack``. The tuple form is the hot
     path's; :func:`decode_entry_header` gives the same as a value.
+
+    The normative reader of an entry header. ``packfmt.h``'s ``parse_header`` is
+    its compiled fast path: it reads only the usual header and leaves any other to
+    this, whose error is the one raised. Differential tests: ``test_pack.py``
+    (``header_is`` against ``_header_is_reference``, built on this, over every type,
+    size, cut and non-minimal header) and ``tests/fuzz/test_fuzz_pack_entry.py``
+    (scans with and without the compiled entry reader). The fuzz model
+    (``tests/fuzz/packmodel.py``) writes headers its own way on purpose: it checks
+    this one.
     """
     end = len(data)
     start = pos
