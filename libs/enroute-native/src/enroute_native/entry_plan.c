@@ -70,7 +70,7 @@ base_oid(const Cols *c, Py_ssize_t i)
 }
 
 typedef struct {
-    PyObject *by_oid, *placed, *context, *thin, *known, *contains;
+    PyObject *by_oid, *placed, *context, *thin, *held, *contains;
     PyObject *externals;
     int *depths; /* the planned depth by pack index, -1 while not planned */
     Cols cols;
@@ -118,7 +118,8 @@ ref_delta(const Plan *p, Py_ssize_t i, PyObject *base)
 }
 
 /* The reference's test of a base outside the layer: not placed, and thin, in the
- * snapshot by the walk's classification, or by ``contains``. 1, 0, or -1 on error. */
+ * snapshot by the walk's classification (``held``), or by ``contains``. 1, 0, or -1 on
+ * error. */
 static int
 outside(const Plan *p, PyObject *base)
 {
@@ -128,11 +129,9 @@ outside(const Plan *p, PyObject *base)
     int thin = PySet_Contains(p->thin, base);
     if (thin != 0)
         return thin;
-    PyObject *known = PyDict_GetItemWithError(p->known, base);
-    if (known == Py_False)
-        return 1;
-    if (known == NULL && PyErr_Occurred())
-        return -1;
+    int held = PyDict_Contains(p->held, base);
+    if (held != 0)
+        return held;
     PyObject *r = PyObject_CallOneArg(p->contains, base);
     if (r == NULL)
         return -1;
@@ -223,7 +222,7 @@ plan_base(const Plan *p, Py_ssize_t i, PyObject *kind, PyObject *base, PyObject 
 
 PyDoc_STRVAR(plan_run_doc,
 "plan_run(pack, order, start, run_bytes_max, by_oid, columns, placed, context, thin,\n"
-"         known, contains, depth_max, depths, externals)\n"
+"         held, contains, depth_max, depths, externals)\n"
 "--\n\n"
 "``(stop, (oids, kinds, entries, sizes, bases, depths, contexts), redo)`` for\n"
 "``order[start:stop]``: ingest._Plan.run over the pack held in ``pack``. ``redo``\n"
@@ -242,7 +241,7 @@ plan_run(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*O!nLO!O!O!O!O!O!Olw*O!:plan_run", &pack, &PyList_Type, &order,
                           &start, &run_bytes_max, &PyDict_Type, &p.by_oid, &PyTuple_Type,
                           &columns, &PyDict_Type, &p.placed, &PyDict_Type, &p.context,
-                          &PySet_Type, &p.thin, &PyDict_Type, &p.known, &p.contains, &p.depth_max,
+                          &PySet_Type, &p.thin, &PyDict_Type, &p.held, &p.contains, &p.depth_max,
                           &depths, &PySet_Type, &p.externals))
         return NULL;
     if (read_cols(columns, &p.cols) < 0 || depths.len != p.cols.n * (Py_ssize_t)sizeof(int) ||

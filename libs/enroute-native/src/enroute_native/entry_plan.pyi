@@ -16,7 +16,7 @@ def plan_run(
     placed: dict[_Oid, _Kind],
     context: dict[_Oid, _Oid],
     thin: set[_Oid],
-    known: dict[_Oid, bool],
+    held: dict[_Oid, int],
     contains: Callable[[_Oid], bool],
     depth_max: int,
     depths: array[int],

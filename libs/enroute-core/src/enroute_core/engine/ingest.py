@@ -515,6 +515,7 @@ def _write_layer(
     # The trees the segment diff read are not read again; what step 4 rebuilds (a delta
     # stored whole) needs far less than the walk did.
     cache.shrink(limits.ingest_body_cache_bytes_max // _CACHE_SHARES)
+    walk.walked()
     parts: list[bytes] = []
     writer = LayerWriter(sink if sink is not None else parts.append, limits=limits)
     externals = _write_entries(
@@ -701,12 +702,19 @@ class _Walk:
         self._tree_body = bodies.tree_reader()
         self._visit = self._visitor()
 
-    def release(self) -> None:
-        """Let go of the walk's per-object dicts once the entries are written."""
-        for held in (self.known, self.held, self.placed, self.context):
-            held.clear()
+    def walked(self) -> None:
+        """Let go of what only the walk reads (the classification of new objects, the
+        order by kind) once the storage order is made: writing reads ``placed``,
+        ``context`` and ``held``."""
+        self.known.clear()
         for listed in self.order:
             listed.clear()
+
+    def release(self) -> None:
+        """Let go of the walk's per-object dicts once the entries are written."""
+        self.walked()
+        for held in (self.held, self.placed, self.context):
+            held.clear()
 
     # classification
 
@@ -1105,7 +1113,7 @@ def _write_entries(
         if pack is not None:
             stop, run, redo = plan_run(
                 pack, order, start, _RUN_BYTES, by_oid, indexed.objects.columns, walk.placed,
-                walk.context, plan.thin, walk.known, walk.snapshot.contains,
+                walk.context, plan.thin, walk.held, walk.snapshot.contains,
                 limits.delta_chain_depth_max, plan.depths, plan.externals,
             )  # fmt: skip
             entries = run[2]
@@ -1194,9 +1202,7 @@ class _Plan:
                     if walk.placed[base] != kind or depth > self.depth_max:
                         base = None
                 elif base not in walk.placed and (
-                    base in self.thin
-                    or walk.known.get(base) is False
-                    or walk.snapshot.contains(base)
+                    base in self.thin or base in walk.held or walk.snapshot.contains(base)
                 ):
                     depth = 1  # the base's depth in the snapshot is not known here
                     self.externals.add(base)
