@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Generic, TypeVar
@@ -21,9 +21,11 @@ from typing import Generic, TypeVar
 from enroute_compute.host import REQUEST_ID, RepositoryHost, Snapshot
 from enroute_compute.push import KEEPALIVE_S
 from enroute_compute.work import Abandoned, check
+from enroute_core.base.clock import Clock
 from enroute_core.base.errors import EnrouteError, MissingObject, ProtocolError
 from enroute_core.base.ids import ObjectId
 from enroute_core.engine import serve
+from enroute_core.engine.view import View
 from enroute_core.git.pktline import FLUSH_PKT, NEED_DATA
 from enroute_core.git.sideband import (
     BAND_PACK,
@@ -39,7 +41,7 @@ from enroute_core.protocol.lsrefs import encode_ls_refs_response
 from enroute_core.protocol.progress import ProgressMeter
 from enroute_core.state import RepoState
 from enroute_core.state.names import check_repo_name
-from enroute_core.storage.layers import LOAD_KIND
+from enroute_core.storage.layers import LOAD_KIND, LayerService
 from enroute_core.storage.machines import drive
 
 log = logging.getLogger(__name__)
@@ -339,83 +341,10 @@ class Fetcher:
         progress: bool,
         sideband_max: int | None = SIDEBAND_64K_DATA_BYTES_MAX,
     ) -> AsyncIterator[bytes]:
-        """The pack in side-band (or raw when ``sideband_max`` is None), streamed from a thread.
-
-        The writer hands each piece over without waiting for the event loop (a deque and
-        one wake-up of the loop per piece), at most :data:`QUEUE_PIECES` ahead of the
-        answer; a piece's progress lines and side-band frames are joined in one copy."""
-        loop = asyncio.get_running_loop()
-        ready: deque[bytes | BaseException | None] = deque()
-        arrived = asyncio.Event()
-        slots = threading.Semaphore(QUEUE_PIECES)  # taken per piece, given back when sent
-        gone = threading.Event()  # set when the answer is dropped: the writer stops (work.py)
-
-        def hand(item: bytes | BaseException | None) -> None:
-            """On the loop: ``item`` is next (the end, an error)."""
-            ready.append(item)
-            arrived.set()
-
-        def put(item: bytes | BaseException | None) -> None:
-            """From the writer thread: wait for a slot, then hand ``item`` over."""
-            slots.acquire()
-            check(gone)  # the answer was dropped while this waited (its slots were freed)
-            ready.append(item)
-            loop.call_soon_threadsafe(arrived.set)
-
-        pending: list[bytes] = []  # progress packets: they go out with the next piece
-        # git-upload-pack's phases (pack-objects' progress): the plan enumerated and
-        # counted the objects; writing shows its percentage; a total line ends it
-        meter = ProgressMeter(shown=progress and sideband_max is not None)
-        count = plan.object_count
-        pending.extend(
-            p
-            for p in (
-                meter.finish("Enumerating objects", count),
-                meter.finish("Counting objects", count, count),
-            )
-            if p
-        )
-
-        def sink(data: bytes) -> None:
-            # write_pack hands over pieces of 256-512 KiB, which it does not touch again:
-            # each becomes one message, with the progress since the last one before it.
-            if sideband_max is not None:
-                frames = sideband_parts(BAND_PACK, data, max_payload=sideband_max)
-                data = b"".join([*pending, *frames])  # the piece's one copy here
-                pending.clear()
-            elif pending:
-                data = b"".join([*pending, data])
-                pending.clear()
-            put(data if type(data) is bytes else bytes(data))
-
-        def on_progress(event: serve.ProgressEvent) -> None:
-            if event.done >= event.total:
-                drawn = meter.finish(event.stage, event.done, event.total)
-            else:
-                now_ns = self.host.clock.monotonic_ns()
-                drawn = meter.update(event.stage, event.done, event.total, now_ns)
-            if drawn:
-                pending.append(drawn)
-
-        def totals(stats: serve.WriteStats | None) -> None:
-            if stats is not None and meter.shown:
-                reused = stats.copied + stats.ofs_rewritten + stats.thin_kept
-                pending.append(meter.line(
-                    f"Total {stats.object_count}, reused {reused}, resolved {stats.resolved}"
-                ))  # fmt: skip
-
-        def run() -> None:
-            try:
-                totals(serve.write_pack(snap.view, plan, sink, progress=on_progress))
-                if pending:
-                    put(b"".join(pending))
-                put(None)
-            except Abandoned:
-                pass  # nobody reads the rest
-            except BaseException as exc:
-                with contextlib.suppress(Abandoned):
-                    put(exc)
-
+        """The pack in side-band (or raw when ``sideband_max`` is None), streamed from a
+        pack-writer thread (:class:`_PackStream`), or driven as a load-ahead machine when
+        the view's layers are not all here."""
+        stream = _PackStream(plan, self.host.clock, progress=progress, sideband_max=sideband_max)
         layers = self.host.layers
         machine: serve.PackMachine | None = None
         if layers is not None and not snap.view.settled():
@@ -423,65 +352,45 @@ class Fetcher:
             # loads while batch k is written, and the writer never reads what was not
             # loaded. A view whose layers are all here writes at once (the fast path).
             machine = serve.PackMachine(
-                snap.view, plan, sink, progress=on_progress, limits=self.host.limits
+                snap.view, plan, stream.sink, progress=stream.on_progress, limits=self.host.limits
             )
-
-        async def drive_pack() -> None:
-            assert machine is not None and layers is not None
-            token = LOAD_KIND.set("fetch")
-            try:
-                stats = await drive(machine, layers, executor=self._writers)
-                self.host.load_rounds["fetch"] += stats.tickets
-                totals(machine.stats)
-                if pending:
-                    hand(b"".join(pending))
-                hand(None)
-            except Abandoned:
-                pass  # nobody reads the rest
-            except Exception as exc:
-                if not gone.is_set():
-                    hand(exc)
-            finally:
-                LOAD_KIND.reset(token)
-                machine.release()
-
+        loop = stream.loop
         started = loop.time()
         loaded_before = 0 if layers is None else sum(layers.loaded_bytes.values())
-        worker: asyncio.Future[None] = (
-            loop.run_in_executor(self._writers, run)
-            if machine is None
-            else asyncio.ensure_future(drive_pack())
-        )
-        try:
-            first = True
-            while True:
-                while not ready:
-                    arrived.clear()
-                    if not ready:
-                        await arrived.wait()
-                item = ready.popleft()
-                slots.release()
-                if item is None:
-                    break
-                if isinstance(item, BaseException):
-                    raise item
+        if machine is None:
+            worker = loop.run_in_executor(self._writers, stream.write, snap.view)
+        else:
+            assert layers is not None
+            worker = asyncio.ensure_future(self._drive(stream, machine, layers))
+        first = True
+        async with contextlib.aclosing(stream.pieces(worker, machine is not None)) as pieces:
+            async for piece in pieces:
                 if first:
                     first = False
                     self.host.first_pack_byte_s.append(loop.time() - started)
                     if layers is not None:
                         loaded = sum(layers.loaded_bytes.values()) - loaded_before
                         self.host.first_pack_byte_loaded_bytes = loaded
-                yield item
+                yield piece
+
+    async def _drive(
+        self, stream: _PackStream, machine: serve.PackMachine, layers: LayerService
+    ) -> None:
+        """The load-ahead machine's run: loads on the event loop, writes on a pack writer."""
+        token = LOAD_KIND.set("fetch")
+        try:
+            stats = await drive(machine, layers, executor=self._writers)
+            self.host.load_rounds["fetch"] += stats.tickets
+            stream.totals(machine.stats)
+            stream.end()
+        except Abandoned:
+            pass  # nobody reads the rest
+        except Exception as exc:
+            if not stream.gone.is_set():
+                stream.hand(exc)
         finally:
-            gone.set()  # a no-op once the pack is all out
-            for _ in range(QUEUE_PIECES):
-                slots.release()  # a writer waiting for a slot wakes and stops (Abandoned)
-            if machine is not None and not worker.done():
-                worker.cancel()  # its loads stop; the writer thread stops at its next piece
-            while not worker.done():
-                await asyncio.sleep(0)
-            if not worker.cancelled():
-                await worker  # done: its own outcome (the writer's were queued above)
+            LOAD_KIND.reset(token)
+            machine.release()
 
     async def _upload_pack_v0(
         self, name: str, body: bytes, pins: contextlib.ExitStack
@@ -502,24 +411,7 @@ class Fetcher:
                 if not request.wants:
                     return
                 try:
-                    # The view as it stands when it holds the wants and they pass (the
-                    # advertisement the client saw was read behind a barrier); else read
-                    # behind one and check again.
-                    snap = self._without_barrier(name, request)
-                    if snap is not None:
-                        refs = await self._ref_snapshot(snap)
-                        if not await self.host.run_read(
-                            snap.view, partial(_wants_ok, snap, refs, request.wants), kind="plan"
-                        ):
-                            snap = None
-                    if snap is None:
-                        snap = await self.host.read(name)
-                        refs = await self._ref_snapshot(snap)
-                        await self.host.run_read(
-                            snap.view,
-                            partial(_check_v0_wants, snap, refs, request.wants),
-                            kind="plan",
-                        )
+                    snap, refs = await self._v0_snapshot(name, request)
                     pins.enter_context(self.host.pin_reads(snap))
                     _deepen_not_oids(refs, request.deepen.not_refs)
                 except EnrouteError as exc:
@@ -547,25 +439,183 @@ class Fetcher:
             yield acks.data
             if not acks.send_pack:
                 continue
-            sideband = request.sideband_max
-            planning = _Waiting(self._planned(snap, refs, request, request.wants, haves))
-            try:
-                async for _ in planning.silences():
-                    if sideband is not None:  # after NAK or ACK the answer is side-band
-                        yield UPLOAD_KEEPALIVE
-                plan = planning.result()
-            finally:
-                planning.cancel()
-            progress = sideband is not None and not request.has(b"no-progress")
-            try:
-                async for chunk in self._pack(snap, plan, progress=progress, sideband_max=sideband):
-                    yield chunk
-            except EnrouteError as exc:
-                yield _failed(name, exc, response_started=True, sideband=sideband is not None)
-                return
-            if sideband is not None:
-                yield FLUSH_PKT
+            async for chunk in self._v0_pack(name, snap, refs, request, haves):
+                yield chunk
             return
+
+    async def _v0_snapshot(
+        self, name: str, request: pfetch.UploadRequestV0
+    ) -> tuple[Snapshot, RefSnapshot]:
+        """The view a v0 request is answered from, its wants checked: the view as it
+        stands when it holds the wants and they pass (the advertisement the client saw
+        was read behind a barrier); else read behind one and check again."""
+        snap = self._without_barrier(name, request)
+        if snap is not None:
+            refs = await self._ref_snapshot(snap)
+            if await self.host.run_read(
+                snap.view, partial(_wants_ok, snap, refs, request.wants), kind="plan"
+            ):
+                return snap, refs
+        snap = await self.host.read(name)
+        refs = await self._ref_snapshot(snap)
+        await self.host.run_read(
+            snap.view, partial(_check_v0_wants, snap, refs, request.wants), kind="plan"
+        )
+        return snap, refs
+
+    async def _v0_pack(
+        self,
+        name: str,
+        snap: Snapshot,
+        refs: RefSnapshot,
+        request: pfetch.UploadRequestV0,
+        haves: list[ObjectId],
+    ) -> AsyncIterator[bytes]:
+        """After the ACK or NAK: keepalives while the plan is made, then the pack."""
+        sideband = request.sideband_max
+        planning = _Waiting(self._planned(snap, refs, request, request.wants, haves))
+        try:
+            async for _ in planning.silences():
+                if sideband is not None:  # after NAK or ACK the answer is side-band
+                    yield UPLOAD_KEEPALIVE
+            plan = planning.result()
+        finally:
+            planning.cancel()
+        progress = sideband is not None and not request.has(b"no-progress")
+        try:
+            async for chunk in self._pack(snap, plan, progress=progress, sideband_max=sideband):
+                yield chunk
+        except EnrouteError as exc:
+            yield _failed(name, exc, response_started=True, sideband=sideband is not None)
+            return
+        if sideband is not None:
+            yield FLUSH_PKT
+
+
+class _PackStream:
+    """One pack on its way to the answer: pieces handed from the writer to the event loop.
+
+    The writer hands each piece over without waiting for the event loop (a deque and
+    one wake-up of the loop per piece), at most :data:`QUEUE_PIECES` ahead of the
+    answer; a piece's progress lines and side-band frames are joined in one copy.
+    """
+
+    def __init__(
+        self, plan: serve.PackPlan, clock: Clock, *, progress: bool, sideband_max: int | None
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.plan = plan
+        self.clock = clock  # paces the progress lines
+        self.sideband_max = sideband_max
+        self.ready: deque[bytes | BaseException | None] = deque()
+        self.arrived = asyncio.Event()
+        self.slots = threading.Semaphore(QUEUE_PIECES)  # taken per piece, given back when sent
+        self.gone = threading.Event()  # set when the answer is dropped: the writer stops
+        self.pending: list[bytes] = []  # progress packets: they go out with the next piece
+        # git-upload-pack's phases (pack-objects' progress): the plan enumerated and
+        # counted the objects; writing shows its percentage; a total line ends it
+        self.meter = meter = ProgressMeter(shown=progress and sideband_max is not None)
+        count = plan.object_count
+        self.pending.extend(
+            p
+            for p in (
+                meter.finish("Enumerating objects", count),
+                meter.finish("Counting objects", count, count),
+            )
+            if p
+        )
+
+    def hand(self, item: bytes | BaseException | None) -> None:
+        """On the loop: ``item`` is next (the end, an error)."""
+        self.ready.append(item)
+        self.arrived.set()
+
+    def end(self) -> None:
+        """On the loop: the progress left, then the end."""
+        if self.pending:
+            self.hand(b"".join(self.pending))
+        self.hand(None)
+
+    def put(self, item: bytes | BaseException | None) -> None:
+        """From the writer thread: wait for a slot, then hand ``item`` over."""
+        self.slots.acquire()
+        check(self.gone)  # the answer was dropped while this waited (its slots were freed)
+        self.ready.append(item)
+        self.loop.call_soon_threadsafe(self.arrived.set)
+
+    def sink(self, data: bytes) -> None:
+        """write_pack hands over pieces of 256-512 KiB, which it does not touch again:
+        each becomes one message, with the progress since the last one before it."""
+        pending = self.pending
+        if self.sideband_max is not None:
+            frames = sideband_parts(BAND_PACK, data, max_payload=self.sideband_max)
+            data = b"".join([*pending, *frames])  # the piece's one copy here
+            pending.clear()
+        elif pending:
+            data = b"".join([*pending, data])
+            pending.clear()
+        self.put(data if type(data) is bytes else bytes(data))
+
+    def on_progress(self, event: serve.ProgressEvent) -> None:
+        meter = self.meter
+        if event.done >= event.total:
+            drawn = meter.finish(event.stage, event.done, event.total)
+        else:
+            now_ns = self.clock.monotonic_ns()
+            drawn = meter.update(event.stage, event.done, event.total, now_ns)
+        if drawn:
+            self.pending.append(drawn)
+
+    def totals(self, stats: serve.WriteStats | None) -> None:
+        if stats is not None and self.meter.shown:
+            reused = stats.copied + stats.ofs_rewritten + stats.thin_kept
+            self.pending.append(self.meter.line(
+                f"Total {stats.object_count}, reused {reused}, resolved {stats.resolved}"
+            ))  # fmt: skip
+
+    def write(self, view: View) -> None:
+        """On a pack-writer thread: the whole pack, then the end (or the error)."""
+        try:
+            stats = serve.write_pack(view, self.plan, self.sink, progress=self.on_progress)
+            self.totals(stats)
+            if self.pending:
+                self.put(b"".join(self.pending))
+            self.put(None)
+        except Abandoned:
+            pass  # nobody reads the rest
+        except BaseException as exc:
+            with contextlib.suppress(Abandoned):
+                self.put(exc)
+
+    async def pieces(
+        self, worker: asyncio.Future[None], cancel: bool
+    ) -> AsyncGenerator[bytes, None]:
+        """The pieces as they come; when the answer stops early the writer is stopped
+        (``cancel``: a machine's loads too) and waited for."""
+        ready, arrived = self.ready, self.arrived
+        try:
+            while True:
+                while not ready:
+                    arrived.clear()
+                    if not ready:
+                        await arrived.wait()
+                item = ready.popleft()
+                self.slots.release()
+                if item is None:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self.gone.set()  # a no-op once the pack is all out
+            for _ in range(QUEUE_PIECES):
+                self.slots.release()  # a writer waiting for a slot wakes and stops (Abandoned)
+            if cancel and not worker.done():
+                worker.cancel()  # its loads stop; the writer thread stops at its next piece
+            while not worker.done():
+                await asyncio.sleep(0)
+            if not worker.cancelled():
+                await worker  # done: its own outcome (the writer's were queued above)
 
 
 def _failed(name: str, exc: EnrouteError, *, response_started: bool, sideband: bool) -> bytes:
