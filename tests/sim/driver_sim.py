@@ -46,7 +46,7 @@ from enroute_core.state import (
 )
 from enroute_ledger.machine import Applied, command_entry, genesis_entry
 from enroute_ledger.multiraft import Batch, GroupId
-from enroute_ledger.raft import MessageType, Role
+from enroute_ledger.raft import ConfChange, ConfChangeType, MessageType, Role
 from enroute_ledger.runtime import Group, ReadyRound, Runtime, RuntimeConfig, hosted_gid
 from enroute_testing.linearizability import History, check_history
 
@@ -69,13 +69,19 @@ class DriverParams:
     retry_steps: int = 25
     wipes: bool = False
     wipe_chance: float = 0.5
+    membership_changes: bool = True
+    """One voter added to every group, then one removed (docs/raft.md, "Membership
+    changes": one server at a time, group by group)."""
     hibernate_after_ticks: int = 6
     dedup_window: int = 24
 
 
 def params_for(seed: int) -> DriverParams:
-    """Every eighth schedule runs five voters; every third wipes disks."""
-    return DriverParams(nodes=5 if seed % 8 == 7 else 3, wipes=seed % 3 == 1)
+    """Every eighth schedule runs five voters; every third wipes disks; every other one
+    changes the membership."""
+    return DriverParams(
+        nodes=5 if seed % 8 == 7 else 3, wipes=seed % 3 == 1, membership_changes=seed % 2 == 0
+    )
 
 
 class SimFuture:
@@ -154,6 +160,7 @@ class DriverSim:
         self.runtime = runtime
         self.rng = random.Random(seed)
         self.wipe_rng = random.Random(seed ^ 0x5EED_0F_D15C)
+        self.member_rng = random.Random(seed ^ 0x3E3B_E125)
         self.now = 0.0
         self.step_no = 0
         self.trace: list[str] = []
@@ -177,6 +184,11 @@ class DriverSim:
         self.checked_leaders: set[tuple[NodeId, GroupId, int]] = set()
         self.gids = {repo: hosted_gid(repo.encode(), 1) for repo in REPOS}
         self.voters = {NodeId(i): Voter(NodeId(i), SimStore()) for i in range(1, self.p.nodes + 1)}
+        self.members = set(self.voters)
+        """The ledger's membership: every group's voters once no change is open."""
+        self.change: tuple[ConfChangeType, NodeId] | None = None
+        self.changes = 0
+        self.retired: set[NodeId] = set()
         for v in self.voters.values():
             self._start(v, found=True)
 
@@ -191,6 +203,13 @@ class DriverSim:
     def _up(self) -> list[Voter]:
         return [v for v in self.voters.values() if v.rt is not None]
 
+    def _live(self) -> list[Voter]:
+        """Voters not retired by a membership change, up or down."""
+        return [v for v in self.voters.values() if v.id not in self.retired]
+
+    def _peers_of(self, node: NodeId) -> tuple[NodeId, ...]:
+        return tuple(n for n in sorted(self.voters) if n != node and n not in self.retired)
+
     def leader_of(self, repo: str) -> Voter | None:
         """The voter leading ``repo``'s group in the highest term, if any."""
         gid, best, term = self.gids[repo], None, -1
@@ -204,10 +223,9 @@ class DriverSim:
 
     def _start(self, v: Voter, *, found: bool = False) -> None:
         v.life += 1
-        peers = tuple(n for n in sorted(self.voters) if n != v.id)
         cfg = RuntimeConfig(
             node_id=v.id,
-            peers=peers,
+            peers=self._peers_of(v.id),
             tick_interval_s=TICK_S,
             election_ticks=self.p.election_ticks,
             heartbeat_ticks=self.p.heartbeat_ticks,
@@ -223,17 +241,29 @@ class DriverSim:
             blank_id=v.blank,
             blank_repos=REPOS if v.blank else (),
         )
+        rt.set_founding_voters(frozenset(self.members))
         rt.transport = SimLink(self, v.id)
         life = v.life
         rt.on_applied = lambda g, res: self._applied(v, life, g, res)
+        rt.on_unknown_group = lambda gid: self._join(v, gid)
         v.rt, v.inflight = rt, None
-        if found or not v.store.groups():
-            for repo in REPOS:  # founders, or a wiped voter joining blank
-                boot = rt.boot_rows(self.gids[repo], repo, campaign=False)
-                v.store.commit(boot.batch)
-                rt.booted(boot)
+        if found or (v.blank and not v.store.groups()):
+            for gid in self.gids.values():  # founders, or a wiped voter joining blank
+                self._join(v, gid)
         else:
+            # the stored groups (a blank one keeps its mark); a voter added later hosts
+            # a group at its first message
             rt.recover()
+
+    def _join(self, v: Voter, gid: GroupId) -> None:
+        """Host ``gid`` as the Lifecycle does (its boot rows durable first)."""
+        rt = v.rt
+        assert rt is not None
+        if gid in rt.groups or gid not in self.gids.values():
+            return
+        boot = rt.boot_rows(gid, gid.repo.decode(), campaign=False)
+        v.store.commit(boot.batch)
+        rt.booted(boot)
 
     def _crash(self, v: Voter, *, lose_unsynced: bool) -> None:
         assert v.rt is not None
@@ -261,6 +291,7 @@ class DriverSim:
             self.p.wipes
             and self.wipe_rng.random() < self.p.wipe_chance
             and all(not v.blank for v in self.voters.values())
+            and self.change is None
         )
 
     def _restart(self, v: Voter) -> None:
@@ -379,7 +410,8 @@ class DriverSim:
     def client(self, *, repo: str | None = None, node: Voter | None = None) -> ClientOp | None:
         repo = repo or self.rng.choice(REPOS)
         if node is None:
-            up = self._up()
+            gid = self.gids[repo]
+            up = [v for v in self._up() if v.rt is not None and gid in v.rt.groups]
             if not up:
                 return None
             lead = self.leader_of(repo)
@@ -481,8 +513,8 @@ class DriverSim:
     def _fault(self) -> None:
         r = self.rng.random()
         up = self._up()
-        down = [v for v in self.voters.values() if v.rt is None]
-        f = (len(self.voters) - 1) // 2
+        down = [v for v in self._live() if v.rt is None]
+        f = (len(self.members) - 1) // 2
         if r < 0.25:
             if up and len(down) < f:
                 self._crash(self.rng.choice(up), lose_unsynced=self.rng.random() < 0.5)
@@ -518,8 +550,10 @@ class DriverSim:
         assert rt is not None
         if v.inflight is not None:
             return  # the loop compacts between Readies
-        g = rt.groups[self.gids[self.rng.choice(REPOS)]]
-        if g.hibernated or not g.born or g.applied <= int(g.mem.snapshot().metadata.index) + 2:
+        g = rt.groups.get(self.gids[self.rng.choice(REPOS)])
+        if g is None or g.hibernated or not g.born:
+            return
+        if g.applied <= int(g.mem.snapshot().metadata.index) + 2:
             return
         rt.compact(g, g.state, g.applied)
         batch, done = rt.compaction_batch()
@@ -528,6 +562,87 @@ class DriverSim:
             rt.compacted(done)
             self._log(f"compact n{v.id} {g.repo} at {g.applied}")
             self._count("compact")
+
+    # -- membership changes (docs/raft.md, "Membership changes") ----------------------------
+
+    def _begin_change(self) -> None:
+        """Grow by one new voter, or (after that) remove one; never with a blank voter."""
+        if self.change is not None or self.changes >= 2 or any(v.blank for v in self._live()):
+            return
+        if len(self.members) == self.p.nodes:
+            new = NodeId(max(self.voters) + 1)  # ids are never reused
+            self.voters[new] = Voter(new, SimStore())
+            for v in self._up():
+                assert v.rt is not None
+                v.rt.mr.set_peers(self._peers_of(v.id))
+            self._start(self.voters[new])
+            self.change = (ConfChangeType.ADD_NODE, new)
+        else:
+            self.change = (ConfChangeType.REMOVE_NODE, self.member_rng.choice(sorted(self.members)))
+        self.changes += 1
+        self._log(f"membership: {self.change[0].name} n{self.change[1]} in every group")
+        self._count("conf_change")
+
+    def _drive_change(self) -> None:
+        """Propose the open change at each group's leader until every group applied it."""
+        if self.change is None:
+            return
+        kind, node = self.change
+        open_groups = 0
+        for repo, gid in self.gids.items():
+            lead = self.leader_of(repo)
+            if lead is None or lead.rt is None:
+                open_groups += 1
+                continue
+            if not self._settled(lead, gid):
+                open_groups += 1
+                continue
+            if (node in lead.rt.mr.voters_of(gid)) == (kind is ConfChangeType.ADD_NODE):
+                continue
+            open_groups += 1
+            if self.step_no % 7:
+                continue
+            if kind is ConfChangeType.REMOVE_NODE and lead.id == node:
+                to = self.member_rng.choice(sorted(self.members - {node}))
+                lead.rt.mr.transfer_leader(gid, to)  # a leader being removed hands over first
+                continue
+            with contextlib.suppress(ProposalDropped):
+                lead.rt.mr.propose_conf_change(gid, ConfChange(kind, node))
+        if not open_groups:
+            self._change_done(kind, node)
+
+    def _settled(self, lead: Voter, gid: GroupId) -> bool:
+        """Whether the leader's applied members are the group's: it committed an entry of
+        its term, applied everything committed, and has no change in its log unapplied (a
+        leader restarted from an older snapshot applies the changes after it again)."""
+        rt = lead.rt
+        assert rt is not None
+        if rt.mr.is_hibernated(gid):
+            return True  # hibernated only once settled
+        r = rt.mr.raw_node(gid).raft
+        committed = r.log.committed
+        return (
+            r.log.term(committed) == r.term
+            and rt.groups[gid].applied == committed
+            and r.pending_conf_index <= committed
+        )
+
+    def _change_done(self, kind: ConfChangeType, node: NodeId) -> None:
+        self.change = None
+        self._log(f"membership: {kind.name} n{node} applied in every group")
+        self._count("conf_applied")
+        if kind is ConfChangeType.ADD_NODE:
+            self.members.add(node)
+        else:
+            self.members.discard(node)
+            gone = self.voters[node]
+            if gone.rt is not None:
+                self._crash(gone, lose_unsynced=False)  # the operator stops it
+            self.retired.add(node)
+        for v in self._up():
+            assert v.rt is not None
+            v.rt.set_founding_voters(frozenset(self.members))
+            v.rt.mr.set_peers(self._peers_of(v.id))
 
     # -- invariants ------------------------------------------------------------------------
 
@@ -607,6 +722,7 @@ class DriverSim:
             v.rt.tick()
 
     def _after(self) -> None:
+        self._drive_change()
         for v in self._up():
             self._take_ready(v)
         self._serve()
@@ -627,6 +743,8 @@ class DriverSim:
                 self._complete(rng.choice(pending))
         elif r < 0.58:
             self._fault()
+        if self.p.membership_changes and self.member_rng.random() < 0.02:
+            self._begin_change()
         for _ in range(rng.randrange(5)):
             if not self.network:
                 break
@@ -635,7 +753,7 @@ class DriverSim:
 
     def calm_step(self) -> None:
         self.step_no += 1
-        for v in self.voters.values():
+        for v in self._live():
             if v.rt is None:
                 self._start(v)
         batch, self.network = self.network, []  # a calm network: FIFO links
@@ -703,7 +821,7 @@ class DriverSim:
             f"n{v.id} {repo}"
             for v in self._up()
             for repo, gid in self.gids.items()
-            if v.rt is not None and v.rt.blank_of(v.rt.groups[gid])
+            if v.rt is not None and gid in v.rt.groups and v.rt.blank_of(v.rt.groups[gid])
         ]
         what = f"still blank (never readmitted): {', '.join(blank)}; " if blank else ""
         raise SimFailure(
@@ -714,9 +832,13 @@ class DriverSim:
         assert lead.rt is not None
         gid = self.gids[repo]
         commit = lead.rt.mr.commit_of(gid)
+        if self.change is not None:
+            return False
         for v in self.voters.values():
+            if v.id not in self.members:
+                continue
             rt = v.rt
-            if rt is None or v.inflight is not None:
+            if rt is None or v.inflight is not None or gid not in rt.groups:
                 return False
             g = rt.groups[gid]
             if g.applied != commit or rt.blank_of(g):
@@ -730,7 +852,10 @@ class DriverSim:
             if rt is None:
                 continue
             for repo, gid in self.gids.items():
-                g = rt.groups[gid]
+                g = rt.groups.get(gid)
+                if g is None:
+                    out.append(f"n{v.id} {repo}: not hosted")
+                    continue
                 out.append(
                     f"n{v.id} {repo}: term {rt.mr.term_of(gid)} lead {rt.mr.lead_of(gid)} "
                     f"applied {g.applied} commit {rt.mr.commit_of(gid)} blank {rt.blank_of(g)}"
@@ -744,6 +869,7 @@ class DriverSim:
             if all(
                 v.rt is not None and v.rt.mr.is_hibernated(gid)
                 for v in self.voters.values()
+                if v.id in self.members
                 for gid in self.gids.values()
             ):
                 break
@@ -792,6 +918,8 @@ class DriverSim:
             states = {}
             for v in self._up():
                 assert v.rt is not None
+                if v.id not in self.members:
+                    continue
                 g = v.rt.groups[gid]
                 states[v.id] = (g.applied, g.state.version, _value(g.state.refs))
             if len(set(states.values())) != 1:

@@ -4,7 +4,8 @@ Each schedule runs three (every eighth, five) real ``Runtime`` voters hosting tw
 groups over a simulated store, network and clock (driver_sim.py): crashes that
 lose unsynced writes or not, restarts, wiped disks that come back blank and are
 readmitted, partitions, loss, duplication, reordering, leadership transfers,
-compactions and snapshot transfers, re-proposals under one request id, and
+compactions and snapshot transfers, membership changes (a new voter added to
+every group, then one removed), re-proposals under one request id, and
 hibernation. Safety is checked after every step, liveness when the faults stop,
 and the clients' CAS history must be linearizable.
 
@@ -101,6 +102,8 @@ def test_schedules_exercise_every_fault() -> None:
         "snapshots_applied",
         "wipe",
         "readmit",
+        "conf_change",
+        "conf_applied",
         "hibernations",
         "wakes",
         "hibernated_all",
