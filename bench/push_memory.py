@@ -17,12 +17,23 @@ push ever held, not a sample. Cases:
 5. a 2 GiB pack of 512 objects of 4 MiB.
 
 Usage: ``python -m bench.push_memory [--quick]`` (``--quick``: 256 MiB and 512 MiB only).
+
+``--steps PROFILE`` measures instead where one initial push of a generated history
+holds its memory (issue 25, item 3; section "Push memory by step"): the push's own
+pack (``git pack-objects --all`` of the cached repository, or ``--pack``) ingested in
+a child process as the compute ingests it (a file source, a spill file, the layer to
+a sink), its peak resident set (``VmHWM``, reset at each step's start) and CPU per
+step, the steps being those ingest reports progress for: indexing, connectivity
+(the walk and the segment diff), writing (the entries and the writer's finish).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,6 +44,9 @@ from bench.report import write_section
 from enroute_testing.bigpush import delta_bomb, push_file, write_blob_pack
 from enroute_testing.devserver import DevServer, running_dev
 from enroute_testing.procmem import MiB, memory, role_pid
+from enroute_testing.repogen import cached_repo, pack_objects, profile
+
+CACHE = Path(__file__).resolve().parent.parent / ".bench-cache"  # bench.git's generated repos
 
 BOMB_BASE_BYTES = 15 * MiB
 BOMB_RESULT_BYTES = 1024 * MiB
@@ -98,10 +112,90 @@ class _Blobs:
         self.path.unlink()
 
 
+def _step_child(pack: Path, repo: Path) -> None:
+    """In the child: ingest ``pack`` against an empty repository, one JSON line per step."""
+    from enroute_core.base.ids import oid_from_hex
+    from enroute_core.engine.ingest import ingest_pack
+    from enroute_core.engine.snapshot import EMPTY_SNAPSHOT
+    from enroute_core.storage.localfile import LocalFile, ScratchFile
+
+    refs = subprocess.run(
+        ["git", "-C", str(repo), "for-each-ref", "--format=%(objectname)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    tips = sorted({oid_from_hex(r) for r in refs})
+    started = [time.process_time()]
+
+    def step(stage: str, done: int, total: int | None, final: bool) -> None:
+        if not final:
+            return
+        mem = memory(os.getpid())
+        cpu = time.process_time()
+        line = {"step": stage, "peak": mem.peak_bytes, "rss": mem.rss_bytes}
+        print(json.dumps(line | {"cpu": cpu - started[0], "objects": done}), flush=True)
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here on
+        started[0] = time.process_time()
+
+    scratch = Path(tempfile.mkdtemp(prefix="push-steps-"))
+    source = LocalFile.open_read(pack)
+    Path("/proc/self/clear_refs").write_text("5")
+    layer = [0]
+    result = ingest_pack(
+        source, tips, EMPTY_SNAPSHOT, sink=lambda b: layer.__setitem__(0, layer[0] + len(b)),
+        progress=step, spill=lambda: ScratchFile(scratch, "trees"),
+    )  # fmt: skip
+    print(json.dumps({"objects": result.object_count, "layer": layer[0]}), flush=True)
+
+
+def _steps(name: str, pack: Path | None) -> None:
+    spec = profile(name)
+    repo, _ = cached_repo(spec, CACHE, name)
+    with tempfile.TemporaryDirectory(prefix="bench-push-steps-") as tmp:
+        if pack is None:
+            pack = Path(tmp) / "push.pack"
+            pack.write_bytes(pack_objects(repo.path))
+        argv = [sys.executable, "-m", "bench.push_memory", "--child", str(pack), str(repo.path)]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    steps, total = lines[:-1], lines[-1]
+    rows = [
+        f"| {s['step']} | {s['peak'] // MiB} | {s['rss'] // MiB} | {s['cpu']:.2f} |" for s in steps
+    ]
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    write_section(
+        "Push memory by step",
+        [
+            f"One initial push of profile `{name}` (`enroute_testing.repogen.PROFILES`, seed "
+            f"{spec.seed}; {total['objects']:,} objects stored, a layer of "
+            f"{total['layer'] // MiB} MiB) ingested in a process of its own as the compute "
+            "ingests it: a file source, a spill file, the layer to a sink. Per step "
+            "(the steps ingest reports progress for), the peak resident set (`VmHWM`, "
+            "reset at the step's start), the resident set at its end, and its CPU seconds.",
+            "",
+            "| step | peak MiB | resident at the end, MiB | CPU s |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+            f"Load average at the end: {load} (1 / 5 / 15 min; other work shared the 2 "
+            "cores, so CPU seconds are inflated by contention).",
+            "",
+        ],
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="256 MiB object, 512 MiB pack")
+    parser.add_argument("--steps", metavar="PROFILE", help="one push of a generated history")
+    parser.add_argument("--pack", type=Path, help="with --steps: that profile's pack, made")
+    parser.add_argument("--child", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        _step_child(*args.child)
+        return
+    if args.steps:
+        _steps(args.steps, args.pack)
+        return
     object_sizes = [256 * MiB] if args.quick else [1024 * MiB, 256 * MiB]
     pack_bytes = (512 if args.quick else 2048) * MiB
     rows: list[str] = []
