@@ -503,6 +503,26 @@ class PageScan:
         self.close()
 
 
+def _run_pages(
+    file: PoolFile, first: int, count: int, total: int, page_class: PageClass, *, spare: list[_Page]
+) -> list[_Page]:
+    """The pages a scan's run of ``total`` bytes is read into: recycled page objects
+    with their buffers where the scan has them (full pages), new ones otherwise."""
+    pb = page_class.page_bytes
+    pages: list[_Page] = []
+    for k in range(count):
+        length = min(pb, total - k * pb)
+        if spare and length == pb:  # a recycled page object and its buffer
+            page = spare.pop()
+            page.page_no = first + k
+            page.ref = page.dirty = False
+            page.version = page.wb_version = 0
+        else:
+            page = _Page(file, first + k, bytearray(length), page_class)
+        pages.append(page)
+    return pages
+
+
 # -- the pool ---------------------------------------------------------------------------------
 
 
@@ -747,16 +767,7 @@ class BufferPool:
             slots = file.slots
             slot = slots[pos]
             if isinstance(slot, _Page):  # resident pages: pin them all under this one lock
-                hits: list[_Page] = []
-                while pos < limit:
-                    slot = slots[pos]
-                    if not isinstance(slot, _Page):
-                        break
-                    self._pin_locked(slot)
-                    hits.append(slot)
-                    pos += 1
-                self._hits += len(hits)
-                return hits
+                return self._pin_resident_locked(slots, pos, limit)
             if slot is None:
                 stop = pos + 1
                 while stop < limit and slots[stop] is None:
@@ -769,17 +780,7 @@ class BufferPool:
             return [self._acquire(file, pos, Intent.SCAN)]
         offset = region.start + (pos - file.region_first[ri]) * pb
         total = min(region.end, offset + (stop - pos) * pb) - offset
-        pages: list[_Page] = []
-        for k in range(stop - pos):
-            length = min(pb, total - k * pb)
-            if spare and length == pb:  # a recycled page object and its buffer
-                page = spare.pop()
-                page.page_no = pos + k
-                page.ref = page.dirty = False
-                page.version = page.wb_version = 0
-            else:
-                page = _Page(file, pos + k, bytearray(length), page_class)
-            pages.append(page)
+        pages = _run_pages(file, pos, stop - pos, total, page_class, spare=spare)
         try:
             self._read_run(file, offset, total, pages)
         except BaseException as err:
@@ -813,6 +814,21 @@ class BufferPool:
             state.own.extend(range(pos, stop))
         self._finish(work)
         return pages
+
+    def _pin_resident_locked(
+        self, slots: list[_Page | _Loading | None], pos: int, limit: int
+    ) -> list[_Page]:
+        """Pin the resident pages from ``pos`` (up to ``limit``, the first missing one)."""
+        hits: list[_Page] = []
+        while pos < limit:
+            slot = slots[pos]
+            if not isinstance(slot, _Page):
+                break
+            self._pin_locked(slot)
+            hits.append(slot)
+            pos += 1
+        self._hits += len(hits)
+        return hits
 
     @staticmethod
     def _read_run(file: PoolFile, offset: int, total: int, pages: list[_Page]) -> None:
