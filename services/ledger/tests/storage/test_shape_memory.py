@@ -1,6 +1,8 @@
 """What the store keeps in memory per group (issue 19: an idle repository costs a voter
 almost nothing; docs/ledger-storage.md, the shapes that answer without a query).
 
+The hard state is kept as its three fields, not as an object per group.
+
 A log whose entries all carry one term (one leader since the last checkpoint: most
 idle repositories) keeps that term as one int, not an array of terms, through appends,
 truncations, compactions and a reopen; a second term makes it an array, a compaction
@@ -14,8 +16,8 @@ from array import array
 from conftest import Opener
 from storemodel import entry
 
-from enroute_core.base.ids import LogIndex, Term
-from enroute_ledger.raft.types import ConfState, SnapshotMetadata
+from enroute_core.base.ids import LogIndex, NodeId, Term
+from enroute_ledger.raft.types import ConfState, HardState, SnapshotMetadata
 from enroute_ledger.storage import SqliteStore
 from enroute_ledger.storage.api import GroupId, WriteBatch
 
@@ -86,3 +88,19 @@ def test_mixed_terms_read_back_after_a_reopen(opener: Opener) -> None:
     s = opener()
     held, terms = terms_of(s)
     assert isinstance(held, array) and terms == [1, 1, 2, 5]
+
+
+def test_the_hard_state_is_kept_as_fields(opener: Opener) -> None:
+    s = opener()
+    assert s.hard_state(G) == HardState()
+    for hs in (HardState(Term(3), NodeId(2), LogIndex(0)), HardState(Term(4), None, LogIndex(1))):
+        b = WriteBatch()
+        b.append(G, [entry(1, 3)])
+        b.set_hard_state(G, hs)
+        s.commit(b)
+        assert s.hard_state(G) == hs
+        shape = s._shapes[G]
+        assert not [a for a in shape.__slots__ if isinstance(getattr(shape, a), HardState)]
+        s.close()
+        s = opener()
+        assert s.hard_state(G) == hs

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import TypeAlias
 
 from enroute_core.base.errors import InvalidArgument
+from enroute_core.base.ids import LogIndex, NodeId, Term
 
 from ..raft.errors import Compacted, EntriesUnavailable
 from ..raft.types import EMPTY_HARD_STATE, Entry, HardState, SnapshotMetadata
@@ -42,7 +43,9 @@ class GroupShape:
     __slots__ = (
         "base_index",
         "base_term",
-        "hard_state",
+        "hs_commit",
+        "hs_term",
+        "hs_vote",
         "kept",
         "last",
         "rowid",
@@ -57,7 +60,10 @@ class GroupShape:
         self.base_index = 0
         self.base_term = 0
         self.snapshot = EMPTY_META
-        self.hard_state = EMPTY_HARD_STATE
+        # the hard state's fields, not the object: 40 bytes less per group (issue 19)
+        self.hs_term = 0
+        self.hs_vote: int | None = None
+        self.hs_commit = 0
         self.last = 0
         self.terms: Terms = 0
         """Terms of the entries ``base_index + 1 .. last``: one int when they all have
@@ -73,6 +79,17 @@ class GroupShape:
     @property
     def last_index(self) -> int:
         return self.last
+
+    @property
+    def hard_state(self) -> HardState:
+        vote = self.hs_vote
+        return HardState(
+            Term(self.hs_term), None if vote is None else NodeId(vote), LogIndex(self.hs_commit)
+        )
+
+    @hard_state.setter
+    def hard_state(self, hs: HardState) -> None:
+        self.hs_term, self.hs_vote, self.hs_commit = hs.term, hs.vote, hs.commit
 
     def term(self, index: int) -> int:
         """Raft's ``term(i)``: ``Compacted`` below the base, ``EntriesUnavailable`` past the end."""
