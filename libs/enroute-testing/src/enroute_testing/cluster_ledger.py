@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,8 @@ def _change(
     started: Callable[[int], None] | None = None,
     timeout_s: float = CHANGE_TIMEOUT_S,
 ) -> None:
-    """Run one ``enroute ledger`` change to its end, its lines passed to ``say``."""
+    """Run one ``enroute ledger`` change to its end, its lines passed to ``say``; killed
+    after ``timeout_s`` (a change that never ends fails the drill, not its time bound)."""
     proc = subprocess.Popen(
         _cli(cluster, *args),
         stdout=subprocess.PIPE,
@@ -94,6 +96,8 @@ def _change(
         env=service_env(PYTHONUNBUFFERED="1"),
     )
     assert proc.stdout is not None
+    watchdog = threading.Timer(timeout_s, proc.kill)
+    watchdog.start()
     try:
         for line in proc.stdout:
             say(line.rstrip())
@@ -102,11 +106,14 @@ def _change(
                 started(int(m.group(1)))
         code = proc.wait(timeout_s)
     finally:
+        watchdog.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     if code != 0:
-        raise RuntimeError(f"enroute ledger {' '.join(args)} exited {code}")
+        raise RuntimeError(
+            f"enroute ledger {' '.join(args)} exited {code} (limit {timeout_s:.0f} s)"
+        )
 
 
 def _member_list(cluster: Cluster, record: dict[str, Any], own: str, size: int) -> list[str]:
