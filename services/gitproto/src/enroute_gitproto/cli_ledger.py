@@ -112,9 +112,10 @@ def members(
                     m["groups"],
                     m["leading"],
                     m["apply_lag_entries"],
+                    m.get("blank"),
                 )
             )
-        headers = ("ID", "ADDRESS", "STATE", "HEALTH", "GROUPS", "LEADING", "LAG")
+        headers = ("ID", "ADDRESS", "STATE", "HEALTH", "GROUPS", "LEADING", "LAG", "BLANK")
         typer.echo(table(headers, rows))
         record = view["record"]
         typer.echo(f"epoch {record['epoch']}, next id {record['next_id']}")
