@@ -5,9 +5,11 @@ evicts, and the group hibernates as any idle group. The stream's change event mu
 go with the stream: parked on, it stayed on the hibernated group (an
 ``asyncio.Event`` and its waiter deque, some 0.8 KiB) until the group's next change,
 the largest part of what an idle repository still cost the voter serving the
-computes. One in-process voter hosts N groups, a subscription parks on each and
-ends; tracemalloc counts what the groups added, per group, after they hibernate.
-``ENROUTE_MEMORY_GROUPS`` changes N.
+computes. One in-process voter creates N repositories as a request does
+(``Lifecycle.activate``), a subscription parks on each and ends; tracemalloc counts
+what the repositories added, per repository, once every group hibernated and the
+checkpointer (a short interval here) compacted each and forgot it: the steady state
+of an idle repository. ``ENROUTE_MEMORY_GROUPS`` changes N.
 """
 
 from __future__ import annotations
@@ -22,19 +24,23 @@ from pathlib import Path
 from memnet import until
 
 from enroute_core.base.ids import NodeId
-from enroute_core.state import MISSING, Activate
 from enroute_core.storage.objectstore.file import FileStore
+from enroute_ledger.checkpoints import Checkpointer
 from enroute_ledger.lifecycle import ChangeOut, Lifecycle, SnapshotOut
 from enroute_ledger.logstore import open_log_store
-from enroute_ledger.machine import genesis_entry
 from enroute_ledger.runtime import Runtime, RuntimeConfig
 
 GROUPS = int(os.environ.get("ENROUTE_MEMORY_GROUPS", "300"))
-BYTES_PER_GROUP_MAX = 1200
-"""Measured about 1,110 bytes at 300 groups; 1,300 before the store's shared empty
-``kept``, the one id object for Raft and store, and the one copy of the name (the bound
-is between the two, so that regression shows); 1,790 with the parked stream's event
-left on each group."""
+BYTES_PER_GROUP_MAX = 1175
+"""Measured 1,121 to 1,127 bytes at 300 repositories (998 at 1,000; the object store's
+striped locks and the maps' tables weigh more at 300), checkpointed and compacted. Of
+it: the store's shape 112 (its terms one int, its hard state three fields), the Raft
+hibernation record 88, the runtime's group 88 and listing summary 80, the id 64, the
+snapshot's metadata 56, the name 56 and its bytes 40, and a dict entry each in five maps.
+Before (issue 19): a checkpointer mark per group ever led (117 bytes), a terms array
+(64 to 112), a HardState (56) and two more map entries (the store's row keys, the Raft
+leaders of sleeping groups); 1,790 with the parked stream's event left on each group."""
+CHECKPOINT_INTERVAL_S = 0.5
 WAIT_S = 120.0
 
 
@@ -69,14 +75,14 @@ def test_an_ended_subscription_leaves_nothing_on_its_hibernated_group(tmp_path: 
         lc = Lifecycle(rt, FileStore(tmp_path / "objects"), upload_window=64,
                        wall_clock_us=lambda: 0)  # fmt: skip
         task = loop.create_task(rt.run())
+        cp = Checkpointer(
+            lc, every_entries=10_000, interval_s=CHECKPOINT_INTERVAL_S, clock=loop.time
+        )
+        cp_task = loop.create_task(cp.run())
         try:
 
             async def create(name: str) -> None:
-                g = await rt.host(name, 1, campaign=True)
-                rid = rt.request_id()
-                act = Activate(create=True, head=b"refs/heads/main", upload_window=64)
-                await rt.propose(g, genesis_entry(rid, MISSING, act), rid, WAIT_S)
-                lc._remember(name)
+                await lc.activate(name, True, b"refs/heads/main")
 
             for i in range(10):  # one-time allocations out of the count
                 await create(f"warm{i}")
@@ -91,7 +97,11 @@ def test_an_ended_subscription_leaves_nothing_on_its_hibernated_group(tmp_path: 
                 await asyncio.gather(*(_follow_then_stop(lc, n) for n in names[lo : lo + 25]))
             assert rt.subscriptions - rt.subscriptions_ended == 0
             total = GROUPS + 10
+            # every repository checkpointed (its log compacted) and forgotten by the
+            # checkpointer, every group asleep
+            await until(lambda: not cp._tracked and not cp._wheel, WAIT_S)
             await until(lambda: rt.mr.hibernated_count() == total, WAIT_S)
+            assert rt.compactions >= total
             del names
             gc.collect()
             after = tracemalloc.take_snapshot()
@@ -103,8 +113,9 @@ def test_an_ended_subscription_leaves_nothing_on_its_hibernated_group(tmp_path: 
                 print(stat)
             return sum(s.size_diff for s in diff) // GROUPS
         finally:
+            cp.stop()
             rt.stop()
-            await asyncio.wait_for(task, WAIT_S)
+            await asyncio.wait_for(asyncio.gather(task, cp_task), WAIT_S)
             store.close()
 
     per_group = asyncio.run(main())
