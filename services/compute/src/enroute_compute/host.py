@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import contextvars
 import ctypes
+import gc
 import logging
 import os
 import threading
@@ -442,8 +443,12 @@ class RepositoryHost:
         depends on where the last large block lay, so an idle compute held several MiB
         more or less from one hour to the next, more than its idle repositories cost
         (docs/fleet.md, "Measuring"). Released when the last view goes, and at most every
-        ``MEMORY_RELEASE_PERIOD_S`` while views are being evicted.
+        ``MEMORY_RELEASE_PERIOD_S`` while views are being evicted; a full collection
+        first (tens of milliseconds at that rate).
         """
+        # Garbage in reference cycles first (a cancelled follower's task, its exception and
+        # frames): an idle process allocates nothing, so the collector would not run.
+        gc.collect()
         freed = await asyncio.to_thread(release_free_memory)
         if freed is None:
             return
