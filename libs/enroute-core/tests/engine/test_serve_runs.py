@@ -132,3 +132,28 @@ def test_a_delta_record_on_a_full_entry_is_corrupt_in_a_run(
     plan = plan_fetch(view, [oid_from_hex(v) for v in repo.refs.values()], ofs_delta=False)
     with pytest.raises(CorruptData):
         write_pack(view, plan, lambda _: None)
+
+
+def test_a_run_longer_than_a_piece_goes_out_in_pieces(
+    repo: GeneratedRepo, view: View, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run past ``_PIECE_BYTES_MAX`` (a large entry alone) is handed on in pieces after
+    the buffer instead of joined to it (issue 25: a 64 MiB entry was held twice); the
+    pack is the same bytes, no piece passes the bound."""
+    plan = plan_fetch(view, [oid_from_hex(v) for v in repo.refs.values()])
+    expected = _write(view, plan)
+    large: list[int] = []
+    real = serve._PackOut.hand_large
+
+    def spy(out: Any, data: bytes) -> None:
+        large.append(len(data))
+        real(out, data)
+
+    monkeypatch.setattr(serve._PackOut, "hand_large", spy)
+    monkeypatch.setattr(serve, "_FLUSH_BYTES", 1000)
+    monkeypatch.setattr(serve, "_PIECE_BYTES_MAX", 2000)
+    parts: list[bytes] = []
+    stats = write_pack(view, plan, parts.append)
+    assert large and all(n > 2000 for n in large)
+    assert b"".join(parts) == expected[0] and stats == expected[1]
+    assert max(len(p) for p in parts) <= 2000 + 20  # the last may carry the trailer

@@ -1140,7 +1140,10 @@ def _write_run(  # noqa: PLR0917 (the writer's loop state, passed whole)
         )
     entries, data, run_offs, copied, rewritten, thin_kept = got
     if entries:
-        out.buf += data
+        if len(data) > _PIECE_BYTES_MAX:
+            out.hand_large(data)  # one large entry: not joined to the buffer first
+        else:
+            out.buf += data
         offsets.frombytes(run_offs)
     return _RunCounts(entries, copied, rewritten, thin_kept)
 
@@ -1313,6 +1316,20 @@ class _PackOut:
         for start in range(0, last, step):
             end = start + step
             self._sink(bytes(view[start : len(data) if end >= last else end]))
+
+    def hand_large(self, data: bytes) -> None:
+        """Bytes longer than a piece (a run of one large entry), handed on after the
+        buffer in pieces of :data:`_FLUSH_BYTES` without being joined to it first: a
+        64 MiB entry was held twice, as the run and in the buffer (issue 25: the clone's
+        peak RSS of the ``large`` profile)."""
+        if self.buf:
+            self.flush()
+        view = memoryview(data)
+        for start in range(0, len(view), _FLUSH_BYTES):
+            piece = bytes(view[start : start + _FLUSH_BYTES])
+            self._sha.update(piece)
+            self.flushed += len(piece)
+            self._sink(piece)
 
     def finish(self) -> int:
         """The last piece with the trailer after it; the pack's size."""
