@@ -62,6 +62,22 @@ def test_git_stream_errors_before_the_body_are_statuses(compute: object) -> None
     with pytest.raises(grpc.RpcError) as info:
         list(stub.UploadPack(iter([compute_pb2.GitRequest(header=bad)])))
     assert _code(info.value) == "invalid_argument"
+    # every Git stream reads its header alike (servicer._git_header): a service, a
+    # repository name, and the header first
+    serviceless = compute_pb2.GitRequestHeader(repo="x")
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.InfoRefs(iter([compute_pb2.GitRequest(header=serviceless)])))
+    assert _code(info.value) == "invalid_argument"
+    badly_named = compute_pb2.GitRequestHeader(
+        repo="../x", service=compute_pb2.GIT_SERVICE_UPLOAD_PACK
+    )
+    with pytest.raises(grpc.RpcError) as info:  # refused before the body is read
+        twice = [compute_pb2.GitRequest(header=badly_named)] * 2
+        list(stub.UploadPack(iter(twice)))
+    assert _code(info.value) == "invalid_name"
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.UploadPack(iter([compute_pb2.GitRequest(body=b"0000")])))
+    assert _code(info.value) == "protocol_error"
     # A push whose pack is garbage is answered in Git's form: unpack error and ng.
     oid = ObjectId(bytes(range(1, 21)))
     request = PushRequest((PushCommand(ZERO_OID, oid, b"refs/heads/main"),), (b"report-status",))
