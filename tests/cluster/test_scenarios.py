@@ -8,6 +8,7 @@ operations and time.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -28,6 +29,7 @@ from cluster_scenario import (
 from enroute_testing.cluster import COMPUTES, LEDGERS, NAMES, Cluster
 from enroute_testing.faultproxy import LinkMode
 from enroute_testing.gitcli import GitFailed, run_git
+from enroute_testing.waiting import WaitTimeout, wait_until
 from enroute_testing.workload import Workload, WorkloadConfig
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -319,10 +321,10 @@ def test_push_whose_answer_was_lost_is_not_reported_rejected(
     pusher.start()
     committed = False
     try:
-        deadline = time.monotonic() + 45.0
-        while time.monotonic() < deadline and not committed:
-            committed = _version(cluster, repo) > before
-            time.sleep(0.02)
+        with contextlib.suppress(WaitTimeout):  # judged below, once the owner is gone
+            wait_until(lambda: _version(cluster, repo) > before, 45.0, "the push committed",
+                       poll_s=0.02)  # fmt: skip
+            committed = True
         # the ledger applied the push; its answer to the owner is still on the wire
         cluster.kill(owner)
         cluster.heal()
