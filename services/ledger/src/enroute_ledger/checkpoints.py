@@ -49,8 +49,8 @@ from enroute_core.base.errors import EnrouteError, PreconditionFailed
 from enroute_core.state import RepoState, encode_state
 from enroute_core.state.names import state_key
 
+from .group import Group
 from .lifecycle import Lifecycle
-from .runtime import Group
 
 log = logging.getLogger("enroute.ledger.checkpoints")
 

@@ -40,8 +40,9 @@ from enroute_core.base.errors import EnrouteError
 from enroute_core.base.ids import NodeId
 from enroute_proto.peer_token import admin_authorized
 
+from .group import Group
 from .membership import MembershipDriver, admin, members_view
-from .runtime import Group, Runtime
+from .runtime import Runtime
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]

@@ -49,9 +49,10 @@ from enroute_core.state import (
 from enroute_core.state.names import check_repo_name, state_key, trash_key
 from enroute_core.storage.objectstore import ObjectStore
 
+from .group import Group
 from .machine import Applied, command_entry, genesis_entry
 from .multiraft import GroupId
-from .runtime import Group, Runtime
+from .runtime import Runtime
 
 log = logging.getLogger("enroute.ledger.lifecycle")
 
