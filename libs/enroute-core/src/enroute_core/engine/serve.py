@@ -719,12 +719,21 @@ class PackPlanner:
         offset, length, base = (
             self.rows[local % _SLAB_RECORDS] if self.rows else reader.entry_row(local)
         )
-        raw = self._read(offset, length)
+        w0 = self.w0
+        if w0 <= offset and offset + length <= self.w1:  # in the window: the common case
+            raw = self.window[offset - w0 : offset - w0 + length]
+        else:
+            raw = self._read(offset, length)
         if base == REF_NONE:
             return Copy(raw)
         if raw[0] >> 4 & 7 != OBJ_REF_DELTA:
             raise CorruptData(f"id {object_id}: a delta record on a full entry", section=S_DATA)
-        base_id = _base_id(self.view, reader, self.first, plan.ids, base, externals=self.externals)
+        base_id = self.externals.get(base, -1)  # the cache of _base_id, read here
+        if base_id == -1:
+            base_id = _base_id(
+                self.view, reader, self.first, plan.ids, base, externals=self.externals
+            )
+
         in_pack = base_id is not None and base_id in plan.ids and base_id < object_id
         if in_pack and plan.ofs_delta:
             assert base_id is not None
@@ -734,17 +743,16 @@ class PackPlanner:
         return Resolved(self.view.full_entry(object_id))
 
     def _read(self, offset: int, length: int) -> memoryview:
-        """The stored bytes ``[offset, offset + length)``, from the window (read anew, no
-        further than the local bytes, when they are not in it)."""
-        if offset < self.w0 or offset + length > self.w1:
-            reader = self.reader
-            assert reader is not None
-            span = min(reader.data_end - offset, max(length, _WINDOW_BYTES))
-            if not self.settled:  # read no further than what was loaded
-                span = max(length, reader.local_bytes(offset, span))
-            self.window = memoryview(reader.data_bytes(offset, span, self.intent))
-            self.w0, self.w1 = offset, offset + span
-        return self.window[offset - self.w0 : offset - self.w0 + length]
+        """The stored bytes ``[offset, offset + length)`` that are not in the window: a
+        new window from them, no further than the local bytes."""
+        reader = self.reader
+        assert reader is not None
+        span = min(reader.data_end - offset, max(length, _WINDOW_BYTES))
+        if not self.settled:  # read no further than what was loaded
+            span = max(length, reader.local_bytes(offset, span))
+        self.window = memoryview(reader.data_bytes(offset, span, self.intent))
+        self.w0, self.w1 = offset, offset + span
+        return self.window[:length]
 
 
 def _base_id(
@@ -1278,7 +1286,9 @@ def _outside_base(  # noqa: PLR0917
     base, a base to resolve), which the entry-by-entry path of :class:`PackWriter` takes."""
     ids = plan.ids
     if base & REF_EXTERNAL:
-        base_id = _base_id(view, reader, first, ids, base, externals=externals)
+        base_id = externals.get(base, -1)  # the cache of _base_id, read here
+        if base_id == -1:
+            base_id = _base_id(view, reader, first, ids, base, externals=externals)
         if base_id is None or base_id >= first:
             return _OUTSIDE_NO
     else:
