@@ -21,10 +21,11 @@ Usage: ``python -m bench.push_memory [--quick]`` (``--quick``: 256 MiB and 512 M
 ``--steps PROFILE`` measures instead where one initial push of a generated history
 holds its memory (issue 25, item 3; section "Push memory by step"): the push's own
 pack (``git pack-objects --all`` of the cached repository, or ``--pack``) ingested in
-a child process as the compute ingests it (a file source, a spill file, the layer to
-a sink), its peak resident set (``VmHWM``, reset at each step's start) and CPU per
-step, the steps being those ingest reports progress for: indexing, connectivity
-(the walk and the segment diff), writing (the entries and the writer's finish).
+a child process as the compute ingests it (its C heap thresholds, a file source, a
+spill file, the layer to a sink), its peak resident set (``VmHWM``, reset at each
+step's start) and CPU per step, the steps being those ingest reports progress for:
+indexing, connectivity (the walk and the segment diff), writing (the entries and the
+writer's finish).
 """
 
 from __future__ import annotations
@@ -115,10 +116,13 @@ class _Blobs:
 def _step_child(pack: Path, repo: Path) -> None:
     """In the child: ingest ``pack`` against an empty repository, one JSON line per step."""
     from enroute_core.base.ids import oid_from_hex
+    from enroute_core.base.limits import DEFAULT_LIMITS
     from enroute_core.engine.ingest import ingest_pack
     from enroute_core.engine.snapshot import EMPTY_SNAPSHOT
+    from enroute_core.storage.heap import tune_heap
     from enroute_core.storage.localfile import LocalFile, ScratchFile
 
+    tune_heap(DEFAULT_LIMITS)  # the compute's C heap thresholds (enroute_compute.main)
     refs = subprocess.run(
         ["git", "-C", str(repo), "for-each-ref", "--format=%(objectname)"],
         capture_output=True, text=True, check=True,
