@@ -19,12 +19,7 @@ from pathlib import Path
 import pytest
 
 from enroute_compute.fetch import Fetcher
-from enroute_compute.host import (
-    DEFAULT_HEAD,
-    VIEW_FIXED_BYTES,
-    RepositoryHost,
-    release_free_memory,
-)
+from enroute_compute.host import DEFAULT_HEAD, VIEW_FIXED_BYTES, RepositoryHost
 from enroute_compute.ledger_port import BarrierPoint, CreateMode
 from enroute_compute.local_ledger import LocalLedger
 from enroute_compute.push import Pusher
@@ -33,6 +28,7 @@ from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
 from enroute_core.git.pktline import FLUSH_PKT, pkt_line
 from enroute_core.state import Commit, LayerKind, RefUpdate
+from enroute_core.storage.heap import release_free_heap
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import StoreOptions
 from enroute_core.storage.objectstore.file import FileStore
@@ -344,7 +340,7 @@ async def test_when_the_last_view_goes_the_free_memory_goes_back_to_the_system()
     """Issue 19, docs/fleet.md "Measuring": the C allocator keeps freed pages inside its
     heaps, so an idle compute's resident memory depended on where its last large block
     lay. When eviction leaves no view open, the free pages go back (malloc_trim(3))."""
-    if release_free_memory() is None:
+    if release_free_heap() is None:
         pytest.skip("no malloc_trim in this C library")
     _ledger, host, clock = await hosting(["a"])
     try:

@@ -20,10 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import ctypes
 import gc
 import logging
-import os
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -72,6 +70,7 @@ from enroute_core.state import (
 from enroute_core.state.names import check_repo_name, layer_key, storage_segment
 from enroute_core.state.refmap import RefMap
 from enroute_core.storage.budgeted import LoadPins
+from enroute_core.storage.heap import release_free_heap
 from enroute_core.storage.layer import LayerReader
 from enroute_core.storage.layer.format import layer_key_name
 from enroute_core.storage.layers import LOAD_KIND, LayerService, open_inline
@@ -103,7 +102,7 @@ READ_REOPENS_MAX = 3
 """Times a read opens a view again that was evicted while it waited (then Unavailable)."""
 MEMORY_RELEASE_PERIOD_S = 60.0
 """Longest an evicting compute keeps the free memory of its C allocator before giving
-it back to the system (at once when the last view goes): :func:`release_free_memory`."""
+it back to the system (at once when the last view goes): ``release_free_heap``."""
 
 
 class _Evicted(Unavailable):
@@ -190,7 +189,7 @@ class RepositoryHost:
         self._evicted_since_release = False
         self._released_at_s = 0.0
         self.memory_released_bytes = 0
-        """Resident bytes given back to the system after evictions (:func:`release_free_memory`)."""
+        """Resident bytes given back to the system after evictions (``release_free_heap``)."""
         self._opening: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self.pushes = 0
         self.fetches = 0
@@ -449,7 +448,7 @@ class RepositoryHost:
         # Garbage in reference cycles first (a cancelled follower's task, its exception and
         # frames): an idle process allocates nothing, so the collector would not run.
         gc.collect()
-        freed = await asyncio.to_thread(release_free_memory)
+        freed = await asyncio.to_thread(release_free_heap)
         if freed is None:
             return
         self.memory_released_bytes += freed
@@ -1003,41 +1002,6 @@ class LoadingSnapshot:
             pins, self._pins = self._pins, []
         for p in pins:
             p.release()
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the C library has none (musl)."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return cast("Callable[[int], int]", trim)
-
-
-_MALLOC_TRIM = _malloc_trim()
-
-
-def release_free_memory() -> int | None:
-    """Return the free pages of every heap of the C allocator to the system
-    (``malloc_trim(0)``, malloc_trim(3): glibc 2.8 and later release whole free pages
-    anywhere in a heap, not only at its top); answers the resident bytes it gave back,
-    or None without glibc. Python's own small-object arenas are not touched: pymalloc
-    frees an arena when it is empty."""
-    if _MALLOC_TRIM is None:
-        return None
-    before = _resident_bytes()
-    _MALLOC_TRIM(0)
-    return max(0, before - _resident_bytes())
-
-
-def _resident_bytes() -> int:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 def _stored_keys(name: str, state: RepoState) -> list[tuple[str, str]]:

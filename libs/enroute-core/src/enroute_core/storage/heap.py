@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 from collections.abc import Callable
 
 from enroute_core.base.limits import Limits
@@ -69,3 +70,26 @@ def malloc_trim() -> Callable[[], object] | None:
     fn.argtypes = [ctypes.c_size_t]
     fn.restype = ctypes.c_int
     return lambda: fn(0)
+
+
+_TRIM = malloc_trim()
+
+
+def release_free_heap() -> int | None:
+    """``malloc_trim(0)`` now; answers the resident bytes it gave back (``/proc/self/statm``
+    before and after), or None in a C library without it. A compute calls it when
+    eviction leaves no view open (``RepositoryHost``, issue 19)."""
+    if _TRIM is None:
+        return None
+    before = resident_bytes()
+    _TRIM()
+    return max(0, before - resident_bytes())
+
+
+def resident_bytes() -> int:
+    """The resident set (``/proc/self/statm``), 0 where there is none."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
