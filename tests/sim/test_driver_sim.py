@@ -122,7 +122,12 @@ def test_schedules_exercise_every_fault() -> None:
 
 class SendsBeforePersisting(Runtime):
     """Sends everything of a Ready before its writes are durable: votes and
-    acknowledgements too, not only the leader's appends that ``_send_early`` allows."""
+    acknowledgements too, not only the leader's appends that ``_send_early`` allows.
+
+    Found as two leaders of one term, a committed entry that changes, or, first in
+    the CI seeds, the core's own check (etcd's "tocommit is out of range"): a
+    follower told a commit index past the log it kept, since it acknowledged
+    entries that its crash then lost."""
 
     def _send_early(
         self, live: list[tuple[GroupReady, Group | None]], batches: tuple[Batch, ...]
