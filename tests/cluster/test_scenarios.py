@@ -98,13 +98,17 @@ def test_ledger_minority_partitioned(cluster: Cluster, tmp_path: Path, seed: int
         else:
             c.partition(victim, LinkMode.CUT if how == "cut" else LinkMode.DROP)
         writes = ("push", "api_commit")
-        time.sleep(PARTITION_MIN_S)
-        while (
-            ops_between(w, writes, start + FAILOVER_S, w.history.now()) == 0
-            and w.history.now() < start + PARTITION_MAX_S
-            and w.running()
-        ):
-            time.sleep(0.05)
+        time.sleep(PARTITION_MIN_S)  # the point: the voter stays away at least this long
+        with contextlib.suppress(WaitTimeout):  # judged below: the writes in the window
+            wait_until(
+                lambda: (
+                    ops_between(w, writes, start + FAILOVER_S, w.history.now()) > 0
+                    or not w.running()
+                ),
+                start + PARTITION_MAX_S - w.history.now(),
+                "a write acknowledged while the voter is away",
+                poll_s=0.05,
+            )
         end = w.history.now()
         # the load's budget and duration outlast the window, so it is still running here;
         # if not, "no write acknowledged" would blame the cluster for an idle load
@@ -180,12 +184,13 @@ def test_all_processes_restarted_at_once(cluster: Cluster, tmp_path: Path, seed:
             c.wait_ready(name)
         back = w.history.now()
         writes = ("push", "api_commit")
-        while (
-            ops_between(w, writes, back, w.history.now()) == 0
-            and w.history.now() < back + RECOVERY_MAX_S
-            and w.running()
-        ):
-            time.sleep(0.05)
+        with contextlib.suppress(WaitTimeout):  # judged below: the writes since the restart
+            wait_until(
+                lambda: ops_between(w, writes, back, w.history.now()) > 0 or not w.running(),
+                RECOVERY_MAX_S,
+                "a write acknowledged after the restart",
+                poll_s=0.05,
+            )
         after.append(ops_between(w, writes, back, w.history.now()))
         time.sleep(2.0)
         w.stop()
@@ -206,13 +211,16 @@ def test_delete_and_recreate_under_load(cluster: Cluster, tmp_path: Path, seed: 
         # the load runs its 6 s, longer (bounded) until a delete was acknowledged:
         # on a loaded machine 6 s can hold too few operations to draw one
         time.sleep(LOAD.duration_s)
-        deadline = time.monotonic() + RECREATE_MAX_S
-        while (
-            time.monotonic() < deadline
-            and w.running()
-            and not any(r.kind == "delete" and r.how == "ok" for r in w.history.records)
-        ):
-            time.sleep(0.05)
+        with contextlib.suppress(WaitTimeout):  # judged below: a delete ran
+            wait_until(
+                lambda: (
+                    not w.running()
+                    or any(r.kind == "delete" and r.how == "ok" for r in w.history.records)
+                ),
+                RECREATE_MAX_S,
+                "a delete acknowledged",
+                poll_s=0.05,
+            )
         w.stop()
 
     # the fault ends the load; the duration only bounds it
