@@ -66,7 +66,7 @@ def test_wiped_voter_of_two_is_recovered_under_load(cluster: Cluster, tmp_path: 
         try:
             drill(c, w, rng)
         finally:
-            time.sleep(2.0)  # writes on the recovered ledger
+            time.sleep(5.0)  # writes on the recovered ledger
             w.stop()
 
     def drill(c: Cluster, w: Workload, rng: random.Random) -> None:
