@@ -191,19 +191,7 @@ class RepositoryHost:
         self.memory_released_bytes = 0
         """Resident bytes given back to the system after evictions (``release_free_heap``)."""
         self._opening: dict[str, tuple[asyncio.Lock, list[int]]] = {}
-        self.pushes = 0
-        self.fetches = 0
-        self.view_builds = 0
-        """Views built whole (a snapshot: opening a repository, a new incarnation)."""
-        self.view_updates = 0
-        """Changes that updated a view in place (layers appended or a stretch swapped)."""
-        self.reference_indexes = 0
-        """Pushes whose pack the Python indexer read because the compiled pass gave up."""
-        self.refs_peeled = 0
-        """Refs whose object a ref snapshot read to peel it (one leaf of the ref map per
-        ref a push changed, not every ref: ``ref_snapshot``)."""
-        self.fsck_warnings: Counter[str] = Counter()
-        """Objects pushes brought with a harmless fsck problem, by message id (let in)."""
+        self._start_counters()
         self._retired: dict[tuple[str, str], int] = {}
         """Stored layers that left a manifest here: (segment, key) -> when (clock us)."""
         self._read_pins: Counter[tuple[str, str]] = Counter()
@@ -220,15 +208,31 @@ class RepositoryHost:
         """Told a repository's name when its view goes (evicted, deleted, replaced, ended):
         what others keep per view (the fetch path's ref snapshots and plans, by state)
         goes with it, so an evicted repository leaves nothing (issue 19)."""
+
+    def _start_counters(self) -> None:
+        """What ``/status`` and the metrics count for this host, all from zero."""
+        self.pushes = 0
+        self.fetches = 0
+        self.view_builds = 0
+        """Views built whole (a snapshot: opening a repository, a new incarnation)."""
+        self.view_updates = 0
+        """Changes that updated a view in place (layers appended or a stretch swapped)."""
+        self.reference_indexes = 0
+        """Pushes whose pack the Python indexer read because the compiled pass gave up."""
+        self.refs_peeled = 0
+        """Refs whose object a ref snapshot read to peel it (one leaf of the ref map per
+        ref a push changed, not every ref: ``ref_snapshot``)."""
+        self.fsck_warnings: Counter[str] = Counter()
+        """Objects pushes brought with a harmless fsck problem, by message id (let in)."""
         self.local_copies_deleted = 0
         self.local_copy_bytes_deleted = 0
         self.load_rounds: Counter[str] = Counter()
+        """Tickets parked by reads that needed loads (seed 004, "Machines"), by request kind."""
         self.first_pack_byte_s: deque[float] = deque(maxlen=FIRST_BYTE_SAMPLES)
         """Seconds from the start of a pack to its first bytes, the latest fetches."""
         self.first_pack_byte_loaded_bytes = 0
         """Bytes loaded between the start of the latest pack and its first bytes (all
         loads of the node meanwhile: exact when that fetch ran alone)."""
-        """Tickets parked by reads that needed loads (seed 004, "Machines"), by request kind."""
 
     # -- hosting --------------------------------------------------------------------------
 
