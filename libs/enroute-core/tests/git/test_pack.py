@@ -518,3 +518,45 @@ def test_as_ref_delta_writes_what_the_reference_writes() -> None:
         assert as_ref_delta(raw[:length], length, _BASE) is None
     full = encode_entry_header(3, 5) + b"x\x9cdata"
     assert as_ref_delta(full, 1, _BASE) is None
+
+
+@st.composite
+def _drawn_header(draw: st.DrawFn, type_num: int) -> bytes:
+    """Type-and-size bytes as a header may hold them: mostly of ``type_num``, else any
+    type 0-7; up to 11 bytes with the continuation bit, minimal or not; sometimes cut."""
+    count = draw(st.integers(0, 11))
+    body = [draw(st.integers(0, 127)) for _ in range(count + 1)]
+    head = bytes([b | 0x80 for b in body[:-1]] + body[-1:])
+    kind = draw(st.sampled_from([type_num, type_num, type_num, draw(st.integers(0, 7))]))
+    head = bytes([head[0] & 0x8F | kind << 4]) + head[1:]
+    cut = draw(st.sampled_from([None, None, None, -1, 0]))
+    return head[:cut] if cut is not None else head
+
+
+@settings(max_examples=800, deadline=None)
+@hypothesis_seed(SEED)
+@given(
+    rest=st.sampled_from([b"", _BASE, _BASE + b"x", b"\x00" * 20 + b"x", b"\x05x\x9c"]),
+    type_num=st.sampled_from([1, 2, 3, 4, 6, 7]),
+    base=st.sampled_from([_BASE, b"\x00" * 20, None]),
+    data=st.data(),
+)
+def test_header_is_never_says_more_than_the_parser_on_drawn_headers(
+    rest: bytes, type_num: int, base: bytes | None, data: st.DataObject
+) -> None:
+    """``packfmt.h``'s header reader (through ``header_is``) against the normative
+    ``parse_entry_header`` on drawn headers (gitformat-pack, "Pack file entry"): it never
+    takes a header the parser refuses or reads otherwise, and takes every header in the
+    encoding git writes with a size under 2**57 (what it reads)."""
+    print(f"ENROUTE_SEED={SEED}")
+    entry = data.draw(_drawn_header(type_num)) + rest
+    try:
+        ptype, hsize, _, _, _ = parse_entry_header(entry, 0, 0)
+    except InvalidPack:
+        ptype, hsize = 0, -2
+    size = data.draw(st.sampled_from([-1, hsize, hsize + 1, max(hsize - 1, 0)]))
+    want = _header_is_reference(entry, type_num, size, base)
+    got = header_is(entry, type_num, min(size, 2**63 - 1), base)
+    assert not got or want, (entry[:12], type_num, size)
+    if want and hsize < 1 << 57 and entry.startswith(encode_entry_header(ptype, hsize)):
+        assert got, (entry[:12], type_num, size)
