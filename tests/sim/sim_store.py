@@ -9,20 +9,35 @@ store's readers see only committed rounds.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from concurrent.futures import Future
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from enroute_core.base.ids import LogIndex, NodeId, Term
 from enroute_ledger.raft import Entry, HardState, SnapshotMetadata
 from enroute_ledger.raft.errors import Compacted, EntriesUnavailable
 from enroute_ledger.storage import GroupId, WriteBatch
 
-_STORAGE_TESTS = str(Path(__file__).resolve().parents[2] / "services/ledger/tests/storage")
-if _STORAGE_TESTS not in sys.path:
-    sys.path.insert(0, _STORAGE_TESTS)
 
-from storemodel import MGroup, Model, Refused  # noqa: E402
+def _storemodel() -> ModuleType:
+    """The storage tests' model, loaded from its file under a name of its own (that
+    folder is not put on sys.path: its conftest would shadow other test folders')."""
+    name = "ledger_storemodel"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[2] / "services/ledger/tests/storage/storemodel.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+_model = _storemodel()
+MGroup, Model, Refused = _model.MGroup, _model.Model, _model.Refused
 
 
 class SimStore:
@@ -71,7 +86,7 @@ class SimStore:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def _g(self, group: GroupId) -> MGroup:
+    def _g(self, group: GroupId) -> Any:
         return self.model.groups.get(group) or MGroup()
 
     def groups(self) -> list[GroupId]:
