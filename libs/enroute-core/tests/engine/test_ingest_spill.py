@@ -128,3 +128,22 @@ def test_a_shrunk_cache_keeps_the_most_recent_within_its_new_bound(tmp_path: Pat
     assert cache.get(a) is None
     cache.close()
     assert cache.spilled_bytes == 60 and cache.get(d) is None
+
+
+def test_spilled_places_by_pack_index_read_back_the_same(tmp_path: Path) -> None:
+    """Once ingest has its oid index, spilled places live in an array by pack index
+    (``index_spills``; docs/ingest.md, "Memory"): trees spilled before and after, in the
+    pack or not, come back the same."""
+    a, b, c, d = (ObjectId(bytes([x]) * 20) for x in b"abcd")
+    cache = BodyCache(100, lambda: ScratchFile(tmp_path, "trees"))
+    cache.put(a, ObjectType.TREE, b"x" * 60)
+    cache.put(d, ObjectType.TREE, b"w" * 60)  # a spilled, under the dict
+    cache.index_spills({a: 0, b: 1, c: 2}.get, 3)  # d is not in the pack
+    cache.put(b, ObjectType.TREE, b"y" * 60)  # d spilled: by oid
+    cache.put(c, ObjectType.TREE, b"z" * 60)  # b spilled: by index
+    assert cache.spilled_bytes == 180
+    assert cache.get(a) == (ObjectType.TREE, b"x" * 60)
+    assert cache.get(b) == (ObjectType.TREE, b"y" * 60)
+    assert cache.get(d) == (ObjectType.TREE, b"w" * 60)
+    assert cache.spilled_bytes == 180 + 60  # c dropped and spilled once, not again
+    cache.close()

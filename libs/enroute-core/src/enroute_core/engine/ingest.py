@@ -445,7 +445,9 @@ def _ingest(
     if progress is not None:
         progress(INDEXING, count, count, True)
     source = _held(source, share * _BASE_SHARE)
+    _give_back()  # the indexer's bases and bodies
     by_oid, keys = _first_copies(indexed.objects)
+    cache.index_spills(by_oid.get, len(keys))
     if fsck is not None and len(by_oid) < len(indexed.objects):
         _refuse_duplicate(indexed.objects)
     bodies = ObjectBodies(source, indexed.objects, by_oid, snapshot, limits=limits, cache=cache)
@@ -469,6 +471,7 @@ def _ingest(
     commits = walk.commit_order()
     infos = _segments(walk, commits, progress)
     headers.commits.clear()  # the infos hold what the layer needs of them
+    _give_back()
     walk.walk_loose_roots()
     order = _storage_order(walk, indexed.objects, by_oid)
     dedup, dropped = _unstored(by_oid, walk)
@@ -518,11 +521,7 @@ def _write_layer(
     # stored whole) needs far less than the walk did.
     cache.shrink(limits.ingest_body_cache_bytes_max // _CACHE_SHARES)
     walk.walked()
-    # What that freed is C heap in pieces under the compute's mmap threshold (the trees,
-    # heap_mmap_threshold_bytes): given back before the writer grows its tables, it
-    # is not counted twice in the push's peak (about 40 MiB on the large profile).
-    if _TRIM is not None:
-        _TRIM()
+    _give_back()
     parts: list[bytes] = []
     writer = LayerWriter(sink if sink is not None else parts.append, limits=limits)
     externals = _write_entries(
@@ -537,6 +536,16 @@ def _write_layer(
         writer.add_commit(info)
     sealed = writer.finish()
     return sealed, externals, b"".join(parts) if sink is None else None
+
+
+def _give_back() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim(0)``;
+    nothing elsewhere) where a step has freed what the next does not reuse: what the
+    indexer, the commit headers and the walk's trees held is in pieces under the
+    compute's mmap threshold (``heap_mmap_threshold_bytes``), which glibc keeps
+    otherwise, so it would count twice in the push's peak (docs/ingest.md, "Memory")."""
+    if _TRIM is not None:
+        _TRIM()
 
 
 # -- step 1: index ---------------------------------------------------------------------------
