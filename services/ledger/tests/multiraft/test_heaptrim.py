@@ -18,7 +18,7 @@ from mrsim import Cluster
 
 from enroute_core.base.ids import NodeId
 from enroute_core.storage.heap import malloc_trim
-from enroute_ledger.heaptrim import DECAY_BYTES, DECAY_S, HeapTrimmer, _resident_bytes
+from enroute_ledger.heaptrim import HeapTrimmer, _resident_bytes
 
 N1 = NodeId(1)
 
@@ -65,36 +65,6 @@ def test_run_trims_after_a_burst_and_logs_it(caplog: pytest.LogCaptureFixture) -
         asyncio.run(main())
     assert t.trims == 1
     assert any("returned" in r.message and "12 groups" in r.message for r in caplog.records)
-
-
-def test_idle_trims_again_after_the_decay_time_once_memory_came_back() -> None:
-    """Idle work touches freed pages again: while no group is awake, a trim follows
-    DECAY_S after the last one if the resident set grew by DECAY_BYTES since."""
-    c = Cluster(3, 4, 9, hibernate_after=3)
-    mr = c.nodes[N1]
-    c.run_until(c.all_led, 300)
-    c.run_until(lambda: c.all_quiet() and mr.hibernated_count() == 4, 400)
-    now, rss, trimmed = [100.0], [50 << 20], []
-    t = HeapTrimmer(
-        mr,
-        after_groups=10,
-        trim=lambda: trimmed.append(1),
-        clock=lambda: now[0],
-        resident=lambda: rss[0],
-    )
-    assert t.due() == 0 and t.decay_due(), "never trimmed, and 50 MiB resident"
-    asyncio.run(t.trim_now(0))
-    assert trimmed == [1]
-    rss[0] += DECAY_BYTES
-    now[0] += DECAY_S - 1
-    assert not t.decay_due(), "too soon"
-    now[0] += 1
-    assert t.decay_due()
-    rss[0] -= 1
-    assert not t.decay_due(), "not enough came back"
-    rss[0] += 1
-    mr.wake(c.groups[0])
-    assert not t.decay_due(), "a group is awake"
 
 
 def test_a_disabled_trimmer_returns_at_once() -> None:

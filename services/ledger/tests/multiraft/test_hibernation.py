@@ -190,3 +190,21 @@ def test_config_checks_hibernation_fields() -> None:
         if mr.has_ready():
             mr.advance(mr.ready())
     assert mr.hibernated_count() == 0
+
+
+def test_a_voter_without_peers_keeps_no_set_of_the_groups_it_leads() -> None:
+    """Only peers need the groups a voter leads (spreading, a peer down or back), so a
+    single voter keeps no such set (issue 19: a map entry per idle repository); its
+    first peer brings it back, awake and sleeping groups alike, and its last peer's
+    removal empties it."""
+    c = Cluster(1, 6, 4, hibernate_after=3)
+    mr = c.nodes[N1]
+    c.run_until(c.all_led, 300)
+    c.run_until(lambda: mr.hibernated_count() == 6, 400)
+    assert not mr._led and mr.leader_counts() == {N1: 6}
+    mr.wake(c.groups[0])
+    mr.set_peers([N2])
+    assert set(mr._led) == set(c.groups)
+    assert mr.leader_counts()[N1] == 6
+    mr.set_peers([])
+    assert not mr._led and mr.leader_counts()[N1] == 6

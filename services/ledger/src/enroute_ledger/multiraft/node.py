@@ -139,6 +139,8 @@ class MultiRaft:
         self._active: dict[GroupId, None] = {}
         self._dirty: dict[GroupId, None] = {}
         self._lead: dict[GroupId, NodeId] = {}  # awake groups; a sleeping one's is its record's
+        # the groups led here, for what concerns peers (spreading, a peer down or back):
+        # a voter without peers keeps none (issue 19: one entry per idle repository)
         self._led: dict[GroupId, None] = {}
         self._lead_counts: dict[NodeId, int] = {n: 0 for n in (node_id, *self.peers)}
         self._transfers: dict[GroupId, tuple[NodeId, int]] = {}
@@ -278,6 +280,12 @@ class MultiRaft:
         for p in self.peers:
             if p not in new:
                 del self._last_heard[p], self._last_sent[p], self._alive[p]
+        if new and not self.peers:  # the first peer: the groups led here count again
+            led = [g for g, lead in self._lead.items() if lead == self.id]
+            led += [g for g, h in self._sleeping.items() if h.lead == self.id]
+            self._led = dict.fromkeys(led)
+        elif not new:
+            self._led = {}
         self.peers = new
 
     def is_alive(self, node: NodeId) -> bool:
@@ -594,7 +602,7 @@ class MultiRaft:
         if lead is not None and lead in self._lead_counts:
             self._lead[group] = lead
             self._lead_counts[lead] += 1
-        if lead == self.id:
+        if lead == self.id and self.peers:
             self._led[group] = None
         else:
             self._led.pop(group, None)
