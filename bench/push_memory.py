@@ -172,7 +172,8 @@ def _steps(name: str, pack: Path | None) -> None:
             f"One initial push of profile `{name}` (`enroute_testing.repogen.PROFILES`, seed "
             f"{spec.seed}; {total['objects']:,} objects stored, a layer of "
             f"{total['layer'] // MiB} MiB) ingested in a process of its own as the compute "
-            "ingests it: a file source, a spill file, the layer to a sink. Per step "
+            "ingests it: its C heap thresholds, a file source, a spill file, the layer to a "
+            "sink. Per step "
             "(the steps ingest reports progress for), the peak resident set (`VmHWM`, "
             "reset at the step's start), the resident set at its end, and its CPU seconds.",
             "",
