@@ -181,6 +181,7 @@ class DriverSim:
         self.commit_term: dict[tuple[GroupId, int], int] = {}
         self.commit_seen: dict[tuple[NodeId, int, GroupId], int] = {}
         self.applied_at: dict[tuple[GroupId, int], object] = {}
+        self.op_applied_at: dict[tuple[GroupId, int], int] = {}
         self.checked_leaders: set[tuple[NodeId, GroupId, int]] = set()
         self.gids = {repo: hosted_gid(repo.encode(), 1) for repo in REPOS}
         self.voters = {NodeId(i): Voter(NodeId(i), SimStore()) for i in range(1, self.p.nodes + 1)}
@@ -342,6 +343,16 @@ class DriverSim:
                 f"state machine safety: n{v.id} applied {g.repo}@{g.applied} to {digest}, "
                 f"another voter to {seen}"
             )
+        change = decode_change(res.change)
+        if change.refs and change.refs[0].status is RefStatus.OK:
+            # a commit sets the ref's time to its stamp, the client's op id: one op
+            # moves the ref at one log index only, however often it was proposed
+            op_id = st.refs[MAIN].set_time_us
+            first = self.op_applied_at.setdefault((g.gid, op_id), g.applied)
+            if first != g.applied:
+                raise SimFailure(
+                    f"op {op_id} applied twice on n{v.id}: {g.repo}@{first} and @{g.applied}"
+                )
 
     # -- network ---------------------------------------------------------------------------
 

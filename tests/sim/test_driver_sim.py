@@ -13,8 +13,9 @@ CI runs seeds 0..999. A failure names its seed; replay it alone with
 ``ENROUTE_SEED=<n> pytest tests/sim/test_driver_sim.py -k replay``. A larger sweep
 runs with ``ENROUTE_SIM_SCHEDULES=20000`` (marked slow).
 
-The planted driver bugs below (each a ``Runtime`` subclass that breaks one rule of
-the Ready contract) must each be found within those 1,000 CI schedules.
+The planted bugs below (each a ``Runtime`` subclass that breaks one rule of the
+Ready contract, or its machine's id window) must each be found within those 1,000
+CI schedules.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from driver_sim import DriverSim, SimFailure, SimReport, params_for, run_seed
 
+from enroute_ledger.machine import Done, GroupMachine, MachineState
 from enroute_ledger.multiraft import Batch, GroupReady
 from enroute_ledger.raft import ConfChange, ConfChangeType, EntryType
 from enroute_ledger.runtime import Group, Runtime
@@ -160,6 +163,20 @@ class DropsReadmit(Runtime):
         super()._apply_conf_change(g, cc)
 
 
+class _NoWindow(GroupMachine):
+    def duplicate(self, g: MachineState, rid: bytes, index: int) -> Done | None:
+        return None
+
+
+class ForgetsAppliedIds(Runtime):
+    """Its machine forgets the request id window: a re-proposed or duplicated entry
+    applies again (docs/raft.md, "Applying each id once")."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.machine = _NoWindow(self.machine.window)
+
+
 def _first_failure(runtime: type[Runtime]) -> tuple[int, str]:
     for seed in range(SEED_BASE, SEED_BASE + SCHEDULES):
         try:
@@ -178,8 +195,9 @@ def _first_failure(runtime: type[Runtime]) -> tuple[int, str]:
         ),
         (AppliesBeforeCommit, ("state machine safety", "linearizable", "disagree")),
         (DropsReadmit, ("never readmitted",)),
+        (ForgetsAppliedIds, ("applied twice", "repeat an id")),
     ],
-    ids=["send-before-persist", "apply-before-commit", "drop-readmit"],
+    ids=["send-before-persist", "apply-before-commit", "drop-readmit", "forget-applied-ids"],
 )
 def test_finds_a_planted_driver_bug(bug: type[Runtime], finding: tuple[str, ...]) -> None:
     seed, failure = _first_failure(bug)
