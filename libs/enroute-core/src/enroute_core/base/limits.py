@@ -87,7 +87,7 @@ class Limits:
     # (issue 25, docs/serving.md). Blocks under the first come from the heap; up to the
     # second of free memory stays at a heap's top.
     heap_mmap_threshold_bytes: int = 4 * MiB
-    heap_trim_threshold_bytes: int = 8 * MiB
+    heap_trim_threshold_bytes: int = 32 * MiB
     # engine/view.py: the object and entry caches of a view built outside a host (a
     # compute's views share the node's, sized by node.cache: docs/buffer-pool.md)
     view_body_cache_bytes_max: int = 64 * MiB
