@@ -212,7 +212,7 @@ class LedgerConfig(_Section):
         "rebuilt from the log on use; 0 keeps every group in memory.",
     )
     trim_heap_after: int = Field(
-        default=256,
+        default=64,
         ge=0,
         description="Groups hibernated since the last trim after which a voter with no group "
         "awake returns its free C heap to the system (malloc_trim, logged); 0 never.",
