@@ -31,15 +31,17 @@ from enroute_ledger.logstore import open_log_store
 from enroute_ledger.runtime import Runtime, RuntimeConfig
 
 GROUPS = int(os.environ.get("ENROUTE_MEMORY_GROUPS", "300"))
-BYTES_PER_GROUP_MAX = 1175
-"""Measured 1,121 to 1,127 bytes at 300 repositories (998 at 1,000; the object store's
-striped locks and the maps' tables weigh more at 300), checkpointed and compacted. Of
-it: the store's shape 112 (its terms one int, its hard state three fields), the Raft
+BYTES_PER_GROUP_MAX = 1150
+"""Measured 1,105 bytes at 300 repositories (964 at 1,000; the object store's striped
+locks and the maps' tables weigh more at 300), checkpointed and compacted. Of it: the
+store's shape 112 (its terms one int, its hard state three fields), the Raft
 hibernation record 88, the runtime's group 88 and listing summary 80, the id 64, the
-snapshot's metadata 56, the name 56 and its bytes 40, and a dict entry each in five maps.
+snapshot's metadata 56, the name 56 and its bytes 40, and a dict entry each in four
+maps (a single voter keeps no set of the groups it leads).
 Before (issue 19): a checkpointer mark per group ever led (117 bytes), a terms array
-(64 to 112), a HardState (56) and two more map entries (the store's row keys, the Raft
-leaders of sleeping groups); 1,790 with the parked stream's event left on each group."""
+(64 to 112), a HardState (56) and three more map entries (the store's row keys, the
+Raft leaders of sleeping groups, the groups led); 1,790 with the parked stream's event
+left on each group."""
 CHECKPOINT_INTERVAL_S = 0.5
 WAIT_S = 120.0
 
