@@ -115,11 +115,10 @@ from enroute_core.git.tree import Tree, TreeEntry
 from enroute_core.git.zstream import deflate
 from enroute_core.state.commands import NewLayer
 from enroute_core.state.model import LayerKind as ManifestKind
-from enroute_core.storage.heap import malloc_trim
+from enroute_core.storage.heap import release_free_heap
 from enroute_core.storage.layer import CommitInfo, EntryRun, Kind, LayerWriter, SealedLayer
 
 _I64_MAX = (1 << 63) - 1
-_TRIM = malloc_trim()  # glibc's malloc_trim(0), None elsewhere
 
 KIND_OF_TYPE = {
     ObjectType.COMMIT: Kind.COMMIT,
@@ -423,6 +422,10 @@ def ingest_pack(
         return replace(result, spilled_bytes=cache.spilled_bytes) if cache.spilled_bytes else result
     finally:
         cache.close()
+        # What the writer's tables and the steps held is free now: kept by glibc, it would
+        # stay in the compute's resident set and count in the next request's peak (a
+        # blobless clone after the large push measured 290 MiB of it, docs/ingest.md).
+        _give_back()
 
 
 def _ingest(
@@ -544,8 +547,7 @@ def _give_back() -> None:
     indexer, the commit headers and the walk's trees held is in pieces under the
     compute's mmap threshold (``heap_mmap_threshold_bytes``), which glibc keeps
     otherwise, so it would count twice in the push's peak (docs/ingest.md, "Memory")."""
-    if _TRIM is not None:
-        _TRIM()
+    release_free_heap()
 
 
 # -- step 1: index ---------------------------------------------------------------------------
