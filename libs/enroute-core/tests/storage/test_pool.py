@@ -595,34 +595,27 @@ class PoolMachine(RuleBasedStateMachine):
     @rule(
         i=st.integers(0, 2),
         at=st.floats(0, 1, exclude_max=True),
-        n=st.integers(1, 80),
-        keep=st.booleans(),
+        n=st.integers(1, 300 * KiB),
     )
-    def scan(self, i: int, at: float, n: int, keep: bool) -> None:
-        """``BufferPool.scan``: runs read ahead and recycled, checked after every page."""
+    def read_through(self, i: int, at: float, n: int) -> None:
+        """``BufferPool.read_through``: the bytes, and no page taken, pinned or dropped."""
         f = self.files[i]
-        first = int(at * f.page_count)
-        end = min(f.page_count, first + n)
-        with self.pool.scan(f, first, end) as pages:
-            for page_no, view in pages:
-                assert bytes(view) == self._expected(i, f, page_no)
-                _check_budget(self.pool)
-                if keep and len(self.guards) < _PINS_MAX:  # pinned mid-scan, held on
-                    g = self.pool.pin(f, page_no, Intent.SCAN)
-                    self.guards.append((g, self._expected(i, f, page_no)))
-                    keep = False
-        # The scan's own pins are gone; only the guards' pages (some shared) stay pinned.
-        assert self.pool.stats().pinned_bytes <= sum(g.page.nbytes for g, _ in self.guards)
+        regions = f.regions
+        r = regions[int(at * len(regions))]
+        off = r.start + int(at * (r.end - r.start))
+        n = min(n, r.end - off)
+        before = self.pool.stats()
+        assert self.pool.read_through(f, off, n) == self.contents[i][off : off + n]
+        after = self.pool.stats()
+        assert (after.page_bytes, after.pinned_bytes) == (before.page_bytes, before.pinned_bytes)
+        assert after.evictions == before.evictions
 
-    @rule(at=st.floats(0, 1, exclude_max=True), n=st.integers(1, 8))
-    def temp_scan(self, at: float, n: int) -> None:
-        first = int(at * self.temp.page_count)
-        end = min(self.temp.page_count, first + n)
-        with self.pool.scan(self.temp, first, end) as pages:
-            for page_no, view in pages:
-                off, _, _ = self.temp.page_span(page_no)
-                want = bytes(self.model[off : off + len(view)])
-                assert bytes(view)[: len(want)] == want
+    @precondition(lambda self: bool(self.model))
+    @rule(at=st.floats(0, 1, exclude_max=True), n=st.integers(1, 30 * KiB))
+    def temp_read_through(self, at: float, n: int) -> None:
+        off = int(at * len(self.model))
+        n = min(n, len(self.model) - off)
+        assert self.pool.read_through(self.temp, off, n) == bytes(self.model[off : off + n])
 
     @precondition(lambda self: len(self.guards) < _PINS_MAX)
     @rule(i=st.integers(0, 2), at=st.floats(0, 1, exclude_max=True), scan=st.booleans())

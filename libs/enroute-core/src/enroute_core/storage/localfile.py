@@ -23,7 +23,7 @@ import itertools
 import os
 import secrets
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
@@ -59,36 +59,6 @@ def pread_full(fd: int, offset: int, length: int) -> bytes:
         parts.append(part)
         got += len(part)
     return b"".join(parts)
-
-
-def preadv_full(fd: int, offset: int, buffers: Sequence[bytearray | memoryview]) -> int:
-    """Fill byte ``buffers`` in order from ``offset``, one ``preadv`` per round; bytes read.
-
-    Fewer than their total only at end of file. The caller owns and reuses
-    the buffers, so a scan reads into memory that is already mapped and warm
-    (seed 004, "Pages and memory": positional and sequential reads, no mmap).
-    """
-    assert offset >= 0, offset
-    total = sum(len(b) for b in buffers)
-    got = os.preadv(fd, buffers, offset) if total else 0
-    if got in {total, 0}:  # the common case: one syscall, no views
-        return got
-    views = [memoryview(b).cast("B") for b in buffers]
-    n = got
-    while views:  # every round advances or stops at end of file
-        while views and n >= len(views[0]):
-            n -= len(views[0])
-            views.pop(0)
-        if views and n:
-            views[0] = views[0][n:]
-        if not views:
-            break
-        n = os.preadv(fd, views, offset + got)
-        if n <= 0:
-            break
-        got += n
-    assert got <= total, (got, total)
-    return got
 
 
 def pwrite_full(fd: int, offset: int, data: bytes | bytearray | memoryview) -> None:
@@ -158,18 +128,6 @@ class LocalFile:
                 length=length,
             )
         return data
-
-    def read_into(self, offset: int, buffers: Sequence[bytearray | memoryview]) -> None:
-        """Fill every buffer from ``offset``; a short read means the file was cut."""
-        want = sum(len(b) for b in buffers)
-        got = preadv_full(self.fd, offset, buffers)
-        if got != want:
-            raise CorruptData(
-                f"{self._path}: {got} bytes at {offset}, wanted {want}",
-                section="local file",
-                offset=offset,
-                length=want,
-            )
 
     def read_padded(self, offset: int, length: int) -> bytes:
         """``length`` bytes, zeros past end of file: scratch pages never written back."""

@@ -16,9 +16,9 @@ Seed 004, "Pages and memory" is the contract; the numbered points of its
   a short prune cursor run on every load) meets their pages.
 - Point reads set the reference bit; scans insert pages cold at the hand, so
   they are the first to go ("Scans (full clones, compaction) insert pages
-  cold"). :meth:`BufferPool.scan` reads runs of missing pages with one read
-  each and recycles the scan's own older pages, like PostgreSQL's ring for
-  bulk reads, so a full clone neither floods the pool nor maps fresh memory.
+  cold"). A one-pass reader (a full clone's data windows) takes no page at
+  all: :meth:`BufferPool.read_through` copies resident pages and reads each
+  run of missing ones with one loader call, kept by no page.
 - Loads are synchronous preads of local disk by a per-file :class:`Loader`
   (Design 1); remote bytes never arrive here (seed 004, "Never waiting on the
   object store"). A loader error (``OSError``, ``NotLocal``) fails that read
@@ -44,8 +44,8 @@ import enum
 import itertools
 import threading
 from bisect import bisect_right
-from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Generic, Protocol, TypeVar
@@ -62,9 +62,6 @@ _ACQUIRE_ROUNDS_MAX = 64
 _WRITEBACK_ROUNDS_MAX = 4
 _PRUNE_STEPS_PER_LOAD = 8
 _RING_COMPACT_HOLES_MIN = 64
-SCAN_RUN_BYTES = 1 * MiB  # one preadv per run of consecutive missing pages
-SCAN_RING_RUNS = 2  # runs a scan keeps before it recycles its oldest pages' buffers
-_SCAN_RUN_BUDGET_SHARE = 8  # a run and its ring use at most budget / 8
 
 
 class Intent(enum.Enum):
@@ -200,17 +197,6 @@ class Loader(Protocol):
         ...
 
 
-class ReadInto(Protocol):
-    def __call__(self, offset: int, buffers: Sequence[bytearray], intent: Intent) -> None:
-        """Fill ``buffers`` in order from ``offset`` from LOCAL disk, or raise.
-
-        The scatter form of :class:`Loader` for :meth:`BufferPool.scan`: one
-        ``preadv`` per run into buffers the scan recycles. A short read raises
-        ``CorruptData``; otherwise like :class:`Loader`.
-        """
-        ...
-
-
 Writer = Callable[[int, bytes], None]
 
 
@@ -252,7 +238,6 @@ class _Page:
         "dirty",
         "file",
         "nbytes",
-        "owner",
         "page_class",
         "page_no",
         "pins",
@@ -276,23 +261,6 @@ class _Page:
         self.dirty = False
         self.version = 0
         self.wb_version = 0
-        self.owner: _ScanState | None = None  # the scan that loaded it and may recycle it
-
-
-class _ScanState:
-    """What one :class:`PageScan` owns: the pages it loaded, oldest first, by number.
-
-    Page numbers, not pages, so that a page the hand evicts is freed at once
-    and no buffer outlives its page uncounted.
-    """
-
-    __slots__ = ("fallback_until", "keep_bytes", "own", "run_bytes")
-
-    def __init__(self, run_bytes: int, keep_bytes: int) -> None:
-        self.run_bytes = run_bytes
-        self.keep_bytes = keep_bytes
-        self.own: deque[int] = deque()
-        self.fallback_until = 0
 
 
 class PoolFile:
@@ -306,7 +274,6 @@ class PoolFile:
         "failed",
         "loader",
         "name",
-        "read_into",
         "region_first",
         "regions",
         "resident_bytes",
@@ -322,15 +289,12 @@ class PoolFile:
         regions: list[Region],
         loader: Loader,
         writer: Writer | None,
-        *,
-        read_into: ReadInto | None = None,
     ) -> None:
         self.name = name
         self.size = size
         self.regions = regions
         self.loader = loader
         self.writer = writer
-        self.read_into = read_into
         self.region_first: list[int] = []
         count = 0
         for r in regions:
@@ -453,76 +417,6 @@ class PoolStats:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
-class PageScan:
-    """Pages of one file in order, read in runs: ``with pool.scan(file) as pages:``.
-
-    Iterating yields ``(page_no, view)``; a view stays valid until the next
-    page is asked for (its run stays pinned until then). Leaving the ``with``
-    block, or the loop running out, releases the last run.
-    """
-
-    __slots__ = ("_end", "_file", "_held", "_next", "_pool", "_state")
-
-    def __init__(
-        self, pool: BufferPool, file: PoolFile, first: int, end: int, state: _ScanState
-    ) -> None:
-        self._pool = pool
-        self._file = file
-        self._next = first
-        self._end = end
-        self._state = state
-        self._held: list[_Page] = []
-
-    def __iter__(self) -> Iterator[tuple[int, memoryview]]:
-        try:
-            while self._next < self._end:
-                self.close()
-                pages = self._pool._scan_run(self._file, self._next, self._end, self._state)
-                self._held = pages
-                self._next += len(pages)
-                for page in pages:
-                    data = page.data
-                    view = memoryview(data)
-                    yield page.page_no, view if isinstance(data, bytes) else view.toreadonly()
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        held, self._held = self._held, []
-        self._pool._unpin_many(held)
-
-    def __enter__(self) -> PageScan:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-def _run_pages(
-    file: PoolFile, first: int, count: int, total: int, page_class: PageClass, *, spare: list[_Page]
-) -> list[_Page]:
-    """The pages a scan's run of ``total`` bytes is read into: recycled page objects
-    with their buffers where the scan has them (full pages), new ones otherwise."""
-    pb = page_class.page_bytes
-    pages: list[_Page] = []
-    for k in range(count):
-        length = min(pb, total - k * pb)
-        if spare and length == pb:  # a recycled page object and its buffer
-            page = spare.pop()
-            page.page_no = first + k
-            page.ref = page.dirty = False
-            page.version = page.wb_version = 0
-        else:
-            page = _Page(file, first + k, bytearray(length), page_class)
-        pages.append(page)
-    return pages
-
-
 # -- the pool ---------------------------------------------------------------------------------
 
 
@@ -568,20 +462,14 @@ class BufferPool:
         size: int,
         loader: Loader,
         regions: Sequence[Region] | None = None,
-        *,
-        read_into: ReadInto | None = None,
     ) -> PoolFile:
-        """Register an immutable file: ``regions`` sorted and disjoint; default all DATA pages.
-
-        ``read_into`` (optional) lets :meth:`scan` read runs into recycled
-        buffers; without it a scan run is one ``loader`` call, copied out.
-        """
+        """Register an immutable file: ``regions`` sorted and disjoint; default all DATA pages."""
         regs = list(regions) if regions is not None else [Region(0, size, PageClass.DATA)]
         prev_end = 0
         for r in regs:
             assert prev_end <= r.start < r.end <= size, (name, r, size)
             prev_end = r.end
-        return PoolFile(name, size, regs, loader, None, read_into=read_into)
+        return PoolFile(name, size, regs, loader, None)
 
     def open_temp(
         self,
@@ -647,8 +535,8 @@ class BufferPool:
         """A copy of bytes ``[start, end)`` of one page: the short path of point reads.
 
         A hit copies under the one lock, so it needs no pin and no guard
-        object (the copy is at most one page, and nothing can evict or recycle
-        the page while the lock is held); a miss loads through :meth:`pin`.
+        object (the copy is at most one page, and nothing can evict the page
+        while the lock is held); a miss loads through :meth:`pin`.
         """
         with self._lock:
             slot = file.slots[page_no]
@@ -725,185 +613,6 @@ class BufferPool:
             with self.pin_mut(file, page_no) as page:
                 page[skip : skip + take] = data[pos : pos + take]
             pos += take
-
-    def scan(
-        self,
-        file: PoolFile,
-        first_page: int = 0,
-        end_page: int | None = None,
-        *,
-        run_bytes: int = SCAN_RUN_BYTES,
-    ) -> PageScan:
-        """Pages ``[first_page, end_page)`` in scan intent, for full clones and merges.
-
-        Seed 004, "Pages and memory", Design 2: "Scans (full clones,
-        compaction) insert pages cold". A run of consecutive missing pages of
-        one region is read with one ``preadv`` (or one loader call) and
-        inserted cold under one lock. Like PostgreSQL's ring for bulk reads,
-        a scan keeps only its last ``SCAN_RING_RUNS`` runs: it evicts its own
-        older pages (unpinned, unreferenced ones) and reads into their
-        buffers, so it neither floods the pool nor maps fresh memory per page.
-        Runs and the ring together stay within ``budget / 8``. Temp files are
-        scanned page by page.
-        """
-        end = file.page_count if end_page is None else end_page
-        assert 0 <= first_page <= end <= file.page_count, (first_page, end, file.page_count)
-        cap = self._budget // (_SCAN_RUN_BUDGET_SHARE * (SCAN_RING_RUNS + 1))
-        run = max(1, min(run_bytes, cap))
-        return PageScan(self, file, first_page, end, _ScanState(run, SCAN_RING_RUNS * run))
-
-    def _scan_run(self, file: PoolFile, pos: int, end: int, state: _ScanState) -> list[_Page]:
-        """Pin the next pages of a scan from ``pos``: resident ones, or one loaded run."""
-        if file.writable or pos < state.fallback_until:
-            return [self._acquire(file, pos, Intent.SCAN)]
-        ri = bisect_right(file.region_first, pos) - 1
-        region = file.regions[ri]
-        page_class = region.page_class
-        pb = page_class.page_bytes
-        limit = min(end, file.region_first[ri] + region.page_count, pos + state.run_bytes // pb)
-        limit = max(limit, pos + 1)
-        with self._lock:
-            assert not file.closed, f"{file.name} is closed"
-            slots = file.slots
-            slot = slots[pos]
-            if isinstance(slot, _Page):  # resident pages: pin them all under this one lock
-                return self._pin_resident_locked(slots, pos, limit)
-            if slot is None:
-                stop = pos + 1
-                while stop < limit and slots[stop] is None:
-                    stop += 1
-                marker = _Loading()  # one marker for the run: its waiters wake together
-                slots[pos:stop] = [marker] * (stop - pos)
-                self._misses += stop - pos
-                spare = self._recycle_locked(file, state, (stop - pos) * pb, page_class)
-        if slot is not None:  # another reader is loading it: wait as a pin would
-            return [self._acquire(file, pos, Intent.SCAN)]
-        offset = region.start + (pos - file.region_first[ri]) * pb
-        total = min(region.end, offset + (stop - pos) * pb) - offset
-        pages = _run_pages(file, pos, stop - pos, total, page_class, spare=spare)
-        try:
-            self._read_run(file, offset, total, pages)
-        except BaseException as err:
-            with self._lock:
-                for k in range(pos, stop):
-                    if slots[k] is marker:
-                        slots[k] = None
-                marker.wake()
-                self._load_errors += 1
-            if stop - pos == 1 or not isinstance(err, Exception):
-                raise
-            # Only the page that failed may fail the scan: retry this run page by page.
-            state.fallback_until = stop
-            return [self._acquire(file, pos, Intent.SCAN)]
-        with self._lock:
-            if self._closed_bytes:
-                self._prune_locked(_PRUNE_STEPS_PER_LOAD)
-            work = self._evict_locked(total)
-            ring = self._ring
-            for page in pages:
-                assert slots[page.page_no] is marker
-                slots[page.page_no] = page
-                page.owner = state
-                page.pins = 1
-                ring.insert(page, cold=True)
-            marker.wake()
-            # The bookkeeping of _pin_locked and _account_locked, once per run.
-            self._pinned += total
-            self._pinned_pages += len(pages)
-            self._account_many_locked(file, page_class, len(pages), total)
-            state.own.extend(range(pos, stop))
-        self._finish(work)
-        return pages
-
-    def _pin_resident_locked(
-        self, slots: list[_Page | _Loading | None], pos: int, limit: int
-    ) -> list[_Page]:
-        """Pin the resident pages from ``pos`` (up to ``limit``, the first missing one)."""
-        hits: list[_Page] = []
-        while pos < limit:
-            slot = slots[pos]
-            if not isinstance(slot, _Page):
-                break
-            self._pin_locked(slot)
-            hits.append(slot)
-            pos += 1
-        self._hits += len(hits)
-        return hits
-
-    @staticmethod
-    def _read_run(file: PoolFile, offset: int, total: int, pages: list[_Page]) -> None:
-        buffers: list[bytearray] = []
-        for page in pages:
-            assert isinstance(page.data, bytearray)
-            buffers.append(page.data)
-        if file.read_into is not None:
-            file.read_into(offset, buffers, Intent.SCAN)
-            return
-        data = memoryview(file.loader(offset, total, Intent.SCAN))
-        if len(data) != total:
-            raise CorruptData(
-                f"{file.name}: run at {offset} loaded {len(data)} bytes, wanted {total}",
-                section="local file",
-                offset=offset,
-            )
-        pos = 0
-        for buf in buffers:
-            buf[:] = data[pos : pos + len(buf)]
-            pos += len(buf)
-
-    def _recycle_locked(
-        self, file: PoolFile, state: _ScanState, need: int, page_class: PageClass
-    ) -> list[_Page]:
-        """Evict the scan's own oldest pages past its ring; those pages, for reuse.
-
-        A page that another reader pinned or referenced meanwhile is left to
-        CLOCK as an ordinary page: it may be someone's working set now.
-        """
-        spare: list[_Page] = []
-        page_bytes = page_class.page_bytes
-        own = state.own
-        slots = file.slots
-        ring = self._ring
-        count = nbytes = 0
-        while own and len(own) * page_bytes + need > state.keep_bytes:
-            page = slots[own.popleft()]
-            if not isinstance(page, _Page) or page.owner is not state:
-                continue
-            page.owner = None
-            if page.pins or page.ref or page.dirty:
-                continue
-            if page.page_class is not page_class:  # a scan across regions: rare
-                self._drop_locked(page)
-                continue
-            # _drop_locked, with the accounting summed below.
-            ring.remove(page)
-            slots[page.page_no] = None
-            count += 1
-            nbytes += page.nbytes
-            if page.nbytes == page_bytes:
-                spare.append(page)
-        if count:
-            self._account_many_locked(file, page_class, -count, -nbytes)
-            self._evictions += count
-        return spare
-
-    def _unpin_many(self, pages: list[_Page]) -> None:
-        if not pages:
-            return
-        count = nbytes = 0
-        with self._lock:
-            for page in pages:  # _unpin_locked, with the counters summed
-                assert page.pins > 0, (page.file.name, page.page_no)
-                page.pins -= 1
-                if page.pins == 0:
-                    count += 1
-                    nbytes += page.nbytes
-            self._pinned -= nbytes
-            self._pinned_pages -= count
-            if self._used <= self._budget:
-                return
-            work = self._evict_locked(0)
-        self._finish(work)
 
     def _acquire(self, file: PoolFile, page_no: int, intent: Intent) -> _Page:
         if not 0 <= page_no < len(file.slots):
@@ -1046,18 +755,6 @@ class BufferPool:
         page.file.resident_bytes += n
         if page.file.closed:
             self._closed_bytes += n
-
-    def _account_many_locked(
-        self, file: PoolFile, page_class: PageClass, count: int, nbytes: int
-    ) -> None:
-        """:meth:`_account_locked` for ``count`` pages of one file and class at once."""
-        self._used += nbytes
-        self._resident_pages += count
-        self._pages[page_class] += count
-        self._class_bytes[page_class] += nbytes
-        file.resident_bytes += nbytes
-        if file.closed:
-            self._closed_bytes += nbytes
 
     def _drop_locked(self, page: _Page) -> None:
         assert page.pins == 0
