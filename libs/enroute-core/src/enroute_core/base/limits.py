@@ -106,7 +106,7 @@ class Limits:
     # may take (a tree walk takes one per level of trees)
     serve_read_ahead_bytes: int = 4 * MiB
     read_load_rounds_max: int = 4096
-    # enroute_ledger.runtime: request ids a group remembers, by log index, so that a
+    # enroute_ledger.machine: request ids a group remembers, by log index, so that a
     # re-proposed copy of an entry applies once (docs/raft.md, "Applying each id once").
     # Part of the replicated state: every voter must use the same value.
     ledger_dedup_window_entries: int = 1024
