@@ -25,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Callable
+
+from enroute_core.storage.heap import resident_bytes
 
 from .multiraft import MultiRaft
 
@@ -34,15 +35,6 @@ log = logging.getLogger("enroute.ledger.heap")
 
 POLL_S = 1.0
 """How often the voter looks: a trim follows the end of a burst within a second."""
-
-
-def _resident_bytes() -> int:
-    """The resident set (``/proc/self/statm``), 0 where there is none."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 class HeapTrimmer:
@@ -73,9 +65,9 @@ class HeapTrimmer:
     async def trim_now(self, freed: int) -> None:
         assert self._trim is not None
         self._seen = self.mr.stats.hibernated
-        before = _resident_bytes()
+        before = resident_bytes()
         await asyncio.to_thread(self._trim)
-        released = max(0, before - _resident_bytes())
+        released = max(0, before - resident_bytes())
         self.trims += 1
         self.released_bytes += released
         log.info(
