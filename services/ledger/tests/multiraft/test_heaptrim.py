@@ -17,8 +17,8 @@ import pytest
 from mrsim import Cluster
 
 from enroute_core.base.ids import NodeId
-from enroute_core.storage.heap import malloc_trim
-from enroute_ledger.heaptrim import HeapTrimmer, _resident_bytes
+from enroute_core.storage.heap import malloc_trim, resident_bytes
+from enroute_ledger.heaptrim import HeapTrimmer
 
 N1 = NodeId(1)
 
@@ -82,8 +82,8 @@ def test_malloc_trim_returns_free_blocks_between_live_ones() -> None:
     # other one freed: none at the heap's top, so glibc keeps them resident until trimmed
     blocks = [os.urandom(1) * 65536 for _ in range(1024)]
     del blocks[::2]
-    resident = _resident_bytes()
+    resident = resident_bytes()
     trim()
-    released = resident - _resident_bytes()
+    released = resident - resident_bytes()
     assert released > 16 * (1 << 20), released
     del blocks
