@@ -1,6 +1,6 @@
 from array import array
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 # An object id: 20 raw bytes (callers may use a NewType of bytes).
 _Oid = TypeVar("_Oid", bound=bytes)
