@@ -13,6 +13,16 @@ already swapped it into the object, and a follower compacts its copy too
 (nothing to write: the leader checkpoints): the group stays hosted until the
 name is created again (seed 001), holding its snapshot row alone.
 
+A follower compacts its copy of a live group as well, once the object holds the
+state it applied: it tracks a changed group as the leader does, and when the
+timer fires it reads the object (never writes it) and compacts to its applied
+index if the object holds that version, else looks again an interval later. A
+follower's log is otherwise never compacted: it grows without end, and a group
+with more than ``runtime.HIBERNATE_REPLAY_MAX`` entries past its compaction point
+never hibernates there (issue 19: the 10,000-repository run's groups awake on
+both followers and asleep on their leader). That costs a follower one read of
+the object per changed group and interval, as the leader's checkpoint does.
+
 Restoring a node with no log is in ``Lifecycle._host_live``: a hosted group
 that nobody starts gets a genesis entry carrying the state object's checkpoint.
 
@@ -94,6 +104,7 @@ class Checkpointer:
         self._wake = asyncio.Event()
         self.written = 0
         self.checks = 0
+        self.followed = 0  # a follower's copies compacted to a state the object holds
         self._stopping = False
         self.rt.on_group_changed = self.changed
 
@@ -110,6 +121,8 @@ class Checkpointer:
         if not self.rt.is_leader(g):
             if g.deleted:
                 self._compact_tombstone(g)
+            elif self.interval_s > 0:
+                self._track(g, base)  # compacted once the leader's checkpoint holds it
             return
         if g.applied - base >= self.every_entries or g.deleted:
             # a tombstone is the group's last entry: checkpoint and compact it at once,
@@ -167,7 +180,7 @@ class Checkpointer:
             and obj.state.incarnation == g.incarnation
             and (obj.state.deleted or obj.state.version >= st.version)
         ):
-            if obj.state.version < st.version:
+            if not _holds(obj.state, st):
                 return False
             # the object holds this state (the delete's own swap, or a checkpoint that
             # won the race): the log up to it can go all the same; a deleted state has
@@ -187,6 +200,20 @@ class Checkpointer:
         self.written += 1
         return True
 
+    async def follow(self, g: Group) -> bool:
+        """A follower's copy: compacted to its applied index once the object holds that
+        state (the leader's checkpoint); nothing is written. True when compacted."""
+        st, index = g.state, g.applied
+        obj = await self.lc.read_object(g.repo)
+        if obj is not None and obj.state.incarnation > g.incarnation:
+            self._forget(g)  # superseded: its leader drops it, nothing to wait for
+            return False
+        if obj is None or g.dropped or not _holds(obj.state, st):
+            return False  # still tracked: looked at again an interval later
+        self._compacted(g, st, index)
+        self.followed += 1
+        return True
+
     def _compacted(self, g: Group, st: RepoState, index: int) -> None:
         self.rt.compact(g, st, index)
         if not g.dropped:
@@ -202,18 +229,14 @@ class Checkpointer:
                 base = self._tracked.pop(g, None)
                 if base is None:
                     continue  # forgotten meanwhile
-                if (
-                    g.dropped
-                    or self.interval_s <= 0
-                    or g.applied <= base
-                    or not self.rt.is_leader(g)
-                ):
-                    # settled, or not ours to write: nothing is kept for it any more
-                    # (without an interval rule, a change is counted again from its
-                    # log, where the compaction has landed by now)
+                if g.dropped or self.interval_s <= 0 or g.applied <= base:
+                    # settled: nothing is kept for it any more (without an interval
+                    # rule, a change is counted again from its log, where the
+                    # compaction has landed by now)
                     continue
-                # a change the object may not hold, an interval old: due, and tracked
-                # for one more interval from the checkpoint about to be written
+                # a change the object may not hold, an interval old: due (a leader
+                # checkpoints, a follower looks whether the object holds it), and
+                # tracked for one more interval from the checkpoint or the look
                 self._track(g, base)
                 work[g] = None
         while self._retries and self._retries[0][0] <= now:
@@ -233,6 +256,10 @@ class Checkpointer:
                 if g.dropped:
                     self._forget(g)
                     continue
+                if not self.rt.is_leader(g):
+                    if g.born and not g.deleted:
+                        await self._follow_logged(g)
+                    continue
                 if not self.due(g):
                     continue
                 try:
@@ -250,6 +277,12 @@ class Checkpointer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
 
+    async def _follow_logged(self, g: Group) -> None:
+        try:
+            await self.follow(g)
+        except EnrouteError as e:
+            log.warning("follower compaction of %s/%s failed: %s", g.repo, g.incarnation, e)
+
     def _retry(self, g: Group) -> None:
         if g in self._retrying:
             return
@@ -259,3 +292,9 @@ class Checkpointer:
     def stop(self) -> None:
         self._stopping = True
         self._wake.set()
+
+
+def _holds(obj: RepoState, st: RepoState) -> bool:
+    """Whether the object's state holds ``st``: the same incarnation, at its version or
+    later (a later one was applied after it, so the log up to ``st`` may go)."""
+    return obj.incarnation == st.incarnation and obj.version >= st.version

@@ -54,6 +54,7 @@ class FakeRuntime:
         self.groups = {g.repo: g for g in groups}
         self.on_group_changed: Any = None
         self.leader_checks = 0
+        self.leading = True
         self.compacted: list[tuple[str, int]] = []
         self.lands = True
         """The compaction reaches the group's log at once (the runtime's lands a round
@@ -61,7 +62,7 @@ class FakeRuntime:
 
     def is_leader(self, g: FakeGroup) -> bool:
         self.leader_checks += 1
-        return True
+        return self.leading
 
     def drop(self, g: FakeGroup) -> None:
         g.dropped = True
@@ -85,10 +86,11 @@ class FakeLifecycle:
         self.rt = rt
         self.store = FakeStore()
         self.reads = 0
+        self.object = live(1)  # what the state object holds (the leader's checkpoint)
 
     async def read_object(self, repo: str) -> StateObject | None:
         self.reads += 1
-        return StateObject(live(1), "etag")
+        return StateObject(self.object, "etag")
 
 
 def bump(g: FakeGroup, versions: int) -> None:
@@ -173,6 +175,41 @@ def test_entries_count_from_the_last_checkpoint_before_its_compaction_lands() ->
             cp.changed(g)
             await until(lambda: len(lc.store.puts) == 2, 2, "the next checkpoint", poll_s=0.01)
             assert rt.compacted == [("r0", 13), ("r0", 23)]
+        finally:
+            cp.stop()
+            await asyncio.wait_for(task, 2)
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_compacts_its_copy_once_the_object_holds_its_state() -> None:
+    """A follower never writes the object, and its log used to be compacted never: a
+    group with more entries past its compaction point than a wake replays then never
+    hibernated there (issue 19). It looks an interval after a change and compacts to
+    its applied state once the leader's checkpoint holds it, then forgets the group."""
+    g = FakeGroup("r0")
+    rt = FakeRuntime([g])
+    rt.leading = False
+    lc = FakeLifecycle(rt)
+    cp = Checkpointer(
+        cast(Lifecycle, lc), every_entries=10, interval_s=0.2, clock=time.monotonic, poll_s=0.05
+    )
+
+    async def scenario() -> None:
+        task = asyncio.get_running_loop().create_task(cp.run())
+        try:
+            bump(g, 80)  # past the entries rule too: that one is the leader's
+            cp.changed(g)
+            assert not cp._now
+            # an interval on, the object is older than the follower's state: no compaction
+            await until(lambda: lc.reads >= 1, 2, "the follower's first look", poll_s=0.01)
+            assert rt.compacted == [] and g in cp._tracked
+            lc.object = live(81)  # the leader's checkpoint lands
+            await until(lambda: rt.compacted, 2, "the follower's compaction", poll_s=0.01)
+            assert rt.compacted == [("r0", 81)] and g.mem.first_index() == 82
+            assert lc.store.puts == [] and cp.written == 0 and cp.followed == 1
+            await until(lambda: not cp._tracked, 2, "the settled group forgotten", poll_s=0.01)
+            assert not cp._wheel and not cp._now
         finally:
             cp.stop()
             await asyncio.wait_for(task, 2)

@@ -19,14 +19,16 @@ import grpc
 import pytest
 
 from enroute_core.state import OutcomeCode, decode_change
+from enroute_ledger.runtime import HIBERNATE_REPLAY_MAX
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+from enroute_testing import ledgers
 from enroute_testing.waiting import wait_until
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from conftest import LedgerProc, start_three  # noqa: E402
+from conftest import LedgerProc, fast_timing, start_three  # noqa: E402
 from test_ledger_idle import metrics  # noqa: E402
 from test_ledger_service import MAIN, commit, create, oid  # noqa: E402
 
@@ -114,3 +116,33 @@ def test_hibernated_groups_list_read_commit_and_survive_a_leader_kill(
     for k in range(REPOS):
         b = nodes[2].ledger.Barrier(ledger_pb2.BarrierRequest(repo=name(k)), timeout=10)
         assert b.version == versions[name(k)]
+
+
+def test_a_group_with_a_long_log_hibernates_on_its_followers_too(
+    tmp_path: Path, procs: list[LedgerProc]
+) -> None:
+    """A group with more entries past its compaction point than a wake replays
+    (``runtime.HIBERNATE_REPLAY_MAX``) waits for a checkpoint to hibernate. Only the
+    leader writes the checkpoint, and a follower used to compact a live group's log
+    never: the group slept on its leader and stayed awake on both followers for good
+    (issue 19, a 10,000-repository fleet: 31 groups awake on each follower). A
+    follower now compacts to its applied state once the object holds it."""
+    timing = fast_timing()
+    timing |= {"checkpoint_interval": "1s", "hibernate_after": "0.3s"}
+    nodes = ledgers.start_three(tmp_path, procs, ledger=timing)
+    create(nodes[0], "long")
+    last = None
+    for k in range(HIBERNATE_REPLAY_MAX + 6):
+        propose_until_ok(nodes[0], "long", commit(1, MAIN, last, oid(k + 1)), rid("long", k))
+        last = oid(k + 1)
+    wait_until(
+        lambda: all(metrics(n)["groups_hibernated"] == 1 for n in nodes),
+        DEADLINE_S,
+        "the long group hibernated on every voter",
+        poll_s=0.2,
+        explain=lambda: [
+            (metrics(n)["groups_hibernated"], metrics(n)["log_compactions_total"]) for n in nodes
+        ],
+    )
+    # each voter compacted its own copy (the followers read the leader's checkpoint)
+    assert all(metrics(n)["log_compactions_total"] >= 1 for n in nodes)
