@@ -421,7 +421,12 @@ class DiskBudget:
         "Races": the epoch is noted under the lock with every chunk present,
         the pread runs unlocked, then the epoch and bits are checked again. An
         eviction that could have punched during the pread bumped the epoch
-        before punching, so the read fails with ``NotLocal`` instead.
+        before punching. A changed epoch fails the read with ``NotLocal`` only
+        when one of the read's own chunks went (its entry is no longer the one
+        noted): an eviction of another chunk of the file cannot have punched these
+        bytes, and under a small budget, with every read of a clone going to the
+        file, such evictions are the rule. The error names the chunk, so the
+        read's machine loads it again and resumes (``machines.ticket_of``).
         """
         with self._lock:
             f = self._file(file_id)
@@ -429,11 +434,12 @@ class DiskBudget:
                 raise ValueError(f"{file_id}: [{offset}, {offset + length}) is outside {f.size}")
             chunks = chunks_for(offset, length)
             epoch = f.epoch
+            noted: list[_Chunk | None] = []
             if not f.linked:
                 self._check_present_locked(f, chunks)
+                noted = [f.entries[c] for c in chunks]
                 if intent is Intent.POINT:
-                    for c in chunks:
-                        entry = f.entries[c]
+                    for entry in noted:
                         assert entry is not None
                         entry.ref = entry.point = True
         data = self._pread(fd, offset, length)
@@ -445,16 +451,33 @@ class DiskBudget:
             )
         if not f.linked:
             with self._lock:
-                if not f.registered or f.epoch != epoch:
+                if not f.registered:
                     self._not_local += 1
                     raise NotLocal(
-                        f"{file_id}: evicted during a read at {offset}",
+                        f"{file_id}: forgotten during a read at {offset}",
                         file=file_id,
                         offset=offset,
                         length=length,
                     )
+                if f.epoch != epoch:
+                    self._check_kept_locked(f, chunks, noted, offset)
                 self._check_present_locked(f, chunks)
         return data
+
+    def _check_kept_locked(
+        self, f: _CopyFile, chunks: range, noted: list[_Chunk | None], offset: int
+    ) -> None:
+        """After an epoch change: each chunk a read covers still has the entry noted
+        before its pread, so no eviction claimed it (a claim clears the entry first)."""
+        for c, entry in zip(chunks, noted, strict=True):
+            if f.entries[c] is not entry:
+                self._not_local += 1
+                raise NotLocal(
+                    f"{f.file_id}: chunk {c} evicted during a read at {offset}",
+                    file=f.file_id,
+                    chunk=c,
+                    offset=offset,
+                )
 
     def _check_present_locked(self, f: _CopyFile, chunks: range) -> None:
         for c in chunks:
