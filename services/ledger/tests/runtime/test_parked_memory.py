@@ -31,9 +31,11 @@ from enroute_ledger.logstore import open_log_store
 from enroute_ledger.runtime import Runtime, RuntimeConfig
 
 GROUPS = int(os.environ.get("ENROUTE_MEMORY_GROUPS", "300"))
-BYTES_PER_GROUP_MAX = 1150
-"""Measured 1,105 bytes at 300 repositories (964 at 1,000; the object store's striped
-locks and the maps' tables weigh more at 300), checkpointed and compacted. Of it: the
+BYTES_PER_GROUP_MAX = 1300
+"""Measured 1,105 to 1,248 bytes at 300 repositories (964 at 1,000; the object store's
+striped locks and the maps' tables weigh more at 300; asyncio's waiters still alive when
+the snapshot is taken move it by up to about 80 bytes a group from run to run: 1,161 in a
+full run under load), checkpointed and compacted. Of it: the
 store's shape 112 (its terms one int, its hard state three fields), the Raft
 hibernation record 88, the runtime's group 88 and listing summary 80, the id 64, the
 snapshot's metadata 56, the name 56 and its bytes 40, and a dict entry each in four
