@@ -115,7 +115,7 @@ from enroute_core.git.tree import Tree, TreeEntry
 from enroute_core.git.zstream import deflate
 from enroute_core.state.commands import NewLayer
 from enroute_core.state.model import LayerKind as ManifestKind
-from enroute_core.storage.heap import release_free_heap
+from enroute_core.storage.heap import trim_free_heap
 from enroute_core.storage.layer import CommitInfo, EntryRun, Kind, LayerWriter, SealedLayer
 
 _I64_MAX = (1 << 63) - 1
@@ -547,7 +547,7 @@ def _give_back() -> None:
     indexer, the commit headers and the walk's trees held is in pieces under the
     compute's mmap threshold (``heap_mmap_threshold_bytes``), which glibc keeps
     otherwise, so it would count twice in the push's peak (docs/ingest.md, "Memory")."""
-    release_free_heap()
+    trim_free_heap()
 
 
 # -- step 1: index ---------------------------------------------------------------------------
