@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from enroute_core.state import MISSING, RepoState
 
-from .machine import Applied, Done
+from .machine import Done
 from .multiraft import GroupId
 from .raft.storage import MemoryStorage
+
+if TYPE_CHECKING:
+    from .client import Proposal, Ticket
 
 _Summary = tuple[int, bool, bytes, bool, "int | None"]
 """What a hibernated group keeps of its state for listings: version, deleted, head,
@@ -59,9 +63,10 @@ class _Live:
         self.done: dict[bytes, Done] = {}
         # the same records in log order, from the snapshot's window to the applied index
         self.done_order: list[Done] = []
-        self.proposals: dict[bytes, asyncio.Future[Applied]] = {}
-        self.reads: dict[bytes, asyncio.Future[int]] = {}
-        self.waiters: list[tuple[int, asyncio.Future[None]]] = []
+        # the driver answers these as it applies (enroute_ledger.client)
+        self.proposals: dict[bytes, Proposal] = {}
+        self.reads: dict[bytes, Ticket[int]] = {}
+        self.waiters: list[tuple[int, Ticket[None]]] = []
 
 
 class Group:
@@ -151,19 +156,19 @@ class Group:
         self._awake_live().done_order = value
 
     @property
-    def proposals(self) -> dict[bytes, asyncio.Future[Applied]]:
+    def proposals(self) -> dict[bytes, Proposal]:
         return self._awake_live().proposals
 
     @property
-    def reads(self) -> dict[bytes, asyncio.Future[int]]:
+    def reads(self) -> dict[bytes, Ticket[int]]:
         return self._awake_live().reads
 
     @property
-    def waiters(self) -> list[tuple[int, asyncio.Future[None]]]:
+    def waiters(self) -> list[tuple[int, Ticket[None]]]:
         return self._awake_live().waiters
 
     @waiters.setter
-    def waiters(self, value: list[tuple[int, asyncio.Future[None]]]) -> None:
+    def waiters(self, value: list[tuple[int, Ticket[None]]]) -> None:
         self._awake_live().waiters = value
 
     @property

@@ -8,9 +8,10 @@ repository name (docs/observability.md, "Bounded labels").
 A tiny ASGI app under uvicorn. Metrics (DESIGN "Observability", docs/observability.md)
 come from a prometheus-client registry of this node alone, read from the
 :class:`Runtime` at scrape time: the named families below, and the Runtime's
-counters listed in ``RUNTIME_COUNTERS``, each under the name written there. The
-list is explicit, not read off the Runtime's attributes: renaming an attribute
-must not rename a metric, nor a setting (``blank_id``) become one.
+counters listed in ``RUNTIME_COUNTERS`` (``trace.*`` on its commit trace, ``client.*``
+on its client API), each under the name written there. The list is explicit, not
+read off the Runtime's attributes: renaming an attribute must not rename a metric,
+nor a setting (``blank_id``) become one.
 ``test_http_metrics`` fails when a public number on the Runtime is in neither
 ``RUNTIME_COUNTERS`` nor ``NOT_COUNTERS``.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
+import operator
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
@@ -60,14 +62,14 @@ RUNTIME_COUNTERS: tuple[tuple[str, str], ...] = (
     ("apply_s", "enroute_ledger_apply_seconds"),
     ("blank_joined", "enroute_ledger_blank_joined"),
     ("blank_readmitted", "enroute_ledger_blank_readmitted"),
-    ("commits_traced", "enroute_ledger_commits_traced"),
+    ("trace.commits_traced", "enroute_ledger_commits_traced"),
     ("compactions", "enroute_ledger_log_compactions"),
     ("duplicates_skipped", "enroute_ledger_duplicates_skipped"),
     ("early_applied", "enroute_ledger_early_applied"),
     ("early_sent", "enroute_ledger_early_sent"),
-    ("follower_appends", "enroute_ledger_follower_appends"),
-    ("follower_persist_s", "enroute_ledger_follower_persist_seconds"),
-    ("follower_queue_s", "enroute_ledger_follower_queue_seconds"),
+    ("trace.follower_appends", "enroute_ledger_follower_appends"),
+    ("trace.follower_persist_s", "enroute_ledger_follower_persist_seconds"),
+    ("trace.follower_queue_s", "enroute_ledger_follower_queue_seconds"),
     ("handle_s", "enroute_ledger_ready_seconds"),
     ("hibernations", "enroute_ledger_hibernations"),
     ("leader_changes", "enroute_raft_leader_changes"),
@@ -75,17 +77,17 @@ RUNTIME_COUNTERS: tuple[tuple[str, str], ...] = (
     ("orphans_stashed", "enroute_ledger_orphans_stashed"),
     ("persist_rounds", "enroute_ledger_persist_rounds"),
     ("persist_wait_s", "enroute_ledger_persist_wait_seconds"),
-    ("phase_answer_s", "enroute_ledger_phase_answer_seconds"),
-    ("phase_apply_s", "enroute_ledger_phase_apply_seconds"),
-    ("phase_persist_s", "enroute_ledger_phase_persist_seconds"),
-    ("phase_queue_s", "enroute_ledger_phase_queue_seconds"),
-    ("phase_replicate_s", "enroute_ledger_phase_replicate_seconds"),
-    ("proposals_total", "enroute_ledger_proposals"),
+    ("trace.phase_answer_s", "enroute_ledger_phase_answer_seconds"),
+    ("trace.phase_apply_s", "enroute_ledger_phase_apply_seconds"),
+    ("trace.phase_persist_s", "enroute_ledger_phase_persist_seconds"),
+    ("trace.phase_queue_s", "enroute_ledger_phase_queue_seconds"),
+    ("trace.phase_replicate_s", "enroute_ledger_phase_replicate_seconds"),
+    ("client.proposals_total", "enroute_ledger_proposals"),
     ("propose_streams", "enroute_ledger_propose_streams"),
     ("propose_streams_ended", "enroute_ledger_propose_streams_ended"),
     ("ready_groups", "enroute_ledger_ready_groups"),
     ("ready_take_s", "enroute_ledger_ready_take_seconds"),
-    ("reproposals", "enroute_ledger_reproposals"),
+    ("client.reproposals", "enroute_ledger_reproposals"),
     ("send_queue_s", "enroute_ledger_send_queue_seconds"),
     ("send_write_s", "enroute_ledger_send_write_seconds"),
     ("snapshots_applied", "enroute_ledger_snapshots_applied"),
@@ -100,8 +102,9 @@ RUNTIME_COUNTERS: tuple[tuple[str, str], ...] = (
     ("tick_s", "enroute_ledger_tick_seconds"),
     ("wakes", "enroute_ledger_group_wakes"),
 )
-NOT_COUNTERS = frozenset({"blank_id"})
-"""Public numbers on the Runtime that are not counters (settings): never exported."""
+NOT_COUNTERS = frozenset({"blank_id", "trace.ready_t"})
+"""Public numbers on the Runtime that are not counters (a setting, a clock reading): never
+exported."""
 
 
 STATUS_GROUPS_MAX = 16
@@ -227,7 +230,7 @@ class LedgerCollector:
         fsync.add_metric([], count_value=int(rounds), sum_value=float(rt.store_round_s))
         yield fsync
         for attribute, name in RUNTIME_COUNTERS:
-            yield _counter(name, f"Runtime.{attribute}", float(getattr(rt, attribute)))
+            yield _counter(name, f"Runtime.{attribute}", float(operator.attrgetter(attribute)(rt)))
         stats = rt.mr.stats
         for field in type(stats).__dataclass_fields__:
             value = getattr(stats, field)

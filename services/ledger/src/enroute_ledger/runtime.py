@@ -23,21 +23,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
-import itertools
 import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, cast
 
-from enroute_core.base.errors import (
-    CorruptData,
-    EnrouteError,
-    NotFound,
-    ProposalDropped,
-    Timeout,
-    Unavailable,
-)
+from enroute_core.base.errors import CorruptData, EnrouteError, NotFound
 from enroute_core.base.ids import Incarnation, LogIndex, NodeId, Term
 from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_core.state import (
@@ -45,14 +37,10 @@ from enroute_core.state import (
     RepoState,
 )
 
+from . import calls
+from .client import Client, Ticket
 from .group import Group
-from .machine import (
-    Applied,
-    GroupMachine,
-    encode_snapshot,
-    entry_rid,
-    inline_layer_of,
-)
+from .machine import Applied, GroupMachine, encode_snapshot, inline_layer_of
 from .multiraft import (
     Batch,
     GroupId,
@@ -80,6 +68,7 @@ from .raft.types import (
 )
 from .storage import GroupId as StoreGroupId
 from .storage import LogStore, WriteBatch
+from .tracing import CommitTrace, Phases
 
 log = logging.getLogger("enroute.ledger.runtime")
 
@@ -99,13 +88,6 @@ ORPHAN_GROUPS_MAX = 4096
 ORPHAN_BATCHES_MAX = 8
 _EARLY_TYPES = frozenset({MessageType.APP, MessageType.HEARTBEAT})
 """What a leader may send before its own fsync (Runtime._send_early)."""
-PROPOSE_RETRY_MAX_S = 4.0
-"""Longest wait for an apply before the same entry is proposed again."""
-PROPOSE_ATTEMPTS_MAX = 1000
-"""Proposals of one entry at most, whatever the deadline (each waits for a change of view
-or a retry interval first)."""
-_AWAIT_CHECK_S = 1.0
-"""A waiting proposal looks at its group's view at least this often, changes or not."""
 
 
 class Transport(Protocol):
@@ -146,21 +128,6 @@ def store_gid(gid: GroupId) -> StoreGroupId:
 
 
 @dataclass(slots=True)
-class _Trace:
-    """When one proposal passed each phase on its proposer (docs/raft.md, "Commit
-    latency and throughput"); 0.0 = not yet."""
-
-    proposed: float
-    ready: float = 0.0
-    """The Ready that appends its entry here was taken."""
-    persisted: float = 0.0
-    """That Ready's writes were durable here."""
-    committed: float = 0.0
-    """The Ready that brings it committed was taken."""
-    applied: float = 0.0
-
-
-@dataclass(slots=True)
 class Boot:
     """A group being founded here: the rows to make durable before it is hosted."""
 
@@ -184,7 +151,7 @@ class ReadyRound:
     """What is left to send once it is durable."""
     before: list[int]
     """Each group's applied index when the Ready was taken."""
-    traced: list[_Trace] | None = None
+    traced: list[Phases] | None = None
 
 
 def hibernate_ticks(config: RuntimeConfig) -> int:
@@ -228,25 +195,6 @@ class Runtime:
     early_applied = 0
     handle_s = 0.0
     persist_wait_s = 0.0
-    # -- where a commit's time goes (docs/raft.md); sums of seconds and counts --
-    commits_traced = 0
-    """Proposals answered here whose every phase was timed."""
-    phase_queue_s = 0.0
-    """Proposed until the Ready that appends the entry here was taken."""
-    phase_persist_s = 0.0
-    """That Ready taken until its writes were durable here (batch, store round, fsync)."""
-    phase_replicate_s = 0.0
-    """Durable here until the Ready that brings the entry committed was taken."""
-    phase_apply_s = 0.0
-    """That Ready taken until the entry was applied."""
-    phase_answer_s = 0.0
-    """Applied until the proposer's call returned."""
-    follower_appends = 0
-    """Group appends received from a leader and made durable here."""
-    follower_queue_s = 0.0
-    """Append received until the Ready holding it was taken."""
-    follower_persist_s = 0.0
-    """That Ready taken until durable (the acknowledgement is sent next)."""
     ready_take_s = 0.0
     """Time in MultiRaft.ready() (collecting every dirty group's Ready)."""
     apply_s = 0.0
@@ -266,11 +214,8 @@ class Runtime:
     """Seconds spent writing peer batches to their streams."""
     applied_entries = 0
     persist_rounds = 0
-    proposals_total = 0
     compactions = 0
     snapshots_applied = 0
-    reproposals = 0
-    """Proposals sent again under the same request id (docs/raft.md, Re-proposal)."""
     duplicates_skipped = 0
     """Applied entries whose request id the window already held: not applied twice."""
     leader_changes = 0
@@ -322,10 +267,19 @@ class Runtime:
         self.clock = clock
         self.transport: Transport | None = None
         self.machine = GroupMachine(config.dedup_window_entries)
-        self._nonce = nonce[:8].ljust(8, b"\0")
-        self._ids = itertools.count(1)
         self._pending_storage: dict[GroupId, Storage] = {}
         self.mr = self._multiraft(config, seed)
+        self.trace = CommitTrace()
+        """Where a commit's time goes (docs/raft.md, "Commit latency and throughput")."""
+        self.client = Client(
+            self.mr,
+            self.machine,
+            self.trace,
+            node_id=int(config.node_id),
+            nonce=nonce,
+            retry_s=max(config.propose_retry_s, config.tick_interval_s),
+        )
+        """The client API's pure half; the coroutines are :mod:`enroute_ledger.calls`."""
         self._waker = self._wake_of  # one bound method shared by every Group
         # every founder's bootstrap (duty 2), one value for all groups (the store and the
         # in-memory log keep it per group)
@@ -347,11 +301,8 @@ class Runtime:
         """Hosted incarnations of a repository other than the newest (``by_repo``); rare."""
         self._orphans: dict[GroupId, list[Batch]] = {}
         self._unsynced: asyncio.Future[None] | None = None
-        self._traces: dict[bytes, _Trace] = {}
-        self._arrivals: dict[GroupId, float] = {}
         self._hs_later: dict[StoreGroupId, HardState] = {}
         self._hs_later_seen = False
-        self._ready_t = 0.0
         self._blank_groups: set[GroupId] = set()
 
     def _multiraft(self, config: RuntimeConfig, seed: int) -> MultiRaft:
@@ -380,7 +331,7 @@ class Runtime:
     # -- ids ---------------------------------------------------------------------------------
 
     def request_id(self) -> bytes:
-        return self._nonce + next(self._ids).to_bytes(8, "big")
+        return self.client.request_id()
 
     # -- groups ------------------------------------------------------------------------------
 
@@ -611,18 +562,14 @@ class Runtime:
         err = NotFound("incarnation no longer hosted", repo=g.repo, incarnation=g.incarnation)
         # a hibernated group is not woken only to be dropped: nobody waits on it
         live = g._held()
-        futs: list[asyncio.Future[Applied] | asyncio.Future[int]] = []
-        waiters: list[tuple[int, asyncio.Future[None]]] = []
         if live is not None:
-            futs += live.proposals.values()
-            futs += live.reads.values()
-            waiters = live.waiters
-        for fut in futs:
-            if not fut.done():
-                fut.set_exception(err)
-        for _, w in waiters:
-            if not w.done():
-                w.set_exception(err)
+            tickets: list[Ticket[Applied] | Ticket[int] | Ticket[None]] = [
+                *live.proposals.values(),
+                *live.reads.values(),
+                *(t for _, t in live.waiters),
+            ]
+            for t in tickets:
+                t.fail(err)
         g.notify()
         self._drops.append(g)
         if self.on_group_changed is not None:
@@ -644,10 +591,10 @@ class Runtime:
                 for gid in unknown:
                     self.on_unknown_group(gid)
         t = self.clock()
-        arrivals = self._arrivals
+        trace = self.trace
         for gm in batch.messages:
-            if gm.message.entries and gm.group not in arrivals:
-                arrivals[gm.group] = t
+            if gm.message.entries:
+                trace.arrived(gm.group, t)
         self.mr.step(batch)
         self.step_s += self.clock() - t
         self.wake()
@@ -685,161 +632,21 @@ class Runtime:
             tuple(hb for hb in batch.heartbeat_responses if hb.group not in unknown),
         )
 
+    # -- the client API (enroute_ledger.client, enroute_ledger.calls) ---------------------
+
     async def propose(self, g: Group, entry: bytes, rid: bytes, timeout_s: float) -> Applied:
-        """Append ``entry`` and wait until it applied here (docs/rpc.md, Propose).
-
-        Raft may lose a taken proposal without a word (docs/raft.md, duty 9: a forward
-        dropped, a leader deposed before it replicated), so the same bytes go again
-        when this node's view of the group (term, leader) changed or nothing applied
-        them within a retry interval, until the deadline. The id window makes every
-        copy after the first a no-op answered with the first one's result.
-        """
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Applied] = loop.create_future()
-        g.proposals[rid] = fut
-        deadline = self.clock() + timeout_s
-        self.proposals_total += 1
-        retry_s = max(self.config.propose_retry_s, self.config.tick_interval_s)
-        try:
-            for attempt in range(PROPOSE_ATTEMPTS_MAX):
-                # -- caller request id: a copy of an applied id is answered at once,
-                # also on the first attempt (a caller's retry) (begin) --
-                first = self.machine.duplicate(g, rid, g.applied + 1)
-                if first is not None:  # applied meanwhile (e.g. inside a snapshot)
-                    return self.machine.answer(g, first)
-                # -- caller request id (end) --
-                if attempt:
-                    self.reproposals += 1
-                try:
-                    await self._retry_dropped(lambda: self.mr.propose(g.gid, entry), g, deadline)
-                except Unavailable:
-                    if not attempt:
-                        raise  # nothing was appended
-                    raise Timeout("proposal not applied in time; outcome unknown") from None
-                view = self._view(g)
-                if rid not in self._traces:
-                    self._traces[rid] = _Trace(self.clock())
-                self.wake()
-                if await self._await_apply(g, fut, view, self.clock() + retry_s, deadline):
-                    self._traced(rid)
-                    return fut.result()
-                retry_s = min(retry_s * 2, PROPOSE_RETRY_MAX_S)
-            raise Timeout("proposal not applied in time; outcome unknown")
-        finally:
-            # caller request id: a newer call with the same id may wait under it now
-            if g.proposals.get(rid) is fut:
-                del g.proposals[rid]
-            self._traces.pop(rid, None)
-
-    async def _await_apply(
-        self,
-        g: Group,
-        fut: asyncio.Future[Applied],
-        view: tuple[int, int | None],
-        resend_at: float,
-        deadline: float,
-    ) -> bool:
-        """True once ``fut`` is answered; False when the entry should be proposed again.
-
-        While this node leads the group in the term it appended the entry in, the
-        entry is in its own log, which a leader never truncates: only a change of view
-        can lose it, so no timer re-proposes it (a copy under load only adds work).
-        """
-        leading = view[1] is not None and view[1] == int(self.config.node_id)
-        until = deadline if leading else min(resend_at, deadline)
-        while True:
-            now = self.clock()
-            if now >= deadline:
-                raise Timeout("proposal not applied in time; outcome unknown")
-            if now >= until:
-                return False
-            # woken by the group's next change (an apply, a leader learned, a drop), not
-            # by every tick: a proposal waiting out a slow round under load costs no CPU
-            # per tick (a tick poll of each one grew with latency times proposals open)
-            changed = asyncio.ensure_future(g.changed.wait())
-            try:
-                await asyncio.wait(
-                    (fut, changed),
-                    timeout=min(_AWAIT_CHECK_S, until - now),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-            finally:
-                changed.cancel()
-            if fut.done():
-                return True
-            if g.dropped:
-                raise NotFound("incarnation no longer hosted", repo=g.repo)
-            if self._view(g) != view or (not leading and self.clock() >= resend_at):
-                return False
-
-    def _view(self, g: Group) -> tuple[int, int | None]:
-        """This node's (term, leader) of ``g``: a change means a taken entry may be lost."""
-        lead = self.mr.lead_of(g.gid)
-        return self.mr.term_of(g.gid), (None if lead is None else int(lead))
+        """Append ``entry`` and wait until it applied here (:func:`calls.propose`)."""
+        return await calls.propose(self, g, entry, rid, timeout_s)
 
     async def barrier(self, g: Group, timeout_s: float) -> None:
-        """ReadIndex (DESIGN, "Read path"): learn the leader's commit index, wait to apply it."""
-        loop = asyncio.get_running_loop()
-        deadline = self.clock() + timeout_s
-        while True:
-            ctx = self.request_id()
-            fut: asyncio.Future[int] = loop.create_future()
-            g.reads[ctx] = fut
-            try:
-                await self._retry_dropped(
-                    functools.partial(self.mr.read_index, g.gid, ctx), g, deadline
-                )
-                self.wake()
-                remaining = deadline - self.clock()
-                try:
-                    index = await asyncio.wait_for(asyncio.shield(fut), min(1.0, remaining))
-                except TimeoutError:
-                    if self.clock() >= deadline:
-                        raise Timeout("read barrier timed out") from None
-                    continue  # a read may be dropped without an answer (duty 11)
-            finally:
-                g.reads.pop(ctx, None)
-            await self.wait_applied(g, index, max(0.0, deadline - self.clock()))
-            return
+        """ReadIndex, then wait for the apply (:func:`calls.barrier`)."""
+        await calls.barrier(self, g, timeout_s)
 
     async def wait_applied(self, g: Group, index: int, timeout_s: float) -> None:
-        if g.applied >= index:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        g.waiters.append((index, fut))
-        try:
-            await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            raise Timeout("not applied in time", index=index) from None
+        await calls.wait_applied(self, g, index, timeout_s)
 
     async def wait_born(self, g: Group, timeout_s: float) -> None:
-        deadline = self.clock() + timeout_s
-        while not g.born:
-            if g.dropped:
-                raise NotFound("incarnation no longer hosted", repo=g.repo)
-            ev = g.changed
-            remaining = deadline - self.clock()
-            if remaining <= 0:
-                raise Timeout("incarnation not started in time", repo=g.repo)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ev.wait(), remaining)
-
-    async def _retry_dropped(self, op: Callable[[], None], g: Group, deadline: float) -> None:
-        delay = 0.01
-        while True:
-            if g.dropped:
-                raise NotFound("incarnation no longer hosted", repo=g.repo)
-            try:
-                op()
-                return
-            except ProposalDropped as e:
-                if self.clock() + delay >= deadline:
-                    raise Unavailable(f"no leader for {g.repo}: {e.message}", **e.details) from e
-                self.wake()
-                # a leader learned here notifies the group: try again then, not a backoff later
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(g.changed.wait(), delay)
-                delay = min(delay * 2, 0.2)
+        await calls.wait_born(self, g, timeout_s)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -882,7 +689,7 @@ class Runtime:
                 return
             t = self.clock()
             nr = self.mr.ready()
-            self._ready_t = t2 = self.clock()
+            self.trace.ready_t = t2 = self.clock()
             self.ready_take_s += t2 - t
             self.ready_groups += len(nr.groups)
             await self._handle(nr)
@@ -968,7 +775,8 @@ class Runtime:
         rnd = ReadyRound(
             nr, live, batch, nr.batches, [0 if g is None else g.applied for _, g in live]
         )
-        rnd.traced = self._trace_appends(live) if self._traces else None
+        if self.trace.tracing:
+            rnd.traced = self.trace.appended(e for gr, _ in live for e in gr.ready.entries)
         if batch.ops and nr.must_sync:
             if self.transport is not None:
                 rnd.batches = self._send_early(live, rnd.batches)
@@ -1011,12 +819,9 @@ class Runtime:
         """Steps 2 to 5 of a Ready, once its batch is durable: send, apply, serve reads,
         advance."""
         live = rnd.live
-        if rnd.traced:
-            t = self.clock()
-            for tr in rnd.traced:
-                tr.persisted = t
-        if self._arrivals:
-            self._follower_persisted(live)
+        self.trace.persisted(
+            rnd.traced, (gr.group for gr, _ in live if gr.ready.entries), self.clock()
+        )
         for gr, g in live:
             if g is None:
                 continue
@@ -1048,9 +853,9 @@ class Runtime:
                 continue
             self._apply_entry(g, e)
         for rs in rd.read_states:
-            fut = g.reads.pop(rs.context, None)
-            if fut is not None and not fut.done():
-                fut.set_result(int(rs.index))
+            read = g.reads.pop(rs.context, None)
+            if read is not None:
+                read.set(int(rs.index))
         if g.waiters:
             self._release_waiters(g)
         led = rd.soft_state is not None and rd.soft_state.lead == self.config.node_id
@@ -1125,46 +930,6 @@ class Runtime:
                 )  # fmt: skip
         return tuple(late)
 
-    # -- where a commit's time goes (docs/raft.md) -----------------------------------------
-
-    def _trace_appends(self, live: list[tuple[GroupReady, Group | None]]) -> list[_Trace]:
-        """Mark the proposals of this node whose entries this Ready appends."""
-        out: list[_Trace] = []
-        traces = self._traces
-        t = self._ready_t
-        for gr, _ in live:
-            for e in gr.ready.entries:
-                tr = traces.get(entry_rid(e.data))
-                if tr is not None and not tr.ready:
-                    tr.ready = t
-                    out.append(tr)
-        return out
-
-    def _follower_persisted(self, live: list[tuple[GroupReady, Group | None]]) -> None:
-        """Appends received from a leader: time to their Ready, and to durable."""
-        arrivals = self._arrivals
-        t_ready, now = self._ready_t, self.clock()
-        for gr, _ in live:
-            if gr.ready.entries:
-                t = arrivals.get(gr.group)
-                if t is not None and t <= t_ready:  # later: for the next Ready
-                    del arrivals[gr.group]
-                    self.follower_appends += 1
-                    self.follower_queue_s += t_ready - t
-                    self.follower_persist_s += now - t_ready
-
-    def _traced(self, rid: bytes) -> None:
-        """The proposal ``rid`` is answered: add its phases to the sums."""
-        tr = self._traces.pop(rid, None)
-        if tr is None or not (tr.ready and tr.persisted and tr.committed and tr.applied):
-            return
-        self.commits_traced += 1
-        self.phase_queue_s += tr.ready - tr.proposed
-        self.phase_persist_s += tr.persisted - tr.ready
-        self.phase_replicate_s += max(0.0, tr.committed - tr.persisted)
-        self.phase_apply_s += tr.applied - tr.committed
-        self.phase_answer_s += self.clock() - tr.applied
-
     def _apply_durable(self, live: list[tuple[GroupReady, Group | None]]) -> None:
         """Apply what is committed and already durable here before this Ready's fsync.
 
@@ -1222,14 +987,14 @@ class Runtime:
         self.send_write_s = float(getattr(transport, "write_seconds", 0.0))
 
     def _release_waiters(self, g: Group) -> None:
-        keep: list[tuple[int, asyncio.Future[None]]] = []
-        for index, fut in g.waiters:
-            if fut.done():
+        keep: list[tuple[int, Ticket[None]]] = []
+        for index, t in g.waiters:
+            if t.done:
                 continue
             if g.applied >= index:
-                fut.set_result(None)
+                t.set(None)
             else:
-                keep.append((index, fut))
+                keep.append((index, t))
         g.waiters = keep
 
     def _apply_snapshot(self, g: Group, snap: Snapshot) -> None:
@@ -1259,13 +1024,11 @@ class Runtime:
             self.duplicates_skipped += not replay
         else:
             g.notify()
-        fut = g.proposals.pop(res.rid, None)
-        if fut is not None and not fut.done():
-            fut.set_result(res.applied)
-            tr = self._traces.get(res.rid)
-            if tr is not None and not res.duplicate:
-                tr.committed = self._ready_t
-                tr.applied = self.clock()
+        p = g.proposals.pop(res.rid, None)
+        if p is not None and not p.done:
+            if not res.duplicate:
+                self.trace.applied(res.rid, self.clock())
+            p.set(res.applied)
         if self.on_applied is not None and not replay and not res.duplicate:
             self.on_applied(g, res.applied)
 
@@ -1314,9 +1077,9 @@ class Runtime:
         machine = self.machine
         for rid in [r for r in g.proposals if machine.duplicate(g, r, g.applied + 1)]:
             first = machine.duplicate(g, rid, g.applied + 1)
-            fut = g.proposals.pop(rid)
-            if first is not None and not fut.done():
-                fut.set_result(machine.answer(g, first))
+            p = g.proposals.pop(rid)
+            if first is not None:
+                p.set(machine.answer(g, first))
 
     # -- inline layer bytes ---------------------------------------------------------------
 

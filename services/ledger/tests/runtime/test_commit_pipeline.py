@@ -147,8 +147,8 @@ def test_the_leader_replicates_during_its_fsync_and_reveals_nothing_before_it(
             assert got.outcome.code is OutcomeCode.OK
             await until(lambda: all(groups[i].applied >= index for i in (1, 2, 3)))
             # the phase counters saw it: on the proposer and on each follower
-            assert lead.commits_traced >= 1 and lead.phase_persist_s >= 0.2
-            assert all(nodes[i][0].follower_appends >= 1 for i in (1, 2))
+            assert lead.trace.commits_traced >= 1 and lead.trace.phase_persist_s >= 0.2
+            assert all(nodes[i][0].trace.follower_appends >= 1 for i in (1, 2))
         finally:
             await stop(nodes)
 
@@ -216,9 +216,9 @@ def test_the_leader_does_not_propose_its_own_entry_again_on_a_timer(tmp_path: Pa
             net.drop = lambda b: b
             got = await asyncio.wait_for(call, WAIT_S)
             assert got.outcome.code is OutcomeCode.OK
-            assert lead.reproposals == 0
+            assert lead.client.reproposals == 0
             assert lead.duplicates_skipped == 0
-            assert lead.commits_traced >= 1 and lead.phase_replicate_s > 0.3
+            assert lead.trace.commits_traced >= 1 and lead.trace.phase_replicate_s > 0.3
         finally:
             await stop(nodes)
 

@@ -321,13 +321,12 @@ def test_a_snapshot_that_holds_a_waiting_entry_answers_its_waiter(tmp_path: Path
             rt = n.rt
             g = await rt.host("s", 1)
             rid = b"\7" * 16
-            fut: asyncio.Future[Applied] = asyncio.get_running_loop().create_future()
-            g.proposals[rid] = fut
+            fut = rt.client.open(g, b"", rid, rt.clock() + WAIT_S)
             st = _live_state()
             payload = encode_snapshot(st, [Done(rid, 40, st.version, OutcomeCode.STALE_REF)])
             meta = SnapshotMetadata(LogIndex(50), Term(2), ConfState(voters=rt.config.voters))
             rt._apply_snapshot(g, Snapshot(meta, payload))
-            assert fut.done()
+            assert fut.done
             got = fut.result()
             assert (got.version, got.outcome.code) == (st.version, OutcomeCode.STALE_REF)
             assert decode_change(got.change).outcome.code is OutcomeCode.STALE_REF
@@ -417,7 +416,7 @@ def test_a_lost_proposal_is_proposed_again_and_applied_once(tmp_path: Path, lost
             got = await rt.propose(g, entry, rid, WAIT_S)
             took = asyncio.get_running_loop().time() - start
             assert got.outcome.code is OutcomeCode.OK
-            assert rt.reproposals >= 1
+            assert rt.client.reproposals >= 1
             assert took < 5.0, took
             if lost == "leader":
                 net.drop = lambda b: b  # the old leader comes back with its stale entry
