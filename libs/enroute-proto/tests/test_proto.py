@@ -42,6 +42,7 @@ LEDGER_METHODS = {
     "Propose",
     "ProposeStream",  # issue 21, item 4: many proposals on one call
     "Subscribe",
+    "Follow",  # issue 19: many subscriptions on one stream per compute and member
     "Barrier",
 }
 COMPUTE_METHODS = {
@@ -157,7 +158,8 @@ def test_the_ledger_has_the_methods_design_names() -> None:
     assert set(methods) == LEDGER_METHODS
     assert methods["Subscribe"] == (False, True)
     assert methods["ProposeStream"] == (True, True)
-    for name in LEDGER_METHODS - {"Subscribe", "ProposeStream"}:
+    assert methods["Follow"] == (True, True)
+    for name in LEDGER_METHODS - {"Subscribe", "ProposeStream", "Follow"}:
         assert methods[name] == (False, False), name
     transport = _methods(ledger_pb2.DESCRIPTOR, "RaftTransport")
     assert transport == {"Send": (True, False), "SendSnapshot": (True, False)}
@@ -313,6 +315,47 @@ def test_subscribe_and_raft_batch_round_trip() -> None:
         heartbeat_responses=[ledger_pb2.Heartbeat(group=group, term=5, context=b"ctx")],
     )
     assert ledger_pb2.RaftBatch.FromString(batch.SerializeToString()) == batch
+
+
+def test_follow_requests_and_events_round_trip() -> None:
+    """docs/rpc.md, "Follow": one op per request; events tagged with the follow's id."""
+    ops = [
+        ledger_pb2.FollowRequest(
+            follow=ledger_pb2.Follow(id=7, repo="team/app", incarnation=2, after_version=2**64 - 1)
+        ),
+        ledger_pb2.FollowRequest(unfollow=ledger_pb2.Unfollow(id=7)),
+    ]
+    back = [ledger_pb2.FollowRequest.FromString(o.SerializeToString()) for o in ops]
+    assert back == ops
+    assert [b.WhichOneof("op") for b in back] == ["follow", "unfollow"]
+    detail = enroute_proto.ErrorDetail(
+        code="not_found", message="no such incarnation here", details_json="{}"
+    )
+    resp = ledger_pb2.FollowResponse(
+        events=[
+            ledger_pb2.FollowEvent(id=1, inline_layer=ledger_pb2.InlineLayer(root=b"r", data=b"d")),
+            ledger_pb2.FollowEvent(
+                id=1, snapshot=ledger_pb2.SnapshotPart(incarnation=1, version=3, last=True)
+            ),
+            ledger_pb2.FollowEvent(
+                id=2, changes=ledger_pb2.ChangeBatch(changes=[ledger_pb2.Change(version=9)])
+            ),
+            ledger_pb2.FollowEvent(id=2, ended=ledger_pb2.FollowEnded()),
+            ledger_pb2.FollowEvent(id=3, ended=ledger_pb2.FollowEnded(status=5, detail=detail)),
+        ]
+    )
+    got = ledger_pb2.FollowResponse.FromString(resp.SerializeToString())
+    assert got == resp
+    assert [e.WhichOneof("event") for e in got.events] == [
+        "inline_layer",
+        "snapshot",
+        "changes",
+        "ended",
+        "ended",
+    ]
+    # an OK end carries no detail: the compute tells "follow again" from an error by it
+    assert not got.events[3].ended.HasField("detail")
+    assert got.events[4].ended.detail.code == "not_found"
 
 
 def test_error_detail_metadata_round_trip() -> None:

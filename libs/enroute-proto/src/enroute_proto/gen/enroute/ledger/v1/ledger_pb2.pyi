@@ -696,6 +696,209 @@ class Change(_message.Message):
 Global___Change: _TypeAlias = Change  # noqa: Y015
 
 @_typing.final
+class FollowRequest(_message.Message):
+    """What a caller sends on Ledger.Follow: one follow or unfollow per message."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FOLLOW_FIELD_NUMBER: _builtins.int
+    UNFOLLOW_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def follow(self) -> Global___Follow:
+        """Start (or restart) following a repository."""
+
+    @_builtins.property
+    def unfollow(self) -> Global___Unfollow:
+        """Stop following one."""
+
+    def __init__(
+        self,
+        *,
+        follow: Global___Follow | None = ...,
+        unfollow: Global___Unfollow | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["follow", b"follow", "op", b"op", "unfollow", b"unfollow"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["follow", b"follow", "op", b"op", "unfollow", b"unfollow"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_op: _TypeAlias = _typing.Literal["follow", "unfollow"]  # noqa: Y015
+    _WhichOneofArgType_op: _TypeAlias = _typing.Literal["op", b"op"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_op) -> _WhichOneofReturnType_op | None: ...
+
+Global___FollowRequest: _TypeAlias = FollowRequest  # noqa: Y015
+
+@_typing.final
+class Follow(_message.Message):
+    """Follow a repository on the stream: what a SubscribeRequest asks, under the
+    caller's number for it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    REPO_FIELD_NUMBER: _builtins.int
+    INCARNATION_FIELD_NUMBER: _builtins.int
+    AFTER_VERSION_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    """The caller's number for this follow, unique among the stream's follows;
+    every event of it carries it. A number already following is followed
+    again from `after_version` (its earlier events may still arrive first).
+    """
+    repo: _builtins.str
+    """Repository name, incarnation (0: the current one) and the version the
+    caller has applied, as SubscribeRequest takes them.
+    """
+    incarnation: _builtins.int
+    """See `repo`."""
+    after_version: _builtins.int
+    """See `repo`."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        repo: _builtins.str = ...,
+        incarnation: _builtins.int = ...,
+        after_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_version", b"after_version", "id", b"id", "incarnation", b"incarnation", "repo", b"repo"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Follow: _TypeAlias = Follow  # noqa: Y015
+
+@_typing.final
+class Unfollow(_message.Message):
+    """Stop a follow: the member sends no event of it past the events already on
+    the way, and no FollowEnded.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    """The follow's number."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Unfollow: _TypeAlias = Unfollow  # noqa: Y015
+
+@_typing.final
+class FollowResponse(_message.Message):
+    """Events the member sends together on Ledger.Follow."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___FollowEvent]:
+        """Events of any of the stream's follows; a follow's own events are in the
+        order Subscribe sends them.
+        """
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___FollowEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FollowResponse: _TypeAlias = FollowResponse  # noqa: Y015
+
+@_typing.final
+class FollowEvent(_message.Message):
+    """One event of one follow."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
+    CHANGES_FIELD_NUMBER: _builtins.int
+    INLINE_LAYER_FIELD_NUMBER: _builtins.int
+    ENDED_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    """The follow's number (Follow.id)."""
+    @_builtins.property
+    def snapshot(self) -> Global___SnapshotPart:
+        """As SubscribeResponse.snapshot."""
+
+    @_builtins.property
+    def changes(self) -> Global___ChangeBatch:
+        """As SubscribeResponse.changes."""
+
+    @_builtins.property
+    def inline_layer(self) -> Global___InlineLayer:
+        """As SubscribeResponse.inline_layer."""
+
+    @_builtins.property
+    def ended(self) -> Global___FollowEnded:
+        """The follow ended on the member: the last event of this follow."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        snapshot: Global___SnapshotPart | None = ...,
+        changes: Global___ChangeBatch | None = ...,
+        inline_layer: Global___InlineLayer | None = ...,
+        ended: Global___FollowEnded | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "ended", b"ended", "event", b"event", "inline_layer", b"inline_layer", "snapshot", b"snapshot"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "ended", b"ended", "event", b"event", "id", b"id", "inline_layer", b"inline_layer", "snapshot", b"snapshot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["snapshot", "changes", "inline_layer", "ended"]  # noqa: Y015
+    _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
+
+Global___FollowEvent: _TypeAlias = FollowEvent  # noqa: Y015
+
+@_typing.final
+class FollowEnded(_message.Message):
+    """The end of one follow, where a Subscribe call would end: with status 0
+    (OK: the repository deleted, or its incarnation dropped on this member;
+    follow again with the last version applied) or with the gRPC status and
+    ErrorDetail a Subscribe call would end with.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    status: _builtins.int
+    """The numeric gRPC status code; 0 for OK."""
+    @_builtins.property
+    def detail(self) -> _common_pb2.ErrorDetail:
+        """The error; absent with status 0."""
+
+    def __init__(
+        self,
+        *,
+        status: _builtins.int = ...,
+        detail: _common_pb2.ErrorDetail | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FollowEnded: _TypeAlias = FollowEnded  # noqa: Y015
+
+@_typing.final
 class BarrierRequest(_message.Message):
     """Request of Ledger.Barrier."""
 

@@ -71,6 +71,11 @@ class LedgerStub:
                 request_serializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.SubscribeRequest.SerializeToString,
                 response_deserializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.SubscribeResponse.FromString,
                 _registered_method=True)
+        self.Follow = channel.stream_stream(
+                '/enroute.ledger.v1.Ledger/Follow',
+                request_serializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.FollowRequest.SerializeToString,
+                response_deserializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.FollowResponse.FromString,
+                _registered_method=True)
         self.Barrier = channel.unary_unary(
                 '/enroute.ledger.v1.Ledger/Barrier',
                 request_serializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.BarrierRequest.SerializeToString,
@@ -142,6 +147,16 @@ class LedgerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Follow(self, request_iterator, context):
+        """Many subscriptions, for any repositories, on one stream: the caller sends
+        Follow and Unfollow, the member sends each followed repository's events
+        (those of Subscribe) tagged with the follow they belong to. Replaces one
+        Subscribe call per followed repository; Subscribe stays for one release.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Barrier(self, request, context):
         """Raft ReadIndex: the version a reader must have applied to see every
         write committed before the call.
@@ -187,6 +202,11 @@ def add_LedgerServicer_to_server(servicer, server):
                     servicer.Subscribe,
                     request_deserializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.SubscribeRequest.FromString,
                     response_serializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.SubscribeResponse.SerializeToString,
+            ),
+            'Follow': grpc.stream_stream_rpc_method_handler(
+                    servicer.Follow,
+                    request_deserializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.FollowRequest.FromString,
+                    response_serializer=enroute_dot_ledger_dot_v1_dot_ledger__pb2.FollowResponse.SerializeToString,
             ),
             'Barrier': grpc.unary_unary_rpc_method_handler(
                     servicer.Barrier,
@@ -385,6 +405,33 @@ class Ledger:
             '/enroute.ledger.v1.Ledger/Subscribe',
             enroute_dot_ledger_dot_v1_dot_ledger__pb2.SubscribeRequest.SerializeToString,
             enroute_dot_ledger_dot_v1_dot_ledger__pb2.SubscribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Follow(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/enroute.ledger.v1.Ledger/Follow',
+            enroute_dot_ledger_dot_v1_dot_ledger__pb2.FollowRequest.SerializeToString,
+            enroute_dot_ledger_dot_v1_dot_ledger__pb2.FollowResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -75,6 +75,12 @@ class LedgerStub:
     """The applied changes of one incarnation: a snapshot first when needed,
     then every change in version order.
     """
+    Follow: _grpc.StreamStreamMultiCallable[_ledger_pb2.FollowRequest, _ledger_pb2.FollowResponse]
+    """Many subscriptions, for any repositories, on one stream: the caller sends
+    Follow and Unfollow, the member sends each followed repository's events
+    (those of Subscribe) tagged with the follow they belong to. Replaces one
+    Subscribe call per followed repository; Subscribe stays for one release.
+    """
     Barrier: _grpc.UnaryUnaryMultiCallable[_ledger_pb2.BarrierRequest, _ledger_pb2.BarrierResponse]
     """Raft ReadIndex: the version a reader must have applied to see every
     write committed before the call.
@@ -116,6 +122,12 @@ class LedgerAsyncStub(LedgerStub):
     Subscribe: _aio.UnaryStreamMultiCallable[_ledger_pb2.SubscribeRequest, _ledger_pb2.SubscribeResponse]  # type: ignore[assignment]
     """The applied changes of one incarnation: a snapshot first when needed,
     then every change in version order.
+    """
+    Follow: _aio.StreamStreamMultiCallable[_ledger_pb2.FollowRequest, _ledger_pb2.FollowResponse]  # type: ignore[assignment]
+    """Many subscriptions, for any repositories, on one stream: the caller sends
+    Follow and Unfollow, the member sends each followed repository's events
+    (those of Subscribe) tagged with the follow they belong to. Replaces one
+    Subscribe call per followed repository; Subscribe stays for one release.
     """
     Barrier: _aio.UnaryUnaryMultiCallable[_ledger_pb2.BarrierRequest, _ledger_pb2.BarrierResponse]  # type: ignore[assignment]
     """Raft ReadIndex: the version a reader must have applied to see every
@@ -197,6 +209,18 @@ class LedgerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_ledger_pb2.SubscribeResponse], _abc.AsyncIterator[_ledger_pb2.SubscribeResponse]]:
         """The applied changes of one incarnation: a snapshot first when needed,
         then every change in version order.
+        """
+
+    @_abc_1.abstractmethod
+    def Follow(
+        self,
+        request_iterator: _MaybeAsyncIterator[_ledger_pb2.FollowRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_ledger_pb2.FollowResponse], _abc.AsyncIterator[_ledger_pb2.FollowResponse]]:
+        """Many subscriptions, for any repositories, on one stream: the caller sends
+        Follow and Unfollow, the member sends each followed repository's events
+        (those of Subscribe) tagged with the follow they belong to. Replaces one
+        Subscribe call per followed repository; Subscribe stays for one release.
         """
 
     @_abc_1.abstractmethod
