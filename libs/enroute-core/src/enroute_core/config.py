@@ -220,6 +220,12 @@ class LedgerConfig(_Section):
     members: tuple[str, ...] = Field(
         default=(), description="host:port of every ledger voter's gRPC endpoint."
     )
+    advertise: str = Field(
+        default="",
+        description="host:port the other voters reach this voter's gRPC at, as given to "
+        "`enroute ledger add`: a voter with a blank data directory takes the id the "
+        "ledger's membership record gives this address; empty: listen.grpc.",
+    )
     discovery: DiscoveryConfig | None = Field(
         default=None,
         description="Find ledger members in the EndpointSlices of a Service instead (keys: "

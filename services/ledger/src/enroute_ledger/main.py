@@ -69,13 +69,17 @@ def membership(
 ) -> tuple[NodeId, dict[NodeId, str]]:
     """This node's Raft id and its peers' addresses (docs/raft.md, "Membership changes").
 
-    ``record``: the ledger's membership record (None: the one ``ledger.members`` founds,
-    member i is id i + 1); ``stored``: the id the data directory holds. Refuses a member
-    list the record denies. Empty members (or only this node) make a single voter, id 1.
+    ``grpc_addr``: ``listen.grpc``; the other voters reach this one at
+    ``ledger.advertise``, else there. ``record``: the ledger's membership record (None:
+    the one ``ledger.members`` founds, member i is id i + 1); ``stored``: the id the data
+    directory holds (a blank one takes the id the record gives its address:
+    ``membership.resolve``). Refuses a member list the record denies. Empty members (or
+    only this node) make a single voter, id 1.
     """
     members = list(config.ledger.members)
     rec = record if record is not None else founding_record(members)
-    me, peers = resolve(rec, members, config.node.id, grpc_addr, stored)
+    address = config.ledger.advertise or grpc_addr
+    me, peers = resolve(rec, members, config.node.id, address, stored)
     if len(rec.view) % 2 == 0:
         log.warning(
             "the ledger has %d voters: a majority of an even count tolerates no more "

@@ -376,25 +376,27 @@ NOT_THE_SURVIVOR = "not the surviving voter"
 
 
 def resolve(
-    rec: Record, members: list[str], node_id: str, grpc_addr: str, stored: NodeId | None
+    rec: Record, members: list[str], node_id: str, address: str, stored: NodeId | None
 ) -> tuple[NodeId, dict[NodeId, str]]:
     """This node's id and its peers' addresses; refuses a member list the record denies.
 
-    The id is the one the data directory holds, else ``node.id`` (digits), else the
-    position of ``listen.grpc`` in ``ledger.members``.
+    ``address``: where the other voters reach this one (``ledger.advertise``, else
+    ``listen.grpc``). The id is the one the data directory holds (``stored``). A blank
+    directory takes the id the record gives ``address`` among the voters added after
+    the founders (the new voter of an open change, or an added voter that lost its
+    disk); a founder's id is ``node.id`` (digits), else the position of ``address`` in
+    ``ledger.members``. A blank directory whose address the record does not know, and
+    that is no founder, is refused, naming ``enroute ledger add`` with its address.
     """
     if stored is not None:
         me = int(stored)
-    elif node_id.isdigit() and int(node_id) >= 1:
-        me = int(node_id)
-    elif grpc_addr in members:
-        me = members.index(grpc_addr) + 1
     else:
-        me = 1
+        me = _blank_id(rec, members, node_id, address)
     if me in rec.retired:
         raise InvalidArgument(
             f"node {me} was removed from the ledger and its id is never used again: wipe "
-            "its data directory and join it as a new voter with `enroute ledger add ADDRESS`",
+            "its data directory and join it as a new voter with `enroute ledger add "
+            f"{address or 'ADDRESS'}` (it takes the id that change gives its address)",
             id=me,
         )
     view = rec.view
@@ -417,8 +419,9 @@ def resolve(
         )
     if me not in view:
         raise InvalidArgument(
-            f"node {me} is not a voter of the ledger ({_listed(view)}): add it with "
-            "`enroute ledger add ADDRESS` and start it with the node.id that command prints",
+            f"node {me} is not a voter of the ledger ({_listed(view)}): join this machine "
+            f"with `enroute ledger add {address or 'ADDRESS'}` and a blank data directory (it "
+            "takes the id that change gives its address)",
             id=me,
         )
     peers: dict[NodeId, str] = {}
@@ -428,6 +431,33 @@ def resolve(
         # the configured route to a founder (a proxy, say) wins over the recorded address
         peers[NodeId(i)] = members[i - 1] if i <= min(rec.founders, len(members)) else addr
     return NodeId(me), peers
+
+
+def _blank_id(rec: Record, members: list[str], node_id: str, address: str) -> int:
+    """The id of a voter with a blank data directory (``resolve``): the record's by
+    address for a voter added later, the configured one for a founder. An ordinal
+    (node.id of a chart's pod) names only a founder: a later pod takes the id that
+    ``enroute ledger add`` gave its address, never a retired one."""
+    added = {a: i for i, a in rec.view.items() if i > rec.founders}
+    if address and address in added:
+        return added[address]
+    if node_id.isdigit() and 1 <= int(node_id) <= rec.founders and int(node_id) not in rec.retired:
+        return int(node_id)
+    if not node_id.isdigit() and address in members[: rec.founders]:
+        return members.index(address) + 1
+    if len(members) <= 1 and not node_id.isdigit():
+        return 1  # a single voter
+    gone = ""
+    if node_id.isdigit() and int(node_id) in rec.retired:
+        gone = f" (node.id {node_id} was removed and its id is never used again)"
+    raise InvalidArgument(
+        f"this node ({address or 'no address'}) is not a voter of the ledger "
+        f"({_listed(rec.view)}) and no open change adds it{gone}: run `enroute ledger add "
+        f"{address or 'ADDRESS'}`, then start it again with a blank data directory; it takes "
+        "the id that change gives its address (docs/raft.md, 'Membership changes')",
+        address=address,
+        node_id=node_id,
+    )
 
 
 def _listed(voters: dict[int, str]) -> str:

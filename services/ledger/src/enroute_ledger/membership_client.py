@@ -89,7 +89,7 @@ class LedgerAdmin:
 
     def add(self, address: str, progress: Callable[[str], None]) -> int:
         nid = self.begin_add(address)
-        progress(f"voter {nid} at {address}: start it with node.id {nid} if it is not running")
+        progress(_start_line(nid, address))
         self.finish(progress)
         return nid
 
@@ -112,12 +112,36 @@ class LedgerAdmin:
             {"op": "recover", "lost": old, "address": address, "survivor": survivor}
         )
         nid = int(answer["id"])
-        progress(f"voter {nid} at {address}: start it with node.id {nid} if it is not running")
+        progress(_start_line(nid, address))
         self.finish(progress, timeout_s)
         return nid
 
     def replace(self, old: int, address: str, progress: Callable[[str], None]) -> int:
-        """Add the new voter, then remove the old one: two single-server changes."""
+        """Add the new voter, then remove the old one: two single-server changes.
+
+        Refused when ``address`` is the old voter's own (a StatefulSet pod keeps its
+        name): one address cannot be two voters at once, so that machine leaves first
+        and comes back blank under a new id (the refusal names the commands)."""
+        record = self.members()["record"]
+        view = record["target"] or record["voters"]
+        if view.get(str(old)) == address:
+            raise InvalidArgument(
+                f"{address} is voter {old}'s own address: one address cannot be two voters "
+                f"at once. Run `enroute ledger remove {old}`, stop that machine and wipe its "
+                f"data directory, then `enroute ledger add {address}` and start it again: it "
+                "comes back under a new id (docs/raft.md, 'Membership changes')",
+                id=old,
+                address=address,
+            )
         nid = self.add(address, progress)
         self.remove(old, progress)
         return nid
+
+
+def _start_line(nid: int, address: str) -> str:
+    """Tells the operator how the new voter gets its id: by its address, on a blank disk."""
+    return (
+        f"voter {nid} at {address}: start it if it is not running, with a blank data "
+        f"directory and {address} as its address (ledger.advertise, or listen.grpc): it "
+        f"takes id {nid}"
+    )

@@ -81,3 +81,30 @@ def test_a_member_list_the_record_denies_is_refused_naming_the_command() -> None
     shrunk = finish(begin_remove(finish(adding), 1))
     with pytest.raises(InvalidArgument, match="never used again"):
         membership(_config(MEMBERS), MEMBERS[0], shrunk, stored=NodeId(1))
+
+
+def test_a_blank_voter_takes_the_id_the_record_gives_its_address() -> None:
+    """A chart after 3 -> 5 -> 3: pods keep their ordinal node.id, ids 4 and 5 retire,
+    and growing again gives pod 3's address a new id (docs/raft.md, "Starting a voter")."""
+    five = (*MEMBERS, "10.0.0.4:7000", "10.0.0.5:7000")
+    rec = finish(begin_add(finish(begin_add(founding_record(list(MEMBERS)), five[3])), five[4]))
+    assert membership(_config(five), five[3], rec)[0] == 4  # blank: by address, not node.id
+    shrunk = finish(begin_remove(finish(begin_remove(rec, 5)), 4))
+    with pytest.raises(InvalidArgument, match="no open change adds it") as err:
+        membership(_config(five), five[3], shrunk)  # no node.id, as in a bare config
+    assert f"run `enroute ledger add {five[3]}`" in err.value.message
+    pod3 = Config.model_validate(
+        {"node": {"id": "4"}, "ledger": {"members": list(five), "advertise": five[3]}}
+    )
+    with pytest.raises(InvalidArgument, match=r"node\.id 4 was removed"):
+        membership(pod3, "0.0.0.0:7000", shrunk)  # listens everywhere, advertises five[3]
+    again = begin_add(shrunk, five[3])
+    assert membership(pod3, "0.0.0.0:7000", again)[0] == 6  # never 4 again
+    grown = finish(again)
+    assert membership(pod3, "0.0.0.0:7000", grown)[0] == 6  # its disk lost: same voter, blank
+    assert membership(pod3, "0.0.0.0:7000", grown, stored=NodeId(6))[0] == 6
+    with pytest.raises(InvalidArgument, match="never used again"):
+        membership(pod3, "0.0.0.0:7000", grown, stored=NodeId(4))  # its old volume kept
+    # a founder's id is its node.id (the ordinal), whatever its address
+    founder = Config.model_validate({"node": {"id": "2"}, "ledger": {"members": list(five)}})
+    assert membership(founder, "0.0.0.0:7000", grown)[0] == 2
