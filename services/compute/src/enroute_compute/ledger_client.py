@@ -214,6 +214,187 @@ class ProposalStream:
         self._wake.set()
 
 
+class FollowUnimplemented(Exception):
+    """The member has no Follow (an older ledger): subscribe with a Subscribe call."""
+
+
+class _Assembly:
+    """A subscription's events from its messages: inline layers and snapshot parts are
+    gathered until the snapshot's last part. ``SubscribeResponse`` and ``FollowEvent``
+    name their events alike, so both calls read through this."""
+
+    __slots__ = ("inline", "parts")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.inline: dict[bytes, bytes] = {}
+
+    def events(self, msg: Any) -> list[FollowEvent]:
+        if msg.HasField("inline_layer"):
+            self.inline[msg.inline_layer.root] = msg.inline_layer.data
+            return []
+        if msg.HasField("snapshot"):
+            self.parts.append(msg.snapshot.data)
+            if not msg.snapshot.last:
+                return []
+            state = decode_state(b"".join(self.parts))
+            event = SnapshotEvent(state, MappingProxyType(self.inline))
+            self.parts, self.inline = [], {}
+            return [event]
+        return [ChangeEvent(c.version, decode_change(c.effects)) for c in msg.changes.changes]
+
+
+class FollowMux:
+    """A compute's subscriptions to one member on one ``Follow`` call (docs/rpc.md, Follow).
+
+    Each :meth:`follow` sends a Follow under a fresh number and reads that number's
+    events from the call; leaving it (a view evicted: its follower task cancelled, or
+    ended) sends Unfollow. No gRPC call is cancelled per view, so none leaks
+    (``grpc.aio`` leaks a cancelled call's batch, grpc/grpc#43360), and the member
+    keeps a cursor per follow instead of a call and a task. When the call breaks (the
+    member killed, a connection cut, the member gone silent) every follow on it fails
+    ``unavailable`` at once and its follower follows again from its own version; the
+    next follow opens a new call.
+    """
+
+    def __init__(self, stub: ledger_pb2_grpc.LedgerStub, address: str) -> None:
+        self._stub: Any = stub  # aio stub: the generated annotations describe the blocking one
+        self.address = address
+        self._call: Any = None
+        self._queues: dict[int, asyncio.Queue[Any]] = {}
+        self._out: list[ledger_pb2.FollowRequest] = []
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._id = 0
+        self.unimplemented = False
+        """The member answered UNIMPLEMENTED (an older ledger): use Subscribe."""
+        self.on_broken: Callable[[FollowMux], None] | None = None
+
+    @property
+    def follows(self) -> int:
+        return len(self._queues)
+
+    async def follow(
+        self, name: str, incarnation: int, after_version: int
+    ) -> AsyncIterator[FollowEvent]:
+        """``name``'s events as Subscribe gives them; raises FollowUnimplemented first
+        when the member has no Follow."""
+        if self.unimplemented:
+            raise FollowUnimplemented
+        if self._call is None:
+            self._open()
+        call = self._call
+        self._id += 1
+        id_ = self._id
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queues[id_] = queue
+        self._send(
+            ledger_pb2.FollowRequest(
+                follow=ledger_pb2.Follow(
+                    id=id_, repo=name, incarnation=incarnation, after_version=after_version
+                )
+            )
+        )
+        assembly = _Assembly()
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if item.HasField("ended"):
+                    ended = item.ended
+                    if ended.status == 0:
+                        return  # followed again by the caller from its version
+                    status = _STATUS_BY_NUMBER.get(ended.status, grpc.StatusCode.UNKNOWN)
+                    detail = ended.detail if ended.HasField("detail") else None
+                    text = detail.message if detail is not None else status.name.lower()
+                    raise error_from_rpc(StreamedProposalError(status, text, detail))
+                for event in assembly.events(item):
+                    yield event
+        finally:
+            # still followed on a live call: the member stops at once (not a cancelled call)
+            if self._queues.pop(id_, None) is not None and self._call is call:
+                self._send(ledger_pb2.FollowRequest(unfollow=ledger_pb2.Unfollow(id=id_)))
+
+    def _send(self, req: ledger_pb2.FollowRequest) -> None:
+        self._out.append(req)
+        self._wake.set()
+
+    def _open(self) -> None:
+        # shared by every view: no request's id in its metadata or its tasks' log lines
+        call = self._stub.Follow()
+        self._call = call
+        self._out = []
+        for work in (self._write(call), self._read(call)):
+            task = asyncio.get_running_loop().create_task(work, context=contextvars.Context())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _write(self, call: Any) -> None:
+        try:
+            while self._call is call:
+                if not self._out:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                batch, self._out = self._out, []
+                for req in batch:
+                    await call.write(req)
+        except grpc.RpcError as exc:
+            self.broken(call, exc)
+        except Exception:  # the call ended under the write (InvalidStateError, UsageError)
+            self.broken(call, None)
+
+    async def _read(self, call: Any) -> None:
+        try:
+            async for msg in call:
+                for ev in msg.events:
+                    queue = self._queues.get(ev.id)
+                    if queue is None:
+                        continue  # unfollowed here: what was already on the way
+                    if ev.HasField("ended"):
+                        del self._queues[ev.id]  # over on the member: no Unfollow
+                    queue.put_nowait(ev)
+        except grpc.RpcError as exc:
+            self.broken(call, exc)
+            return
+        self.broken(call, None)
+
+    def broken(self, call: Any, exc: grpc.RpcError | None, why: str = "") -> None:
+        """Fail every follow on ``call`` at once; the next follow opens a new call."""
+        if call is None or self._call is not call:
+            return
+        self._call = None
+        call.cancel()
+        code = getattr(exc, "code", lambda: None)() if exc is not None else None
+        failure: BaseException
+        if code is grpc.StatusCode.UNIMPLEMENTED:
+            self.unimplemented = True
+            failure = FollowUnimplemented()
+        else:
+            why = why or ("ended" if exc is None else f"broke ({code}: {exc.details()})")
+            failure = Unavailable(f"follow stream to ledger member {self.address} {why}")
+            if self.on_broken is not None:
+                self.on_broken(self)
+        queues, self._queues = self._queues, {}
+        for queue in queues.values():
+            queue.put_nowait(failure)
+        self._wake.set()  # the writer of ``call`` sees it is no longer current and ends
+
+    def leave(self, why: str) -> None:
+        """The member went silent: fail its follows over to another member."""
+        self.broken(self._call, None, why)
+
+    def close(self) -> None:
+        """Send no more: the member ends the call and its follows."""
+        call, self._call = self._call, None
+        if call is not None:
+            task = asyncio.get_running_loop().create_task(call.done_writing())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._wake.set()
+
+
 class GrpcLedger:
     """A LedgerPort over gRPC to the members at ``addresses`` (``HOST:PORT``)."""
 
@@ -226,6 +407,7 @@ class GrpcLedger:
         clock: Callable[[], float] = time.monotonic,
         message_bytes_max: int = DEFAULT_LIMITS.rpc_message_bytes_max,
         stream_proposals: bool = True,
+        follow_streams: bool = True,
     ) -> None:
         if not addresses:
             raise Unavailable("no ledger members configured (ledger.members)")
@@ -244,6 +426,9 @@ class GrpcLedger:
         # one ProposeStream per member address, opened on its first proposal
         self._stream_proposals = stream_proposals
         self._streams: dict[str, ProposalStream] = {}
+        # one Follow call per member address, carrying every view's subscription there
+        self._follow_streams = follow_streams
+        self._muxes: dict[str, FollowMux] = {}
 
     def _open(self, address: str) -> grpc.aio.Channel:
         return open_channel(address, message_bytes_max=self._message_bytes_max)
@@ -265,6 +450,8 @@ class GrpcLedger:
         self._next = self._addresses.index(current) if current in self._addresses else 0
         for address in [a for a in self._streams if a in old]:
             self._streams.pop(address).close()
+        for address in [a for a in self._muxes if a in old]:
+            self._muxes.pop(address).close()
         for channel in old.values():
             task = asyncio.get_running_loop().create_task(channel.close(grace=self._timeout))
             self._retiring[task] = channel
@@ -356,6 +543,9 @@ class GrpcLedger:
             for call in self._subs.get(address, ()):
                 self._abandoned.add(call)
                 call.cancel()
+            mux = self._muxes.get(address)
+            if mux is not None:
+                mux.leave("went silent")
 
     async def activate(self, name: str, create: CreateMode, head: bytes) -> Activated:
         req = ledger_pb2.ActivateRequest(repo=name, create=CREATE_MODES[create], head=head)
@@ -446,29 +636,45 @@ class GrpcLedger:
     async def subscribe(
         self, name: str, incarnation: int, after_version: int
     ) -> AsyncIterator[FollowEvent]:
+        """On the member's Follow call (docs/rpc.md, Follow); a member without it (an
+        older ledger, a rolling upgrade) gets a Subscribe call of its own."""
+        index = self._next
+        address = self._addresses[index]
+        if self._follow_streams:
+            mux = self._muxes.get(address)
+            if mux is None:
+                mux = self._muxes[address] = FollowMux(self._stubs[index], address)
+                mux.on_broken = self._mux_broken
+            if not mux.unimplemented:
+                try:
+                    async for event in mux.follow(name, incarnation, after_version):
+                        yield event
+                    return
+                except FollowUnimplemented:
+                    pass  # nothing of it was yielded: the member answers before any event
+        async for event in self._subscribe_call(index, name, incarnation, after_version):
+            yield event
+
+    def _mux_broken(self, mux: FollowMux) -> None:
+        """Follow again on the next member: the broken one is likely gone (killed, cut)."""
+        if self._addresses[self._next] == mux.address and len(self._addresses) > 1:
+            self._next = (self._next + 1) % len(self._addresses)
+
+    async def _subscribe_call(
+        self, index: int, name: str, incarnation: int, after_version: int
+    ) -> AsyncIterator[FollowEvent]:
         req = ledger_pb2.SubscribeRequest(
             repo=name, incarnation=incarnation, after_version=after_version
         )
-        address = self._addresses[self._next]
-        call = self._stubs[self._next].Subscribe(req)
+        address = self._addresses[index]
+        call = self._stubs[index].Subscribe(req)
         subs = self._subs.setdefault(address, set())
         subs.add(call)
-        parts: list[bytes] = []
-        inline: dict[bytes, bytes] = {}
+        assembly = _Assembly()
         try:
             async for msg in call:
-                if msg.HasField("inline_layer"):
-                    inline[msg.inline_layer.root] = msg.inline_layer.data
-                    continue
-                if msg.HasField("snapshot"):
-                    parts.append(msg.snapshot.data)
-                    if msg.snapshot.last:
-                        state = decode_state(b"".join(parts))
-                        yield SnapshotEvent(state, MappingProxyType(inline))
-                        parts, inline = [], {}
-                    continue
-                for change in msg.changes.changes:
-                    yield ChangeEvent(change.version, decode_change(change.effects))
+                for event in assembly.events(msg):
+                    yield event
         except grpc.RpcError as exc:
             if call in self._abandoned:
                 raise Unavailable(f"ledger member {address} went silent") from None
@@ -494,6 +700,9 @@ class GrpcLedger:
         for stream in self._streams.values():
             stream.close()
         self._streams.clear()
+        for mux in self._muxes.values():
+            mux.close()
+        self._muxes.clear()
         for channel in self._channels:
             await channel.close()
         for channel in list(self._retiring.values()):

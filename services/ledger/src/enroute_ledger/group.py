@@ -78,7 +78,7 @@ class Group:
     ``reads`` or ``waiters`` rebuilds it first from the durable log (``_waker``).
     """
 
-    __slots__ = ("_changed", "_live", "_waker", "applied", "born", "dropped", "gid")
+    __slots__ = ("_changed", "_live", "_waker", "applied", "born", "dropped", "followers", "gid")
 
     def __init__(
         self,
@@ -94,6 +94,9 @@ class Group:
         self.dropped = False
         self._waker = waker
         self._changed: asyncio.Event | None = None
+        self.followers: list[Callable[[], None]] | None = None
+        """Called at every change: the Follow cursors of this group (enroute_ledger.follow)
+        mark their stream due, instead of a task per follow waiting on ``changed``."""
         self._live: _Live | _Summary = _Live(mem)
 
     def _awake(self, mem: MemoryStorage) -> None:
@@ -220,3 +223,5 @@ class Group:
         ev, self._changed = self._changed, None
         if ev is not None:
             ev.set()
+        for due in self.followers or ():
+            due()

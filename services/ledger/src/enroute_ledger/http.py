@@ -83,6 +83,8 @@ RUNTIME_COUNTERS: tuple[tuple[str, str], ...] = (
     ("trace.phase_queue_s", "enroute_ledger_phase_queue_seconds"),
     ("trace.phase_replicate_s", "enroute_ledger_phase_replicate_seconds"),
     ("client.proposals_total", "enroute_ledger_proposals"),
+    ("follow_streams", "enroute_ledger_follow_streams"),
+    ("follow_streams_ended", "enroute_ledger_follow_streams_ended"),
     ("propose_streams", "enroute_ledger_propose_streams"),
     ("propose_streams_ended", "enroute_ledger_propose_streams_ended"),
     ("ready_groups", "enroute_ledger_ready_groups"),

@@ -234,6 +234,11 @@ class Runtime:
     """Subscribe streams opened here (docs/raft.md, "Parked subscriptions")."""
     subscriptions_ended = 0
     """Subscribe streams ended: by the subscriber (a compute evicting a view), or here."""
+    follow_streams = 0
+    """Follow calls opened here, one per compute (docs/rpc.md, Follow); each follow on
+    one counts in ``subscriptions`` and ``subscriptions_ended`` as a Subscribe call does."""
+    follow_streams_ended = 0
+    """Follow calls ended: by the compute, a broken connection, or here."""
     propose_streams = 0
     """ProposeStream calls opened here (docs/rpc.md, ProposeStream)."""
     propose_streams_ended = 0
@@ -696,6 +701,15 @@ class Runtime:
             self.handle_s += self.clock() - t
 
     async def _do_drops(self) -> None:
+        batch = self.drop_batch()
+        if batch is not None:
+            await asyncio.wrap_future(self.store.submit(batch))
+
+    def drop_batch(self) -> WriteBatch | None:
+        """The groups :meth:`drop` queued, out of the Raft maps now, and the write that
+        takes them off the disk (None: none queued). Done between Readies."""
+        if not self._drops:
+            return None
         drops, self._drops = self._drops, []
         batch = WriteBatch()
         for g in drops:
@@ -703,7 +717,7 @@ class Runtime:
             with contextlib.suppress(NotFound):
                 self.mr.drop_group(g.gid)
             batch.drop_group(store_gid(g.gid))
-        await asyncio.wrap_future(self.store.submit(batch))
+        return batch
 
     def compact(self, g: Group, state: RepoState, index: int) -> None:
         """Truncate the log up to ``index``, where ``state`` was applied and checkpointed.

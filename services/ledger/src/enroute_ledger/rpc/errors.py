@@ -29,7 +29,21 @@ async def abort_with(
     raise AssertionError("abort returned")  # pragma: no cover
 
 
+def status_and_detail(err: EnrouteError) -> tuple[int, ErrorDetail]:
+    """The status number and detail ``abort_with`` would set, for a message to carry."""
+    detail = ErrorDetail(code=err.code, message=err.message, details_json=_details_json(err))
+    return status_of(err.code).value[0], detail
+
+
 def proposal_error(err: EnrouteError) -> ledger_pb2.ProposalError:
     """The status and detail ``abort_with`` would set, as one streamed proposal's outcome."""
-    detail = ErrorDetail(code=err.code, message=err.message, details_json=_details_json(err))
-    return ledger_pb2.ProposalError(status=status_of(err.code).value[0], detail=detail)
+    status, detail = status_and_detail(err)
+    return ledger_pb2.ProposalError(status=status, detail=detail)
+
+
+def follow_ended(err: EnrouteError | None) -> ledger_pb2.FollowEnded:
+    """A follow's end: OK, or the status and detail a Subscribe call would end with."""
+    if err is None:
+        return ledger_pb2.FollowEnded()
+    status, detail = status_and_detail(err)
+    return ledger_pb2.FollowEnded(status=status, detail=detail)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -15,15 +16,14 @@ from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_core.drain import Drain
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 
+from ..follow import ChangesOut, FollowStream, InlineOut, PartOut, Piece, snapshot_pieces
 from ..lifecycle import ChangeOut, Lifecycle, SnapshotOut
 from ..runtime import Runtime
 from .convert import SnapshotAssembler, batch_from_proto, state_to_proto
-from .errors import abort_with, proposal_error
+from .errors import abort_with, follow_ended, proposal_error
 
 log = logging.getLogger("enroute.ledger.rpc")
 Ctx = Any  # grpc.aio.ServicerContext; the generated stubs type it as a union of both APIs
-
-_SNAPSHOT_CHUNK_BYTES = 1 << 20
 
 
 class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
@@ -212,6 +212,44 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         except EnrouteError as e:
             await abort_with(context, e)
 
+    async def Follow(
+        self, request_iterator: AsyncIterator[ledger_pb2.FollowRequest], context: Ctx
+    ) -> AsyncIterator[ledger_pb2.FollowResponse]:
+        """Many subscriptions on one call (docs/rpc.md, Follow; enroute_ledger.follow).
+
+        The caller's Follow and Unfollow are read as they come; each follow is a cursor
+        that its group's changes mark due, and this generator sends what is due. The
+        call ends when the caller closes its side or goes away; its follows go with it.
+        """
+        stream = FollowStream(self.lc)
+
+        async def read() -> None:
+            try:
+                async for req in request_iterator:
+                    op = req.WhichOneof("op")
+                    if op == "follow":
+                        f = req.follow
+                        if self.drain.draining:  # a stopping member: follow on another one
+                            stream.refuse(f.id, f.repo, self.drain.refusal())
+                        else:
+                            stream.follow(f.id, f.repo, f.incarnation, f.after_version)
+                    elif op == "unfollow":
+                        stream.unfollow(req.unfollow.id)
+            finally:
+                stream.end()
+
+        rt = self.lc.rt
+        rt.follow_streams += 1
+        reader = asyncio.create_task(read(), context=contextvars.Context())
+        try:
+            while batch := await stream.next_batch():
+                yield ledger_pb2.FollowResponse(events=[_follow_event(i, p) for i, p in batch])
+                del batch  # parked below: hold no change or snapshot bytes
+        finally:
+            rt.follow_streams_ended += 1
+            reader.cancel()
+            stream.close()
+
     async def Barrier(
         self, request: ledger_pb2.BarrierRequest, context: Ctx
     ) -> ledger_pb2.BarrierResponse:
@@ -267,16 +305,29 @@ def _responses(ev: SnapshotOut | ChangeOut) -> Iterator[ledger_pb2.SubscribeResp
         change = ledger_pb2.Change(version=ev.version, effects=ev.change)
         yield ledger_pb2.SubscribeResponse(changes=ledger_pb2.ChangeBatch(changes=[change]))
         return
-    for root, layer in ev.inline:
-        yield ledger_pb2.SubscribeResponse(
-            inline_layer=ledger_pb2.InlineLayer(root=root, data=layer)
-        )
-    data = ev.checkpoint
-    for i in range(0, max(len(data), 1), _SNAPSHOT_CHUNK_BYTES):
-        part = data[i : i + _SNAPSHOT_CHUNK_BYTES]
-        last = i + _SNAPSHOT_CHUNK_BYTES >= len(data)
-        yield ledger_pb2.SubscribeResponse(
-            snapshot=ledger_pb2.SnapshotPart(
-                incarnation=ev.incarnation, version=ev.version, data=part, last=last
-            )
-        )
+    for piece in snapshot_pieces(ev):
+        if isinstance(piece, InlineOut):
+            yield ledger_pb2.SubscribeResponse(inline_layer=_inline(piece))
+        else:
+            yield ledger_pb2.SubscribeResponse(snapshot=_part(piece))
+
+
+def _inline(p: InlineOut) -> ledger_pb2.InlineLayer:
+    return ledger_pb2.InlineLayer(root=p.root, data=p.data)
+
+
+def _part(p: PartOut) -> ledger_pb2.SnapshotPart:
+    return ledger_pb2.SnapshotPart(
+        incarnation=p.incarnation, version=p.version, data=p.data, last=p.last
+    )
+
+
+def _follow_event(id_: int, p: Piece) -> ledger_pb2.FollowEvent:
+    if isinstance(p, ChangesOut):
+        changes = [ledger_pb2.Change(version=v, effects=c) for v, c in p.changes]
+        return ledger_pb2.FollowEvent(id=id_, changes=ledger_pb2.ChangeBatch(changes=changes))
+    if isinstance(p, PartOut):
+        return ledger_pb2.FollowEvent(id=id_, snapshot=_part(p))
+    if isinstance(p, InlineOut):
+        return ledger_pb2.FollowEvent(id=id_, inline_layer=_inline(p))
+    return ledger_pb2.FollowEvent(id=id_, ended=follow_ended(p.error))
