@@ -33,17 +33,22 @@ from dataclasses import dataclass, field
 from raft_sim import SimFailure, _describe
 from sim_store import SimStore
 
-from enroute_core.base.errors import EnrouteError, ProposalDropped
+from enroute_core.base.errors import EnrouteError, ProposalDropped, Unavailable
 from enroute_core.base.ids import LogIndex, NodeId, ObjectId
 from enroute_core.state import (
     MISSING,
     Activate,
     Commit,
+    Delete,
+    OutcomeCode,
     RefStatus,
     RefUpdate,
+    RepoState,
+    apply,
     decode_change,
     encode_command,
 )
+from enroute_ledger.client import Proposal, ReadBarrier
 from enroute_ledger.machine import Applied, command_entry, genesis_entry
 from enroute_ledger.multiraft import Batch, GroupId
 from enroute_ledger.raft import ConfChange, ConfChangeType, MessageType, Role
@@ -65,8 +70,11 @@ class DriverParams:
     heartbeat_ticks: int = 2
     loss: float = 0.05
     duplicate: float = 0.03
-    client_timeout_steps: int = 80
-    retry_steps: int = 25
+    client_timeout_s: float = 2.0
+    """A client call's deadline on the voter's clock (20 ticks)."""
+    recreate_chance: float = 0.06
+    """Of a fault: delete a repository and create it again (seed 001, "Lifecycle")."""
+    recreates_max: int = 2
     wipes: bool = False
     wipe_chance: float = 0.5
     membership_changes: bool = True
@@ -84,42 +92,28 @@ def params_for(seed: int) -> DriverParams:
     )
 
 
-class SimFuture:
-    """What the runtime answers a proposal or a read through (done, set_result)."""
-
-    __slots__ = ("_result", "_set")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._result: object = None
-
-    def done(self) -> bool:
-        return self._set
-
-    def set_result(self, value: object) -> None:
-        self._set, self._result = True, value
-
-    def set_exception(self, exc: BaseException) -> None:
-        self._set, self._result = True, exc
-
-    def result(self) -> object:
-        return self._result
-
-
 @dataclass(slots=True)
 class ClientOp:
+    """One client call at one voter, through the driver's client API (enroute_ledger.client):
+    a proposal or a read barrier, polled each step as the coroutines poll it."""
+
     op_id: int
     repo: str
     input: tuple[object, ...]
     node: NodeId
     life: int
-    started: int
-    data: bytes = b""
-    fut: SimFuture | None = None
-    view: tuple[int, int | None] = (0, None)
-    tried: int = 0
-    read_index: int | None = None
-    ctx: bytes = b""
+    g: Group
+    call: Proposal | ReadBarrier
+
+
+@dataclass(slots=True)
+class Genesis:
+    """A genesis proposal open at a voter (Lifecycle's claim, or a restore)."""
+
+    node: NodeId
+    life: int
+    g: Group
+    call: Proposal
 
 
 @dataclass(slots=True)
@@ -174,7 +168,13 @@ class DriverSim:
         self.next_op = 1
         self.acked: set[int] = set()
         self.next_blank = 1
-        self.incarnation: dict[str, int] = {}
+        self.incarnation = dict.fromkeys(REPOS, 1)
+        self.unborn = set(REPOS)
+        """Repositories whose current incarnation has no genesis applied at a leader yet."""
+        self.genesis_base: dict[str, RepoState] = dict.fromkeys(REPOS, MISSING)
+        self.genesis: dict[str, Genesis] = {}
+        self.deleting: dict[str, ClientOp] = {}
+        self.recreates = 0
         # -- invariants --
         self.leaders: dict[tuple[GroupId, int], NodeId] = {}
         self.committed: dict[tuple[GroupId, int], tuple[int, bytes]] = {}
@@ -253,16 +253,21 @@ class DriverSim:
                 self._join(v, gid)
         else:
             # the stored groups (a blank one keeps its mark); a voter added later hosts
-            # a group at its first message
+            # a group at its first message; ended incarnations are dropped (startup)
             rt.recover()
+            self._drop_ended(v)
 
-    def _join(self, v: Voter, gid: GroupId) -> None:
-        """Host ``gid`` as the Lifecycle does (its boot rows durable first)."""
+    def _join(self, v: Voter, gid: GroupId, *, campaign: bool = False) -> None:
+        """Host ``gid`` as the Lifecycle does (its boot rows durable first); never an
+        ended incarnation (its peers' messages for it are forgotten)."""
         rt = v.rt
         assert rt is not None
-        if gid in rt.groups or gid not in self.gids.values():
+        if gid in rt.groups:
             return
-        boot = rt.boot_rows(gid, gid.repo.decode(), campaign=False)
+        if gid not in self.gids.values():
+            rt.forget_orphans(gid)
+            return
+        boot = rt.boot_rows(gid, gid.repo.decode(), campaign=campaign)
         v.store.commit(boot.batch)
         rt.booted(boot)
 
@@ -284,6 +289,7 @@ class DriverSim:
         self._count("snapshots_applied", rt.snapshots_applied)
         self._count("duplicates_skipped", rt.duplicates_skipped)
         self._count("early_sent", rt.early_sent)
+        self._count("repropose", rt.client.reproposals)
 
     def _may_wipe(self) -> bool:
         """One lost disk at a time, as in raft_sim (two lost before the first is readmitted
@@ -311,7 +317,12 @@ class DriverSim:
         """The runtime's loop: take a Ready, write it, and finish it once it is durable."""
         for _ in range(3):
             rt = v.rt
-            if rt is None or v.inflight is not None or not rt.mr.has_ready():
+            if rt is None or v.inflight is not None:
+                return
+            drops = rt.drop_batch()  # between Readies, as the loop's _drain
+            if drops is not None:
+                v.store.commit(drops)
+            if not rt.mr.has_ready():
                 return
             rnd = rt.begin_ready(rt.mr.ready())
             if rnd.batch.ops:
@@ -343,6 +354,8 @@ class DriverSim:
                 f"state machine safety: n{v.id} applied {g.repo}@{g.applied} to {digest}, "
                 f"another voter to {seen}"
             )
+        if not res.change:
+            return  # a genesis after the first (EXISTS), or a restore: moves no ref
         change = decode_change(res.change)
         if change.refs and change.refs[0].status is RefStatus.OK:
             # a commit sets the ref's time to its stamp, the client's op id: one op
@@ -395,7 +408,7 @@ class DriverSim:
 
     def _finish(self, op: ClientOp, how: str, output: object = None) -> None:
         del self.open_ops[op.op_id]
-        self._forget(op)
+        self._close(op)
         if how == "ok":
             self.history.ok(op.op_id, output)
             self.acked.add(op.op_id)
@@ -405,28 +418,29 @@ class DriverSim:
             self.history.info(op.op_id)
         self._count(f"op_{how}")
 
-    def _forget(self, op: ClientOp) -> None:
-        """What Runtime.propose's ``finally`` does: the answered waiter leaves its group."""
+    def _close(self, op: ClientOp | Genesis) -> None:
+        """What the coroutines' ``finally`` does: the call leaves its group."""
         v = self.voters[op.node]
         if v.rt is None or v.life != op.life:
             return
-        g = v.rt.groups[self.gids[op.repo]]
-        if g.hibernated:
-            return
-        waiting = g.reads if op.input[0] == "read" else g.proposals
-        for key, fut in list(waiting.items()):
-            if fut is op.fut or key == op.ctx:
-                del waiting[key]
+        if isinstance(op.call, ReadBarrier):
+            v.rt.client.close_read(op.call, op.g)
+        else:
+            v.rt.client.close(op.call, op.g)
+
+    def _pick(self, repo: str) -> Voter | None:
+        gid = self.gids[repo]
+        up = [v for v in self._up() if v.rt is not None and gid in v.rt.groups]
+        if not up:
+            return None
+        lead = self.leader_of(repo)
+        return lead if lead is not None and self.rng.random() < 0.7 else self.rng.choice(up)
 
     def client(self, *, repo: str | None = None, node: Voter | None = None) -> ClientOp | None:
         repo = repo or self.rng.choice(REPOS)
+        node = node or self._pick(repo)
         if node is None:
-            gid = self.gids[repo]
-            up = [v for v in self._up() if v.rt is not None and gid in v.rt.groups]
-            if not up:
-                return None
-            lead = self.leader_of(repo)
-            node = lead if lead is not None and self.rng.random() < 0.7 else self.rng.choice(up)
+            return None
         kind = self.rng.choice(("read", "cas", "cas"))
         op_input: tuple[object, ...]
         if kind == "read":
@@ -434,90 +448,74 @@ class DriverSim:
         else:
             old = self.rng.choice((None, *range(VALUES)))
             op_input = ("cas", old, self.rng.randrange(VALUES))
-        op = ClientOp(self.next_op, repo, op_input, node.id, node.life, self.step_no)
-        self.next_op += 1
-        self.ops[op.op_id] = op
-        self.open_ops[op.op_id] = op
-        self.history.invoke(op.op_id, repo, *op_input)
+        data = b""
         if kind == "cas":
             upd = RefUpdate(MAIN, None if old is None else _oid(old), _oid(int(op_input[2])))  # type: ignore[arg-type]
-            cmd = Commit(self.incarnation[repo], (upd,), None, op.op_id, True)
-            op.data = command_entry(op.op_id.to_bytes(16, "big"), encode_command(cmd))
-        if not self._attempt(op, node):
-            self._finish(op, "fail")
+            cmd = Commit(self.incarnation[repo], (upd,), None, self.next_op, True)
+            data = encode_command(cmd)
+        return self._call(repo, node, op_input, data)
+
+    def _call(
+        self, repo: str, node: Voter, op_input: tuple[object, ...], command: bytes
+    ) -> ClientOp:
+        """Open a call at ``node`` as Lifecycle.propose / describe does, and poll it once."""
+        rt = node.rt
+        assert rt is not None
+        g = rt.groups[self.gids[repo]]
+        op_id = self.next_op
+        self.next_op += 1
+        self.history.invoke(op_id, repo, *op_input)
+        deadline = self.now + self.p.client_timeout_s
+        call: Proposal | ReadBarrier
+        if op_input[0] == "read":
+            call = rt.client.open_read(g, deadline)
+        else:
+            rid = op_id.to_bytes(16, "big")  # a caller's request id, kept across its retries
+            call = rt.client.open(g, command_entry(rid, command), rid, deadline)
+        op = ClientOp(op_id, repo, op_input, node.id, node.life, g, call)
+        self.ops[op_id] = op
+        self.open_ops[op_id] = op
+        self._poll(op)
         return op
 
-    def _attempt(self, op: ClientOp, v: Voter) -> bool:
-        """Propose (or read) at ``v``; False when Raft refused it at once."""
-        rt = v.rt
-        assert rt is not None
-        gid = self.gids[op.repo]
-        g = rt.groups[gid]
-        op.tried = self.step_no
-        self._forget(op)
-        fut = op.fut = SimFuture()
-        try:
-            if op.input[0] == "read":
-                ctx = op.ctx = op.op_id.to_bytes(8, "big") + op.tried.to_bytes(8, "big")
-                g.reads[ctx] = fut  # type: ignore[assignment]
-                rt.mr.read_index(gid, ctx)
-            else:
-                g.proposals[op.data[1:17]] = fut  # type: ignore[assignment]
-                rt.mr.propose(gid, op.data)
-        except ProposalDropped:
-            return False
-        lead = rt.mr.lead_of(gid)
-        op.view = (rt.mr.term_of(gid), None if lead is None else int(lead))
-        return True
+    def _poll(self, op: ClientOp) -> None:
+        v = self.voters[op.node]
+        if v.rt is None or v.life != op.life:
+            return
+        if isinstance(op.call, ReadBarrier):
+            v.rt.client.poll_read(op.call, op.g, self.now)
+        else:
+            v.rt.client.poll(op.call, op.g, self.now)
+        if op.call.done:
+            self._answer(op)
 
     def _serve(self) -> None:
-        """Answer what the runtimes answered; propose again what a view change may have lost."""
+        """Poll every open call, as its coroutine does on each change of its group."""
         for op in list(self.open_ops.values()):
-            v = self.voters[op.node]
-            if v.rt is None or v.life != op.life:
-                continue
-            rt, gid = v.rt, self.gids[op.repo]
-            if op.input[0] == "read":
-                self._serve_read(op, rt)
-                continue
-            assert op.fut is not None
-            if op.fut.done():
-                self._answer(op, op.fut.result())
-                continue
-            lead = rt.mr.lead_of(gid)
-            view = (rt.mr.term_of(gid), None if lead is None else int(lead))
-            if view != op.view or self.step_no - op.tried > self.p.retry_steps:
-                self._count("repropose")
-                self._attempt(op, v)  # the same id: the window applies it once
+            self._poll(op)
 
-    def _serve_read(self, op: ClientOp, rt: Runtime) -> None:
-        g = rt.groups[self.gids[op.repo]]
-        if op.read_index is None:
-            if op.fut is not None and op.fut.done():
-                res = op.fut.result()
-                if isinstance(res, BaseException):
-                    self._finish(op, "fail")
-                    return
-                op.read_index = int(res)  # type: ignore[call-overload]
+    def _answer(self, op: ClientOp) -> None:
+        call = op.call
+        if isinstance(call, ReadBarrier):
+            if call.error is not None:
+                self._finish(op, "fail")
+            else:  # the barrier passed: read the applied state, as describe does
+                self._finish(op, "ok", _value(op.g.state.refs))
             return
-        if g.applied >= op.read_index:
-            self._finish(op, "ok", _value(g.state.refs))
-
-    def _answer(self, op: ClientOp, res: object) -> None:
-        if not isinstance(res, Applied):
-            self._finish(op, "info")
+        if call.error is not None:
+            # Unavailable: nothing was appended; a timeout or a drop: unknown
+            self._finish(op, "fail" if isinstance(call.error, Unavailable) else "info")
+            return
+        res = call.result()
+        if op.input[0] == "write":  # a Delete: the register reads None from its apply on
+            done = res.outcome.code in (OutcomeCode.OK, OutcomeCode.ALREADY_DELETED)
+            self._finish(op, "ok" if done else "info")
             return
         change = decode_change(res.change)
-        if not change.refs:  # a copy answered after the details were let go
+        if not change.refs:  # a copy answered after the details were let go, or ended
             self._finish(op, "info")
             return
         self._finish(op, "ok", change.refs[0].status is RefStatus.OK)
-
-    def _expire(self) -> None:
-        limit = self.step_no - self.p.client_timeout_steps
-        for op in list(self.open_ops.values()):
-            if op.started < limit:
-                self._finish(op, "info")
 
     # -- faults ----------------------------------------------------------------------------
 
@@ -532,18 +530,21 @@ class DriverSim:
         elif r < 0.5:
             if down:
                 self._restart(self.rng.choice(down))
-        elif r < 0.62:
+        elif r < 0.6:
             side = frozenset(n for n in sorted(self.voters) if self.rng.random() < 0.5)
             self.partition = side
             self._log(f"partition {sorted(side)}")
             self._count("partition")
-        elif r < 0.74:
+        elif r < 0.7:
             self.partition = None
             self._log("heal")
-        elif r < 0.84:
+        elif r < 0.8:
             self._transfer()
-        elif up:
-            self._compact(self.rng.choice(up))
+        elif r < 1.0 - self.p.recreate_chance:
+            if up:
+                self._compact(self.rng.choice(up))
+        else:
+            self._begin_recreate()
 
     def _transfer(self) -> None:
         repo = self.rng.choice(REPOS)
@@ -573,6 +574,107 @@ class DriverSim:
             rt.compacted(done)
             self._log(f"compact n{v.id} {g.repo} at {g.applied}")
             self._count("compact")
+
+    # -- lifecycle (seed 001, "Lifecycle"): genesis, delete, create again ------------------
+
+    def _drive_genesis(self) -> None:
+        """Propose each unborn group's genesis at its leader through the client API, as
+        Lifecycle's claim (or a node restoring it) does; done once a leader applied it."""
+        for repo in sorted(self.unborn):
+            lead = self.leader_of(repo)
+            open_call = self.genesis.get(repo)
+            if open_call is not None:
+                v = self.voters[open_call.node]
+                if v.rt is not None and v.life == open_call.life and not open_call.call.done:
+                    v.rt.client.poll(open_call.call, open_call.g, self.now)
+                if open_call.call.done or v.rt is None or v.life != open_call.life:
+                    self._close(open_call)
+                    del self.genesis[repo]
+            if lead is None or lead.rt is None:
+                continue
+            g = lead.rt.groups[self.gids[repo]]
+            if g.born:
+                self.unborn.discard(repo)
+                if self.genesis.get(repo) is not None:
+                    self._close(self.genesis.pop(repo))
+                self._log(f"{repo}: incarnation {g.state.incarnation} born")
+                continue
+            if repo not in self.genesis and self.step_no % 5 == 0:
+                act = Activate(create=True, head=MAIN)
+                rid = lead.rt.request_id()
+                entry = genesis_entry(rid, self.genesis_base[repo], act)
+                call = lead.rt.client.open(g, entry, rid, self.now + self.p.client_timeout_s)
+                self.genesis[repo] = Genesis(lead.id, lead.life, g, call)
+                lead.rt.client.poll(call, g, self.now)
+
+    def _begin_recreate(self) -> None:
+        """Delete a repository through the log (its register reads None from then on);
+        once the tombstone applied, the next incarnation is created and the old group
+        dropped on every voter (Lifecycle: claim, ``_drop_older``)."""
+        repo = self.rng.choice(REPOS)
+        if (
+            self.recreates >= self.p.recreates_max
+            or repo in self.unborn
+            or repo in self.deleting
+            or self.change is not None
+        ):
+            return
+        node = self._pick(repo)
+        if node is None:
+            return
+        self.recreates += 1
+        self._log(f"delete {repo} (incarnation {self.incarnation[repo]}) at n{node.id}")
+        cmd = encode_command(Delete(self.incarnation[repo]))
+        self.deleting[repo] = self._call(repo, node, ("write", None), cmd)
+
+    def _drive_recreate(self) -> None:
+        for repo, op in list(self.deleting.items()):
+            if op.op_id in self.open_ops:
+                continue
+            tomb = self._tombstone(repo)
+            if tomb is None:  # the delete was lost or is not applied yet: delete again
+                node = self._pick(repo)
+                if node is not None and self.step_no % 5 == 0:
+                    cmd = encode_command(Delete(self.incarnation[repo]))
+                    self.deleting[repo] = self._call(repo, node, ("write", None), cmd)
+                continue
+            del self.deleting[repo]
+            self._recreate(repo, tomb)
+
+    def _tombstone(self, repo: str) -> RepoState | None:
+        """The deleted state of ``repo``'s group, if a voter applied the tombstone."""
+        gid = self.gids[repo]
+        for v in self._up():
+            assert v.rt is not None
+            g = v.rt.groups.get(gid)
+            if g is not None and g.born and g.deleted:
+                return g.state
+        return None
+
+    def _recreate(self, repo: str, tomb: RepoState) -> None:
+        claimed = apply(tomb, Activate(create=True, head=MAIN), log_index=0).state
+        new = hosted_gid(repo.encode(), claimed.incarnation)
+        self.gids[repo] = new
+        self.incarnation[repo] = claimed.incarnation
+        self.genesis_base[repo] = tomb
+        self.unborn.add(repo)
+        self._log(f"create {repo} incarnation {claimed.incarnation}; drop the old one")
+        self._count("recreated")
+        claimant = self.rng.choice([v for v in self._up() if v.id in self.members])
+        self._join(claimant, new, campaign=True)
+        for v in self._up():
+            self._drop_ended(v)
+
+    def _drop_ended(self, v: Voter) -> None:
+        """Drop every hosted incarnation that is not the current one (Lifecycle's
+        ``_drop_older`` and ``startup``)."""
+        rt = v.rt
+        assert rt is not None
+        live = set(self.gids.values())
+        for gid, g in list(rt.groups.items()):
+            if gid not in live:
+                rt.drop(g)
+                self._count("dropped")
 
     # -- membership changes (docs/raft.md, "Membership changes") ----------------------------
 
@@ -734,10 +836,11 @@ class DriverSim:
 
     def _after(self) -> None:
         self._drive_change()
+        self._drive_recreate()
+        self._drive_genesis()
         for v in self._up():
             self._take_ready(v)
         self._serve()
-        self._expire()
         self.check()
 
     def step(self) -> None:
@@ -784,22 +887,8 @@ class DriverSim:
         """Every group elects a leader and applies its genesis (Lifecycle's create)."""
         for _ in range(self.p.calm_steps_max):
             self.calm_step()
-            pending = [repo for repo in REPOS if repo not in self.incarnation]
-            if not pending:
+            if not self.unborn:
                 return
-            for repo in pending:
-                lead = self.leader_of(repo)
-                if lead is None or lead.rt is None:
-                    continue
-                g = lead.rt.groups[self.gids[repo]]
-                if g.born:
-                    self.incarnation[repo] = g.state.incarnation
-                    continue
-                if self.step_no % 10 == 0:
-                    act = Activate(create=True, head=MAIN)
-                    rid = repo.encode().ljust(16, b"\0")
-                    with contextlib.suppress(ProposalDropped):
-                        lead.rt.mr.propose(self.gids[repo], genesis_entry(rid, MISSING, act))
         raise SimFailure(f"no genesis within {self.p.calm_steps_max} steps")
 
     def calm(self) -> None:
@@ -843,7 +932,7 @@ class DriverSim:
         assert lead.rt is not None
         gid = self.gids[repo]
         commit = lead.rt.mr.commit_of(gid)
-        if self.change is not None:
+        if self.change is not None or repo in self.unborn or repo in self.deleting:
             return False
         for v in self.voters.values():
             if v.id not in self.members:

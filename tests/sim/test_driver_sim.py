@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 from driver_sim import DriverSim, SimFailure, SimReport, params_for, run_seed
 
-from enroute_ledger.machine import Done, GroupMachine, MachineState
+from enroute_ledger.client import Client, Proposal
+from enroute_ledger.machine import ID_BYTES, Done, GroupMachine, MachineState
 from enroute_ledger.multiraft import Batch, GroupReady
 from enroute_ledger.raft import ConfChange, ConfChangeType, EntryType
 from enroute_ledger.runtime import Group, Runtime
@@ -116,6 +117,8 @@ def test_schedules_exercise_every_fault() -> None:
         "op_ok",
         "op_info",
         "op_fail",
+        "recreated",
+        "dropped",
     ):
         assert totals.get(what, 0) > 0, (what, totals)
 
@@ -177,6 +180,25 @@ class ForgetsAppliedIds(Runtime):
         self.machine = _NoWindow(self.machine.window)
 
 
+class _NewIdOnRetry(Client):
+    def _take(self, p: Proposal, g: Group, now: float) -> float:
+        if p.attempt:  # a copy goes under a fresh id: the window cannot know it
+            g.proposals.pop(p.rid, None)
+            p.rid = self.request_id()
+            p.entry = p.entry[:1] + p.rid + p.entry[1 + ID_BYTES :]
+            g.proposals[p.rid] = p
+        return super()._take(p, g, now)
+
+
+class RetriesUnderANewId(Runtime):
+    """Its client API proposes a lost-looking entry again under a new request id (the
+    pure half, enroute_ledger.client): a copy of an applied commit applies again."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.client.__class__ = _NewIdOnRetry
+
+
 def _first_failure(runtime: type[Runtime]) -> tuple[int, str]:
     for seed in range(SEED_BASE, SEED_BASE + SCHEDULES):
         try:
@@ -195,9 +217,16 @@ def _first_failure(runtime: type[Runtime]) -> tuple[int, str]:
         ),
         (AppliesBeforeCommit, ("state machine safety", "linearizable", "disagree")),
         (DropsReadmit, ("never readmitted",)),
-        (ForgetsAppliedIds, ("applied twice", "repeat an id")),
+        (ForgetsAppliedIds, ("applied twice", "repeat an id", "linearizable")),
+        (RetriesUnderANewId, ("applied twice", "linearizable")),
     ],
-    ids=["send-before-persist", "apply-before-commit", "drop-readmit", "forget-applied-ids"],
+    ids=[
+        "send-before-persist",
+        "apply-before-commit",
+        "drop-readmit",
+        "forget-applied-ids",
+        "retry-under-new-id",
+    ],
 )
 def test_finds_a_planted_driver_bug(bug: type[Runtime], finding: tuple[str, ...]) -> None:
     seed, failure = _first_failure(bug)

@@ -265,7 +265,7 @@ class Client:
     def close_read(self, b: ReadBarrier, g: Group) -> None:
         if g.hibernated:
             return
-        if b.ctx and g.reads.get(b.ctx) is b.read:
+        if b.read is not None and g.reads.get(b.ctx) is b.read:
             del g.reads[b.ctx]
         if b.index is not None and not b.done:
             g.waiters = [(i, t) for i, t in g.waiters if t is not b]
@@ -303,11 +303,8 @@ class Client:
 
     def _ask(self, b: ReadBarrier, g: Group, now: float) -> float:
         if b.ctx:
-            g.reads.pop(b.ctx, None)
-        b.ctx = self.request_id()
-        b.read = Ticket()
-        b.read.waker = g.notify
-        g.reads[b.ctx] = b.read
+            g.reads.pop(b.ctx, None)  # an answer to the old context is not waited for
+        b.ctx, b.read = self.request_id(), None
         try:
             self.mr.read_index(g.gid, b.ctx)
         except ProposalDropped as e:
@@ -316,8 +313,11 @@ class Client:
                 return now
             b.retry_at = now + b.dropped_delay
             b.dropped_delay = min(b.dropped_delay * 2, DROPPED_RETRY_MAX_S)
-            b.read = None  # asked nothing: the next poll asks again
-            return b.retry_at
+            return b.retry_at  # asked nothing: the next poll asks again
+        # answered by a later Ready's read states, never by this call
+        b.read = Ticket()
+        b.read.waker = g.notify
+        g.reads[b.ctx] = b.read
         b.dropped_delay = DROPPED_RETRY_FIRST_S
         b.ask_until = now + READ_ASK_AGAIN_S
         return min(b.ask_until, b.deadline)
