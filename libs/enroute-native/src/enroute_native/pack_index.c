@@ -43,6 +43,7 @@
 #include "packfmt.h"
 
 #define ENTRY_HEADER_BYTES_MAX 30
+#define PACK_TRAILER_BYTES 20
 #define OBJ_BLOB 3
 #define NO_BASE (-1)
 #define EXTERNAL_BASE (-2)
@@ -82,6 +83,10 @@ typedef struct {
     Py_ssize_t window;
     /* result bytes the deltas read so far declare, and what the pack's size allows */
     unsigned long long declared, expansion_max;
+    /* streamed: the pack is still arriving; ``end`` is a bound until read_seq answers short,
+     * and the deltas may declare what the bytes read so far allow (free + ratio per byte) */
+    int streamed;
+    unsigned long long expansion_free, expansion_ratio;
     /* the sequential window */
     PyObject *win;
     long long win_start, read_pos;
@@ -312,6 +317,20 @@ call_read(PyObject *fn, long long offset, long long length)
     return chunk;
 }
 
+/* A streamed pack's sequential read: at most ``length`` bytes and at least ``minimum``, fewer
+ * only where the entry region ends (known once the body ended). */
+static PyObject *
+call_read_upto(PyObject *fn, long long offset, long long length, long long minimum)
+{
+    PyObject *chunk = PyObject_CallFunction(fn, "LLL", offset, length, minimum);
+    if (chunk != NULL && (!PyBytes_Check(chunk) || PyBytes_GET_SIZE(chunk) > length)) {
+        Py_DECREF(chunk);
+        PyErr_SetString(PyExc_ValueError, "a pack read returned other than the bytes asked");
+        return NULL;
+    }
+    return chunk;
+}
+
 /* Make the window hold [pos, pos + need), clipped to the entry region: the scanner's _fill. */
 static int
 fill(Run *r, long long pos, long long need)
@@ -328,9 +347,20 @@ fill(Run *r, long long pos, long long need)
     long long length = want_end - start > r->window ? want_end - start : r->window;
     if (length > r->end - start)
         length = r->end - start;
-    PyObject *chunk = length > 0 ? call_read(r->read_seq, start, length) : PyBytes_FromString("");
+    /* Streamed, the read answers what has arrived: at least what is needed (no more than an
+     * entry header's worth), or less where the entry region ends. */
+    long long minimum = want_end - start < ENTRY_HEADER_BYTES_MAX ? want_end - start
+                                                                  : ENTRY_HEADER_BYTES_MAX;
+    PyObject *chunk = length > 0 ? (r->streamed ? call_read_upto(r->read_seq, start, length, minimum)
+                                               : call_read(r->read_seq, start, length))
+                                 : PyBytes_FromString("");
     if (chunk == NULL)
         return FAILED;
+    if (PyBytes_GET_SIZE(chunk) < length) { /* streamed: what has arrived */
+        length = PyBytes_GET_SIZE(chunk);
+        if (length < minimum)
+            r->end = start + length; /* the entry region ends here */
+    }
     r->read_pos = start + length;
     if (keep > 0) {
         PyObject *joined = PyBytes_FromStringAndSize(NULL, keep + (Py_ssize_t)length);
@@ -1373,7 +1403,18 @@ charge(Run *r, PyObject *delta)
         return GAVE_UP;
     /* dst_size < 2^63 (read_size) and declared <= expansion_max < 2^63: no overflow */
     r->declared += dst_size;
-    return r->declared > r->expansion_max ? GAVE_UP : DONE;
+    if (r->declared > r->expansion_max)
+        return GAVE_UP;
+    if (r->streamed && r->expansion_ratio) {
+        /* The pack is at least what was read and its trailer: what that size allows is at
+         * most what the whole pack's allows, so this never passes what the reference refuses
+         * (over it, the reference judges the whole pack). */
+        unsigned long long bytes = (unsigned long long)r->read_pos + PACK_TRAILER_BYTES;
+        if (bytes <= (r->expansion_max - r->expansion_free) / r->expansion_ratio
+            && r->declared > r->expansion_free + r->expansion_ratio * bytes)
+            return GAVE_UP;
+    }
+    return DONE;
 }
 
 /* The pass over the entries in pack order (the reference's run loop). */
@@ -1657,7 +1698,8 @@ release(Run *r)
 PyDoc_STRVAR(index_pack_doc,
 "index_pack(read_seq, read_at, check_end, find, on_object, sha1, count, end,\n"
 "           size_max, object_bytes_max, free_bytes, ratio_max, depth_max, cache_max, window,\n"
-"           expansion_max, stream_min, threads)\n"
+"           expansion_max, stream_min, threads, streamed=0, expansion_free=0,\n"
+"           expansion_ratio=0)\n"
 "--\n\n"
 "Every entry of the pack as eleven columns in pack order (results()), or None\n"
 "when the pack is not the usual one (the caller then runs the reference).\n"
@@ -1667,7 +1709,11 @@ PyDoc_STRVAR(index_pack_doc,
 "charged as each delta is read, before any is applied. A full blob entry over\n"
 "``stream_min`` bytes is hashed as it inflates, never held: ``on_object`` gets None\n"
 "for its body. With ``threads`` over 1, that many less one worker threads apply\n"
-"deltas and hash without the interpreter lock; the result and the calls are the same.");
+"deltas and hash without the interpreter lock; the result and the calls are the same.\n"
+"With ``streamed``, the pack is still arriving: ``end`` is only a bound and\n"
+"``read_seq(offset, length, minimum)`` answers what has arrived, at least ``minimum``\n"
+"bytes but where the entry region ends (fewer: the end is there), and the deltas read so far may declare at most ``expansion_free`` plus\n"
+"``expansion_ratio`` per byte read (and the trailer) in all.");
 
 static PyObject *
 index_pack(PyObject *self, PyObject *args)
@@ -1679,13 +1725,16 @@ index_pack(PyObject *self, PyObject *args)
     PyObject *check_end;
     long long count;
     int threads;
-    if (!PyArg_ParseTuple(args, "OOOOOOLLKKKKlLnKKi:index_pack", &r->read_seq, &r->read_at,
-                          &check_end, &r->find, &r->on_object, &r->sha1, &count,
+    if (!PyArg_ParseTuple(args, "OOOOOOLLKKKKlLnKKi|iKK:index_pack", &r->read_seq,
+                          &r->read_at, &check_end, &r->find, &r->on_object, &r->sha1, &count,
                           &r->end, &r->size_max, &r->object_bytes_max, &r->free_bytes,
                           &r->ratio_max, &r->depth_max, &r->cache_max, &r->window,
-                          &r->expansion_max, &r->stream_min, &threads))
+                          &r->expansion_max, &r->stream_min, &threads, &r->streamed,
+                          &r->expansion_free, &r->expansion_ratio))
         return NULL;
     if (count < 0 || count >= INT_MAX / 4 || r->window <= 0 || r->end < PACK_HEADER_BYTES)
+        Py_RETURN_NONE;
+    if (r->streamed && r->expansion_ratio && r->expansion_free > r->expansion_max)
         Py_RETURN_NONE;
     r->count = (int)count;
     r->n = 0;

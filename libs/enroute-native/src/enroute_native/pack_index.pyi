@@ -2,7 +2,7 @@ from collections.abc import Callable
 from typing import Any
 
 def index_pack(
-    read_seq: Callable[[int, int], bytes],
+    read_seq: Callable[..., bytes],
     read_at: Callable[[int, int], bytes],
     check_end: Callable[[int], object],
     find: Callable[[Any], tuple[int, bytes] | None],
@@ -20,6 +20,9 @@ def index_pack(
     expansion_max: int,
     stream_min: int,
     threads: int,
+    streamed: int = 0,
+    expansion_free: int = 0,
+    expansion_ratio: int = 0,
     /,
 ) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes] | None:
     """(offsets, oids, types, sizes, object sizes, lengths, depths, base oids, has a base,

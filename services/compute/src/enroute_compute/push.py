@@ -14,6 +14,14 @@ place; only an inline layer (at most ``layers.inline_max``) is read back into
 memory. What a push holds is then ingest's bounded cache and its per-object
 words, whatever the size of the pack.
 
+Streaming (docs/ingest.md, "Speed"): the ingest starts at the pack's first chunk and
+reads the spool while it is written (``git.growing``), as ``git index-pack --stdin``
+indexes while ``pack-objects`` sends, when one of ``limits.ingest_streams_max`` slots
+is free; otherwise, or once a streamed ingest is cut off by its receive deadline
+(``limits.ingest_stream_receive_ms_max``), the push ingests after its body is in. The
+body's faults stay the receive loop's: a streamed ingest whose body went (or went
+over the bound) is stopped, and the push fails or is refused as it would unstreamed.
+
 Progress and keepalive (docs/protocol.md, "Push progress"): once the client's
 pack is all in, the push runs as a task while this generator relays what it
 says on side-band channel 2 (``Receiving pack``, ``Indexing objects``,
@@ -58,9 +66,10 @@ from enroute_core.base.errors import (
 from enroute_core.base.ids import ZERO_OID, ObjectId
 from enroute_core.engine.ingest import IngestResult, ingest_pack
 from enroute_core.engine.snapshot import EMPTY_SNAPSHOT, SnapshotObjects
+from enroute_core.git.growing import GrowingSource
 from enroute_core.git.pktline import NEED_DATA
 from enroute_core.git.sideband import RECEIVE_KEEPALIVE
-from enroute_core.git.source import BytesSource
+from enroute_core.git.source import ByteSource, BytesSource
 from enroute_core.protocol.errors import git_message
 from enroute_core.protocol.progress import ProgressMeter, humanise_bytes
 from enroute_core.protocol.receive import (
@@ -86,6 +95,9 @@ log = logging.getLogger(__name__)
 INGEST_THREADS = 16
 """Ingests (pushes and API commits) running at once; more wait for a thread, their
 keepalives going on meanwhile."""
+STREAMS_MAX = INGEST_THREADS // 2
+"""Streamed ingests at most, whatever ``limits.ingest_streams_max`` says: each holds an
+ingest thread while its client sends, so half the threads stay for pushes whose body is in."""
 _INGESTS = ThreadPoolExecutor(INGEST_THREADS, thread_name_prefix="ingest")
 """Where ingests run: never asyncio's default pool. An ingest against a view whose
 bytes are not all local waits for its loads (``host.LoadingSnapshot``), and loads
@@ -107,12 +119,16 @@ class PushOutput:
     them only then: ``copy_to_sideband``), progress also needs no ``quiet``.
     """
 
-    def __init__(self, request: PushRequest, clock: Clock) -> None:
+    def __init__(self, request: PushRequest, clock: Clock, *, receiving: bool = False) -> None:
         self._clock = clock
         self.sideband = request.has(b"side-band-64k")
         self.meter = ProgressMeter(shown=self.sideband and not request.has(b"quiet"))
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._lock = threading.Lock()
+        self._held: list[tuple[str, int, int | None]] | None = [] if receiving else None
+        """While a streamed push's body arrives: the steps its ingest ended meanwhile, said
+        after ``Receiving pack`` (:meth:`received`), so the lines come as unstreamed."""
 
     def _put(self, data: bytes) -> None:
         if data:
@@ -120,10 +136,23 @@ class PushOutput:
 
     def progress(self, stage: str, done: int, total: int | None, final: bool = False) -> None:
         """An ingest step's progress (``ingest.ProgressFn``), or the end of a step."""
-        if final:
-            self._put(self.meter.finish(stage, done, total))
-        else:
-            self._put(self.meter.update(stage, done, total, self._clock.monotonic_ns()))
+        with self._lock:
+            if self._held is not None:  # the body is arriving: no line yet
+                if final:
+                    self._held.append((stage, done, total))
+            elif final:
+                self._put(self.meter.finish(stage, done, total))
+            else:
+                self._put(self.meter.update(stage, done, total, self._clock.monotonic_ns()))
+
+    def received(self, text: str) -> None:
+        """A streamed push's body is in: ``text`` (``Receiving pack``), then the ends of the
+        steps its ingest finished meanwhile; the progress from now on is shown."""
+        with self._lock:
+            self._put(self.meter.line(text))
+            for stage, done, total in self._held or ():
+                self._put(self.meter.finish(stage, done, total))
+            self._held = None
 
     def line(self, text: str) -> None:
         self._put(self.meter.line(text))
@@ -144,11 +173,25 @@ class PushOutput:
             yield item
 
 
+@dataclasses.dataclass(eq=False)
+class _Streamed:
+    """A push whose ingest started at its pack's first chunk (module docstring)."""
+
+    source: GrowingSource
+    output: PushOutput
+    work: asyncio.Future[bytes]
+    deadline: asyncio.TimerHandle | None = None
+    cut_off: bool = False
+    """Its receive deadline passed first: the push ingests once its body is in."""
+
+
 class Pusher:
     """The write side over a :class:`RepositoryHost`: pushes and API commits."""
 
     def __init__(self, host: RepositoryHost) -> None:
         self.host = host
+        self.streams = 0
+        """Streamed ingests running: each holds an ingest thread (``limits.ingest_streams_max``)."""
         self._acknowledged: dict[str, tuple[int, int]] = {}
         """Per repository, (incarnation, ledger version) of the latest push this compute
         acknowledged whose state its view may not hold yet (read-your-writes, below)."""
@@ -218,9 +261,10 @@ class Pusher:
         spool = self._scratch("push")
         over: LimitExceeded | None = None
         received = 0
+        stream: _Streamed | None = None
 
         def drain() -> bool:
-            nonlocal request, over, received
+            nonlocal request, over, received, stream
             while True:
                 event = conv.next_event()
                 if event is NEED_DATA:
@@ -239,9 +283,17 @@ class Pusher:
                             f"the pack is over the limit of {pack_max} bytes "
                             "(limits.ingest_pack_bytes_max)",
                         )
+                        if stream is not None:
+                            stream.source.cut("the pack went over ingest_pack_bytes_max")
                         continue
                     spool.append(event.data)
+                    if stream is not None:
+                        stream.source.grew(received)
+                    elif request is not None and received == len(event.data):
+                        stream = self._stream(name, request, spool, request_id)
                 elif isinstance(event, PushEnd):
+                    if stream is not None:
+                        stream.source.end()
                     return True
 
         try:
@@ -257,27 +309,79 @@ class Pusher:
                 log.info("push to %s refused: %s", name, over.message)
                 report = _refused_report(request, over)
             else:
-                output = PushOutput(request, self.host.clock)
-                if received:
-                    output.line(f"Receiving pack: {humanise_bytes(received)}, done.")
-                work = asyncio.ensure_future(self._push(name, request, spool, request_id, output))
+                line = f"Receiving pack: {humanise_bytes(received)}, done."
+                if stream is not None and not stream.cut_off:
+                    _stop_deadline(stream)
+                    output, work = stream.output, stream.work
+                    output.received(line)
+                else:
+                    if stream is not None:  # cut off: the push starts over once its work ended
+                        await _end_stream(stream)
+                    output = PushOutput(request, self.host.clock)
+                    if received:
+                        output.line(line)
+                    work = asyncio.ensure_future(
+                        self._push(name, request, spool, request_id, output)
+                    )
                 try:
                     async for data in output.relay(work):
                         yield data
                     report = work.result()
                 finally:
                     if not work.done():
+                        if stream is not None:
+                            stream.source.cut("the push was cancelled")
                         work.cancel()
                         await asyncio.wait([work])
         finally:
+            if stream is not None:
+                await _end_stream(stream)
             spool.close()
         yield report
+
+    def _stream(
+        self, name: str, request: PushRequest, spool: ScratchFile, request_id: bytes
+    ) -> _Streamed | None:
+        """Start the push's ingest at its pack's first chunk, when a slot is free (None
+        otherwise: it ingests once its body is in). The slot is held until the push's work
+        ends; a deadline cuts the ingest off if the body is not in by then."""
+        limits = self.host.limits
+        if not request.commands or self.streams >= min(limits.ingest_streams_max, STREAMS_MAX):
+            return None
+        source = GrowingSource(spool)
+        source.grew(spool.size)
+        output = PushOutput(request, self.host.clock, receiving=True)
+        work = asyncio.ensure_future(self._push(name, request, source, request_id, output))
+        self.streams += 1
+        work.add_done_callback(self._stream_ended)
+        stream = _Streamed(source, output, work)
+        seconds = limits.ingest_stream_receive_ms_max / 1000
+        stream.deadline = asyncio.get_running_loop().call_later(
+            seconds, self._cut_off, stream, name, seconds
+        )
+        return stream
+
+    def _stream_ended(self, _: object) -> None:
+        self.streams -= 1
+
+    def _cut_off(self, stream: _Streamed, name: str, seconds: float) -> None:
+        """A streamed ingest's receive deadline passed with its body still arriving: its
+        thread stops and its slot is free; the push ingests once its body is in."""
+        if stream.work.done():
+            return
+        stream.cut_off = True
+        stream.source.cut("the receive deadline passed")
+        log.warning(
+            "push to %s: streamed ingest cut off after %.0f s with %s of the pack in "
+            "(limits.ingest_stream_receive_ms_max); it ingests once the pack is all in",
+            name, seconds, humanise_bytes(stream.source.arrived),
+        )  # fmt: skip
 
     async def _push(
         self,
         name: str,
         request: PushRequest,
-        pack: ScratchFile,
+        pack: ScratchFile | GrowingSource,
         request_id: bytes,
         output: PushOutput,
     ) -> bytes:
@@ -297,7 +401,7 @@ class Pusher:
         self,
         name: str,
         request: PushRequest,
-        pack: ScratchFile,
+        pack: ScratchFile | GrowingSource,
         request_id: bytes,
         output: PushOutput,
     ) -> bytes:
@@ -363,7 +467,7 @@ class Pusher:
         name: str,
         request: PushRequest,
         commands: list[PushCommand],
-        pack: ScratchFile,
+        pack: ScratchFile | GrowingSource,
         snap: Snapshot,
         *,
         output: PushOutput,
@@ -377,7 +481,8 @@ class Pusher:
         try:
             with self._ingest_objects(snap) as objects:
                 result: IngestResult | None = None
-                if pack.size and tips:
+                # a streamed pack started with its first chunk (its size waits for the end)
+                if tips and (isinstance(pack, GrowingSource) or pack.size):
                     try:
                         result = await self._ingest_pack(
                             pack,
@@ -417,7 +522,7 @@ class Pusher:
 
     async def _ingest_pack(
         self,
-        pack: ScratchFile,
+        pack: ScratchFile | GrowingSource,
         tips: list[ObjectId],
         branch_targets: list[tuple[bytes, ObjectId]],
         objects: SnapshotObjects,
@@ -426,12 +531,16 @@ class Pusher:
         output: PushOutput,
     ) -> IngestResult:
         """:func:`ingest_pack` on an ingest thread, writing the layer to ``layer_file``; it
-        stops when this push's request goes (work.py)."""
+        stops when this push's request goes (work.py; a streamed pack's reads are stopped
+        by the receive loop, which cuts it)."""
         gone = threading.Event()
+        source: ByteSource = (
+            pack if isinstance(pack, GrowingSource) else CancellableSource(pack, gone)
+        )
         return await to_thread_to_end(
             lambda: _without_cycle_collection(
                 lambda: ingest_pack(
-                    CancellableSource(pack, gone),
+                    source,
                     tips,
                     objects,
                     limits=self.host.limits,
@@ -548,6 +657,24 @@ class Pusher:
             self._warned(name, result, "API commit")
             built = dataclasses.replace(built, warnings=result.warnings)
         return built
+
+
+def _stop_deadline(stream: _Streamed) -> None:
+    if stream.deadline is not None:
+        stream.deadline.cancel()
+
+
+async def _end_stream(stream: _Streamed) -> None:
+    """A streamed push leaves nothing running: a body that did not complete cuts its
+    ingest, whose thread the push waits for (it reads the spool the caller closes next)
+    and whose outcome (:class:`~enroute_core.git.growing.BodyCut` most likely) is taken."""
+    _stop_deadline(stream)
+    if not stream.work.done():
+        stream.source.cut("the push's body did not complete")
+        stream.work.cancel()
+        await asyncio.wait([stream.work])
+    if not stream.work.cancelled():
+        stream.work.exception()
 
 
 # -- request id (begin) --

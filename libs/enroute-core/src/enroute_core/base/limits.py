@@ -71,6 +71,12 @@ class Limits:
     ingest_pack_bytes_max: int = 16 * GiB
     ingest_body_cache_bytes_max: int = 128 * MiB
     ingest_segment_members_max: int = 500_000_000
+    # enroute_compute.push: pushes whose ingest starts at the pack's first chunk and indexes
+    # it as it arrives (git's index-pack --stdin; docs/ingest.md, "Speed"), each holding an
+    # ingest thread while its client sends (at most half of them; 0 turns streaming off);
+    # one whose pack is not all in within the deadline is cut off and ingests once it is
+    ingest_streams_max: int = 4
+    ingest_stream_receive_ms_max: int = 120_000
     # protocol: lists in one wire-protocol request (advertise, ls-refs, fetch, receive)
     protocol_wants_max: int = 100_000
     protocol_haves_max: int = 100_000

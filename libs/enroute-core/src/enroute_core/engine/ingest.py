@@ -100,6 +100,7 @@ from enroute_core.git.fsck import (
     check_tree,
     gitmodules_parse_bytes,
 )
+from enroute_core.git.growing import GrowingSource
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.pack import (
     OBJ_OFS_DELTA,
@@ -554,8 +555,12 @@ def _give_back() -> None:
 
 
 def _check_pack_bounds(source: ByteSource, limits: Limits) -> int:
-    """The pack's object count, once the pack and the count are within their bounds."""
-    check_limit("ingest_pack_bytes_max", source.size, limits.ingest_pack_bytes_max)
+    """The pack's object count, once the pack and the count are within their bounds.
+
+    A pack still arriving (:class:`GrowingSource`) has no size yet: the receive loop
+    that spools it holds it to ``ingest_pack_bytes_max`` and cuts it over the bound."""
+    if not isinstance(source, GrowingSource):
+        check_limit("ingest_pack_bytes_max", source.size, limits.ingest_pack_bytes_max)
     header = read_pack_header(source, limits)
     check_limit("ingest_objects_max", header.count, limits.ingest_objects_max)
     return header.count

@@ -61,9 +61,11 @@ from enroute_core.base.errors import InvalidDelta, InvalidPack, LimitExceeded
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
 from enroute_core.git.delta import apply_delta, delta_sizes
+from enroute_core.git.growing import GrowingSource
 from enroute_core.git.pack import (
     OBJ_BLOB,
     OBJ_OFS_DELTA,
+    PACK_HEADER_BYTES,
     PACK_TRAILER_BYTES,
     SCAN_WINDOW_BYTES,
     TYPE_NAMES,
@@ -72,6 +74,7 @@ from enroute_core.git.pack import (
     check_pack_end,
     read_entry_at,
     read_exactly,
+    read_pack_header,
     scan_bounds,
 )
 from enroute_core.git.source import ByteSource
@@ -82,6 +85,7 @@ _HASH_PREFIX = {t: name + b" " for t, name in TYPE_NAMES.items()}  # "<type> " o
 _HASH_JOIN_BYTES_MAX = 64 * 1024  # bodies hashed with their header joined, not copied if larger
 _EXTERNAL_BASE = -2
 _EXPANSION_UNBOUNDED = (1 << 63) - 1  # what the compiled pass's unsigned 64-bit sum can hold
+_ENTRY_BYTES_MIN = 8  # a type byte and a 7-byte zlib stream (pack's room check)
 
 ObjectSink = Callable[[int, ObjectId, int, bytes | None], None]
 """Called once per resolved object, in resolution order: (entry index, oid, type, body);
@@ -323,13 +327,18 @@ class PackIndexer:
         self._source = source
         self._threads = limits.pack_index_threads_max if threads is None else threads
         self._limits = limits
-        self._header, self._end = scan_bounds(source, limits)
+        if isinstance(source, GrowingSource):
+            self._header = _growing_header(source, limits)
+            self._end = -1  # known once the body ended (_bounds)
+            self._expansion_max = -1
+        else:
+            self._header, self._end = scan_bounds(source, limits)
+            self._expansion_max = expansion_bytes_max(limits, source.size)
         self._external_base = external_base
         self._external = ExternalBases(external_base, limits)
         self._on_object = on_object
         self._compiled = compiled
         self._cache = _BaseCache(limits.pack_base_cache_bytes_max)
-        self._expansion_max = expansion_bytes_max(limits, source.size)
         # The reference's per-entry state, in pack order: made when the reference runs.
         self._offsets: list[int] = []
         self._entries: list[tuple[int, int, int, int]] = []  # (type, size, header len, end)
@@ -359,7 +368,14 @@ class PackIndexer:
             result = self._run_compiled()
             if result is not None:
                 return result
+        self._bounds()
         return self._run_reference()
+
+    def _bounds(self) -> None:
+        """A growing pack's end and expansion bound, once its body ended (waits for it)."""
+        if self._end < 0:
+            self._header, self._end = scan_bounds(self._source, self._limits)
+            self._expansion_max = expansion_bytes_max(self._limits, self._source.size)
 
     def _run_compiled(self) -> PackIndexResult | None:
         """The compiled pass; None when it gave up (the reference's state is not made yet,
@@ -368,14 +384,22 @@ class PackIndexer:
         trailer = hashlib.sha1()
 
         read = partial(read_exactly, source)
+        expansion_max = self._expansion_max
+        if isinstance(source, GrowingSource):  # the end is a bound until a read answers short
+            end = limits.pack_bytes_max - PACK_TRAILER_BYTES
+            expansion_max = expansion_bytes_max(limits, limits.pack_bytes_max)
+            read_seq: Callable[..., bytes] = source.read_entries
+        else:
+            read_seq = read
 
-        def read_in_order(offset: int, length: int) -> bytes:
-            chunk = read(offset, length)
+        def read_in_order(offset: int, length: int, *minimum: int) -> bytes:
+            chunk = read_seq(offset, length, *minimum)
             trailer.update(chunk)
             return chunk
 
         def check_end(pos: int) -> None:
-            check_pack_end(source, end, pos, trailer.digest())
+            self._bounds()
+            check_pack_end(source, self._end, pos, trailer.digest())
 
         external = ExternalBases(self._external_base, limits)
         columns = _index_compiled(
@@ -394,13 +418,16 @@ class PackIndexer:
             limits.delta_chain_depth_max,
             limits.pack_base_cache_bytes_max,
             SCAN_WINDOW_BYTES,
-            self._expansion_max,
+            expansion_max,
             limits.pack_stream_threshold_bytes,
             self._threads,
+            isinstance(source, GrowingSource),
+            limits.pack_delta_expansion_free_bytes,
+            limits.pack_delta_expansion_ratio_max,
         )
         if columns is None:
             return None
-        checksum = source.read_at(end, PACK_TRAILER_BYTES)
+        checksum = source.read_at(self._end, PACK_TRAILER_BYTES)
         return PackIndexResult(self._header, PackObjects(columns), external.used, checksum)
 
     def _run_reference(self) -> PackIndexResult:
@@ -620,6 +647,18 @@ class PackIndexer:
         return PackIndexResult(
             self._header, PackObjects.from_infos(objects), external, checksum, compiled=False
         )
+
+
+def _growing_header(source: GrowingSource, limits: Limits) -> PackHeader:
+    """A growing pack's header, once as many bytes are in as its count of entries takes
+    (or the body ended): the indexer's tables are sized by the count, so they stay in
+    proportion to the bytes received, as they are to the size of a whole pack."""
+    if source.wait_for(PACK_HEADER_BYTES + PACK_TRAILER_BYTES) >= PACK_HEADER_BYTES:
+        header = read_pack_header(source, limits)
+        need = PACK_HEADER_BYTES + _ENTRY_BYTES_MIN * header.count + PACK_TRAILER_BYTES
+        if source.wait_for(need) >= need:
+            return header
+    return scan_bounds(source, limits)[0]  # the body ended short: judged as a whole pack
 
 
 def index_pack(
