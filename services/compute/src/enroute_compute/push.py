@@ -314,6 +314,10 @@ class Pusher:
                     _stop_deadline(stream)
                     output, work = stream.output, stream.work
                     output.received(line)
+                    log.info(
+                        "push to %s: streamed ingest had read %d of the pack's %d bytes "
+                        "when its last byte arrived", name, stream.source.consumed, received,
+                    )  # fmt: skip
                 else:
                     if stream is not None:  # cut off: the push starts over once its work ended
                         await _end_stream(stream)
