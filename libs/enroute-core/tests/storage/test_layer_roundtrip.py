@@ -15,7 +15,7 @@ import os
 import random
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import blake3
@@ -33,6 +33,7 @@ from enroute_core.storage.layer import (
     REF_EXTERNAL,
     REF_NONE,
     CommitInfo,
+    EntryRun,
     GraphCommit,
     Kind,
     LayerEntry,
@@ -42,6 +43,7 @@ from enroute_core.storage.layer import (
     root_of,
     write_layer,
 )
+from enroute_core.storage.layer import writer as writer_module
 from enroute_core.storage.layer.bloom import (
     bloom_bits_for,
     bloom_may_contain,
@@ -731,6 +733,37 @@ def test_streaming_sink_sees_entries_before_finish() -> None:
     assert sum(map(len, parts)) >= CHUNK_BYTES  # flushed in 1 MiB blocks as entries come
     w.finish()
     LayerReader.open(BytesSource(b"".join(parts))).verify()
+
+
+@pytest.mark.parametrize("merged", [False, True])
+def test_later_contexts_and_finish_in_pieces(monkeypatch: pytest.MonkeyPatch, merged: bool) -> None:
+    """A base context may name an object the layer stores after the entry (docs/formats/
+    layer.md: the object through which it was first reached): the writer keeps its oid
+    until finish, appended one by one or in runs (``append_many``), and the table's ref is
+    that object's local index. The object table and the oid index built a few rows at a
+    time (how finish bounds its memory) are the bytes built in larger pieces."""
+    print(f"ENROUTE_SEED={SEED}")
+    rng = random.Random(SEED)
+    m = random_model(rng, 900, merged)
+    free = [i for i, e in enumerate(m.entries[:-1]) if e.base_context is None]
+    for i in rng.sample(free, min(len(free), 300)):
+        later = rng.choice(m.entries[i + 1 :])
+        m.entries[i] = replace(m.entries[i], base_context=later.oid)
+    whole, r = write_model(m)
+    check_model(m, r, rng)
+    monkeypatch.setattr(writer_module, "_TABLE_ROWS", 7)
+    monkeypatch.setattr(writer_module, "_INDEX_PAGES", 1)
+    assert write_model(m)[0] == whole
+    parts: list[bytes] = []
+    w = LayerWriter(parts.append, merged=merged)
+    for a in range(0, len(m.entries), 64):
+        fields = [(e.oid, e.kind, e.entry, e.size, e.base, e.depth, e.base_context)
+                  for e in m.entries[a : a + 64]]  # fmt: skip
+        w.append_many(EntryRun(*(list(column) for column in zip(*fields, strict=True))))
+    for c in m.commits:
+        w.add_commit(c)
+    w.finish(id_runs=m.id_runs, id_count=m.id_count, graph=m.graph)
+    assert b"".join(parts) == whole
 
 
 # -- small codecs ------------------------------------------------------------------------------

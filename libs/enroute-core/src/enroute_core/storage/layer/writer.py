@@ -20,7 +20,7 @@ import itertools
 import sys
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -65,11 +65,13 @@ from enroute_core.storage.layer.format import (
     Kind,
     LayerKind,
     Layout,
-    index_pages,
 )
 
 _FLUSH_BYTES = 1 << 20
+_TABLE_ROWS = 1 << 15  # object table records built at once at finish (1.6 MiB)
+_INDEX_PAGES = 256  # oid index pages built at once at finish (1 MiB)
 _PACK_TYPES = tuple(PACK_TYPE_OF_KIND[k] for k in sorted(Kind))  # by kind value
+_NONE_REFS = array("I", [REF_NONE])
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,8 +227,14 @@ class LayerWriter:
         self._lengths = array("I")
         self._sizes = array("Q")
         self._depths = array("I")
-        self._bases: dict[int, bytes] = {}
-        self._contexts: dict[int, bytes] = {}
+        # The table's base and base context refs by local index: the local index where
+        # the object is in the layer when the entry comes, else REF_NONE and the oid in
+        # ``_later``'s dict, resolved at finish (an external base; a context written later
+        # or external). Columns, not a dict each by local index: 4 bytes an object, where
+        # the dicts held ~90 on a large push (docs/ingest.md, "Memory").
+        self._base_refs = array("I")
+        self._context_refs = array("I")
+        self._later: tuple[dict[int, bytes], dict[int, bytes]] = ({}, {})
         self._pending_bases: dict[bytes, int] = {}
         self._commits: list[CommitInfo] = []
         self._commit_oids: set[bytes] = set()
@@ -278,12 +286,15 @@ class LayerWriter:
         self._lengths.append(len(entry))
         self._sizes.append(size)
         self._depths.append(depth)
-        if base is not None:
-            self._bases[i] = base
-            if base not in self._index:
-                self._pending_bases.setdefault(base, i)
-        if base_context is not None:
-            self._contexts[i] = base_context
+        local = None if base is None else self._index.get(base)
+        self._base_refs.append(REF_NONE if local is None else local)
+        if base is not None and local is None:
+            self._later[0][i] = base
+            self._pending_bases.setdefault(base, i)
+        local = None if base_context is None else self._index.get(base_context)
+        self._context_refs.append(REF_NONE if local is None else local)
+        if base_context is not None and local is None:
+            self._later[1][i] = base_context
         out.write(entry)
 
     def append_pieces(
@@ -356,12 +367,27 @@ class LayerWriter:
         self._lengths.frombytes(lengths)
         self._sizes.frombytes(sizes)
         self._depths.frombytes(depths)
-        self._bases.update(bases)
-        self._contexts.update(ctx)
+        self._add_refs(n, (bases, ctx))
         pending = self._pending_bases
         for base, local in waits.items():
             pending.setdefault(base, local)
         self._out.write(data)
+
+    def _add_refs(self, n: int, given: tuple[dict[int, bytes], dict[int, bytes]]) -> None:
+        """The base and context refs of a run of ``n`` entries appended by
+        :meth:`append_many` (its oids already in ``_index``), from the oids by local index
+        ``append_run`` answers."""
+        index = self._index
+        for refs, later, oids in zip(
+            (self._base_refs, self._context_refs), self._later, given, strict=True
+        ):
+            refs.extend(_NONE_REFS * n)
+            for i, oid in oids.items():
+                local = index.get(oid)
+                if local is None:
+                    later[i] = oid
+                else:
+                    refs[i] = local
 
     def add_commit(self, info: CommitInfo) -> None:
         """Record a commit for the commit section; order of calls is the section's order."""
@@ -468,10 +494,13 @@ class LayerWriter:
         at its place in ``layout``; the oid index's samples, for the index region."""
         out = self._out
         out.pad_to(layout.table_off)
-        out.write(self._table(ref))
+        for piece in self._table(ref):
+            out.write(piece)
         out.pad_to(layout.oid_index_off)
-        index_bytes, samples = self._oid_index()
-        out.write(index_bytes)
+        ordered, samples = self._oid_order()
+        for piece in self._oid_index(ordered):
+            out.write(piece)
+        del ordered
         out.write(b"".join(external))
         assert out.pos == layout.commit_off, (out.pos, layout)
         out.write(encode_commit_section(records))
@@ -661,39 +690,51 @@ class LayerWriter:
     def _externals(self, commits: Iterable[CommitInfo]) -> list[bytes]:
         index = self._index
         found: set[bytes] = set(self._pending_bases)
-        found.update(o for o in self._contexts.values() if o not in index)
+        found.update(o for o in self._later[1].values() if o not in index)
         for c in commits:
             for oid in (c.tree, *c.parents, *c.segment):
                 if oid not in index:
                     found.add(bytes(oid))
         return sorted(found)
 
-    def _table(self, ref: Callable[[bytes], int]) -> bytes:
-        """52-byte records, written column by column with strided copies (C speed)."""
+    def _table(self, ref: Callable[[bytes], int]) -> Iterator[bytes]:
+        """52-byte records, built column by column with strided copies (C speed), in pieces
+        of ``_TABLE_ROWS``: the whole table at once and its columns' bytes were ~150 bytes
+        an object at the peak of a large push's finish (docs/ingest.md, "Memory")."""
         n = len(self._oids)
-        base_refs = array("I", [REF_NONE]) * n
-        for i, oid in self._bases.items():
-            base_refs[i] = ref(oid)
-        ctx_refs = array("I", [REF_NONE]) * n
-        for i, oid in self._contexts.items():
-            ctx_refs[i] = ref(oid)
+        base_refs, ctx_refs = self._base_refs, self._context_refs
+        for refs, later in zip((base_refs, ctx_refs), self._later, strict=True):
+            for i, oid in later.items():
+                refs[i] = ref(oid)
         columns = (self._offsets, self._lengths, self._sizes, base_refs, ctx_refs, self._depths)
-        return _interleave(n, RECORD.size, (b"".join(self._oids), *(_le_bytes(c) for c in columns)))
+        for a in range(0, n, _TABLE_ROWS):
+            b = min(n, a + _TABLE_ROWS)
+            oids = b"".join(self._oids[a:b])
+            yield _interleave(b - a, RECORD.size, (oids, *(_le_bytes(c[a:b]) for c in columns)))
 
-    def _oid_index(self) -> tuple[bytes, list[bytes]]:
-        """Pages of 170 (oid, local) entries sorted by (kind, oid), and the per-kind samples."""
+    def _oid_order(self) -> tuple[list[bytes], list[bytes]]:
+        """The oids sorted by (kind, oid), the oid index's order, and the per-kind samples."""
         ordered: list[bytes] = []
         samples: list[bytes] = []
         for oids in self._kind_oids:
             run = sorted(oids)
             samples.extend(run[::SAMPLE_EVERY])
             ordered.extend(run)
-        locals_ = array("I", map(self._index.__getitem__, ordered))
-        n = len(ordered)
-        entries = _interleave(n, INDEX_ENTRY.size, (b"".join(ordered), _le_bytes(locals_)))
-        per = INDEX_ENTRIES_PER_PAGE * INDEX_ENTRY.size
-        pages = bytes(PAGE_BYTES - per).join(entries[p : p + per] for p in range(0, n * 24, per))
-        return pages.ljust(index_pages(n) * PAGE_BYTES, b"\0"), samples
+        return ordered, samples
+
+    def _oid_index(self, ordered: list[bytes]) -> Iterator[bytes]:
+        """Pages of 170 (oid, local) entries in ``ordered``'s order, ``_INDEX_PAGES`` at once,
+        each padded to its 4 KiB."""
+        per = INDEX_ENTRIES_PER_PAGE
+        width = per * INDEX_ENTRY.size
+        for a in range(0, len(ordered), per * _INDEX_PAGES):
+            rows = ordered[a : a + per * _INDEX_PAGES]
+            locals_ = array("I", map(self._index.__getitem__, rows))
+            entries = _interleave(len(rows), INDEX_ENTRY.size, (b"".join(rows), _le_bytes(locals_)))
+            yield b"".join(
+                entries[p : p + width].ljust(PAGE_BYTES, b"\0")
+                for p in range(0, len(entries), width)
+            )
 
 
 def _interleave(rows: int, width: int, columns: Sequence[bytes]) -> bytes:
