@@ -49,10 +49,12 @@ from enroute_core.state import (
     encode_command,
 )
 from enroute_ledger.client import Proposal, ReadBarrier
+from enroute_ledger.group import Group
+from enroute_ledger.hosting import hosted_gid
 from enroute_ledger.machine import Applied, command_entry, genesis_entry
 from enroute_ledger.multiraft import Batch, GroupId
 from enroute_ledger.raft import ConfChange, ConfChangeType, MessageType, Role
-from enroute_ledger.runtime import Group, ReadyRound, Runtime, RuntimeConfig, hosted_gid
+from enroute_ledger.runtime import ReadyRound, Runtime, RuntimeConfig
 from enroute_testing.linearizability import History, check_history
 
 REPOS = ("r0", "r1")

@@ -156,7 +156,7 @@ def status(
         "node_id": int(rt.config.node_id),
         "version": VERSION,
         "ready": ready,
-        "voters": sorted(int(n) for n in rt.voters),  # the membership view (a change moves it)
+        "voters": sorted(int(n) for n in rt.founder.voters),  # the membership view
         "hosted_repositories": len(rt.by_repo),
         "groups": len(rt.groups),
         "groups_hibernated": rt.mr.hibernated_count(),

@@ -26,6 +26,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from enroute_core.base.errors import (
+    CorruptData,
     EnrouteError,
     IncarnationEnded,
     InvalidArgument,
@@ -37,6 +38,7 @@ from enroute_core.state import (
     Activate,
     Commit,
     Delete,
+    LayerKind,
     OutcomeCode,
     ReplaceLayers,
     RepoState,
@@ -49,9 +51,12 @@ from enroute_core.state import (
 from enroute_core.state.names import check_repo_name, state_key, trash_key
 from enroute_core.storage.objectstore import ObjectStore
 
+from . import calls
 from .group import Group
-from .machine import Applied, command_entry, genesis_entry
+from .hosting import store_gid
+from .machine import Applied, command_entry, genesis_entry, inline_layer_of
 from .multiraft import GroupId
+from .raft.errors import StorageSignal
 from .runtime import Runtime
 
 log = logging.getLogger("enroute.ledger.lifecycle")
@@ -128,6 +133,10 @@ class Lifecycle:
         self._locks: dict[str, _NameLock] = {}
         runtime.on_unknown_group = self._on_unknown_group
 
+    async def _propose(self, g: Group, entry: bytes, rid: bytes) -> Applied:
+        """Through the driver's client API: answered once applied here, or timed out."""
+        return await calls.propose(self.rt, g, entry, rid, self.timeout_s)
+
     # -- the state object -------------------------------------------------------------------
 
     async def read_object(self, repo: str) -> StateObject | None:
@@ -172,7 +181,7 @@ class Lifecycle:
     async def _host_live(self, repo: str, obj: StateObject) -> Group:
         """Host live incarnation E from the state object: drop older, join E."""
         self._drop_older(repo, obj.state.incarnation)
-        g = await self.rt.host(repo, obj.state.incarnation)
+        g = await self.rt.founder.host(repo, obj.state.incarnation)
         self._remember(repo)
         self._ended.pop(repo, None)
         if not g.born:
@@ -180,11 +189,11 @@ class Lifecycle:
             try:
                 if not self.rt.config.peers:
                     raise NotFound("a single voter restores at once")
-                await self.rt.wait_born(g, min(2.0, self.timeout_s))
+                await calls.wait_born(self.rt, g, min(2.0, self.timeout_s))
             except EnrouteError:
-                rid = self.rt.request_id()
-                await self.rt.propose(g, genesis_entry(rid, obj.state, None), rid, self.timeout_s)
-                await self.rt.wait_born(g, self.timeout_s)
+                rid = self.rt.client.request_id()
+                await self._propose(g, genesis_entry(rid, obj.state, None), rid)
+                await calls.wait_born(self.rt, g, self.timeout_s)
         return g
 
     def _drop_older(self, repo: str, incarnation: int) -> None:
@@ -221,7 +230,7 @@ class Lifecycle:
                     self._refused[gid] = None
                 return
             self._drop_older(repo, obj.state.incarnation)
-            await self.rt.host(repo, gid.incarnation)
+            await self.rt.founder.host(repo, gid.incarnation)
             joined = True
             self._remember(repo)
             self._ended.pop(repo, None)
@@ -271,7 +280,7 @@ class Lifecycle:
                 obj = await self.read_object(repo)
                 if obj is not None and obj.state.live:
                     g = await self._host_live(repo, obj)
-                    await self.rt.barrier(g, self.timeout_s)
+                    await calls.barrier(self.rt, g, self.timeout_s)
                     if g.state.deleted:
                         await self.finish_deletion(repo, g.state)
                         continue
@@ -312,12 +321,12 @@ class Lifecycle:
         except PreconditionFailed:
             return None  # another node claimed first: read again
         self._drop_older(repo, claimed.incarnation)
-        g = await self.rt.host(repo, claimed.incarnation, campaign=True)
+        g = await self.rt.founder.host(repo, claimed.incarnation, campaign=True)
         self._remember(repo)
         self._ended.pop(repo, None)
-        rid = self.rt.request_id()
-        await self.rt.propose(g, genesis_entry(rid, base, cmd), rid, self.timeout_s)
-        await self.rt.wait_born(g, self.timeout_s)
+        rid = self.rt.client.request_id()
+        await self._propose(g, genesis_entry(rid, base, cmd), rid)
+        await calls.wait_born(self.rt, g, self.timeout_s)
         return Activated(g.state, True)
 
     # -- describe / barrier -----------------------------------------------------------------
@@ -327,7 +336,7 @@ class Lifecycle:
         g = self.rt.by_repo.get(repo)
         if g is not None:
             if not g.born:
-                await self.rt.wait_born(g, self.timeout_s)
+                await calls.wait_born(self.rt, g, self.timeout_s)
             return g
         obj = await self.read_object(repo)
         if obj is None:
@@ -341,7 +350,7 @@ class Lifecycle:
         got = await self._hosted_for_read(repo)
         if isinstance(got, RepoState):
             return got
-        await self.rt.barrier(got, self.timeout_s)
+        await calls.barrier(self.rt, got, self.timeout_s)
         return got.state
 
     async def barrier(self, repo: str) -> RepoState:
@@ -395,8 +404,8 @@ class Lifecycle:
             g = await self._host_live(repo, obj)
             if not g.state.deleted:
                 cmd = encode_command(Delete(e))
-                rid = self.rt.request_id()
-                applied = await self.rt.propose(g, command_entry(rid, cmd), rid, self.timeout_s)
+                rid = self.rt.client.request_id()
+                applied = await self._propose(g, command_entry(rid, cmd), rid)
                 if applied.outcome.code not in (OutcomeCode.OK, OutcomeCode.ALREADY_DELETED):
                     err = applied.outcome.error()
                     if err is not None:
@@ -456,8 +465,8 @@ class Lifecycle:
         if ended is not None:
             raise ended
         assert isinstance(got, Group)
-        rid = request_id or self.rt.request_id()  # caller request id, else a fresh one
-        applied = await self.rt.propose(got, command_entry(rid, command), rid, self.timeout_s)
+        rid = request_id or self.rt.client.request_id()  # caller request id, else a fresh one
+        applied = await self._propose(got, command_entry(rid, command), rid)
         if applied.outcome.code in (OutcomeCode.NOT_FOUND, OutcomeCode.INCARNATION_ENDED):
             err = applied.outcome.error()
             assert err is not None
@@ -528,8 +537,33 @@ class Lifecycle:
 
     async def _snapshot(self, g: Group, st: RepoState) -> SnapshotOut:
         """The checkpoint of ``st`` and the bytes of its inline layers, read at their pins."""
-        inline = await self.rt.inline_layers(g, st) if st.live else []
+        inline = await inline_layers(self.rt, g, st) if st.live else []
         return SnapshotOut(st.incarnation, st.version, encode_state(st), tuple(inline))
+
+
+async def inline_layers(rt: Runtime, g: Group, state: RepoState) -> list[tuple[bytes, bytes]]:
+    """(root, file) of every inline layer in ``state``'s manifest, from its pinned entry.
+
+    DESIGN, "Repository state": a checkpoint names an inline layer by the log
+    index that holds its bytes; a subscriber that starts from a checkpoint
+    needs them. Pinned entries stay readable after compaction (duty 7).
+    """
+    wanted = [e for e in state.manifest if e.kind is LayerKind.INLINE]
+    if not wanted:
+        return []
+    sg = store_gid(g.gid)
+    out: list[tuple[bytes, bytes]] = []
+    for e in wanted:
+        try:
+            entry = await asyncio.to_thread(rt.store.entry, sg, e.pin)
+        except StorageSignal as err:
+            raise CorruptData(
+                f"the log entry pinned by inline layer {e.root.hex()[:16]} is gone",
+                section="ledger-entry",
+                index=int(e.pin),
+            ) from err
+        out.append((e.root, inline_layer_of(entry.data, e.root, int(e.pin))))
+    return out
 
 
 def repo_unhosted(rt: Runtime, repo: str) -> bool:

@@ -22,25 +22,24 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol
 
 from enroute_core.base.errors import CorruptData, EnrouteError, NotFound
-from enroute_core.base.ids import Incarnation, LogIndex, NodeId, Term
+from enroute_core.base.ids import Incarnation, LogIndex, NodeId
 from enroute_core.base.limits import DEFAULT_LIMITS
 from enroute_core.state import (
-    LayerKind,
     RepoState,
 )
 
 from . import calls
 from .client import Client, Ticket
 from .group import Group
-from .machine import Applied, GroupMachine, encode_snapshot, inline_layer_of
+from .hosting import BLANK_ROW, Boot, Founder, Hosted, store_gid
+from .machine import Applied, GroupMachine, encode_snapshot
 from .multiraft import (
     Batch,
     GroupId,
@@ -52,11 +51,9 @@ from .multiraft import (
     NodeReady,
 )
 from .raft.config import RaftConfig, SplitMix64
-from .raft.errors import StorageSignal
 from .raft.storage import MemoryStorage, Storage
 from .raft.types import (
     ConfChange,
-    ConfState,
     Entry,
     EntryType,
     HardState,
@@ -73,8 +70,6 @@ from .tracing import CommitTrace, Phases
 log = logging.getLogger("enroute.ledger.runtime")
 
 _SNAPSHOT_ROW = b"snapshot"
-_BLANK_ROW = b"blank"
-"""Present while the group was joined blank and no READMIT naming this node applied."""
 _ENTRIES_CHUNK_BYTES = 8 << 20
 HIBERNATE_REPLAY_MAX = 64
 """Most entries after the group's snapshot for it to hibernate: a wake applies them
@@ -104,39 +99,6 @@ def _log_failure(fut: asyncio.Future[None]) -> None:
 def _log_store_failure(fut: concurrent.futures.Future[None]) -> None:
     if not fut.cancelled() and fut.exception() is not None:
         log.error("ledger store write failed: %r", fut.exception())
-
-
-class _HostedGroupId(GroupId, StoreGroupId):  # type: ignore[misc]  # equal tuples of both
-    __slots__ = ()
-
-
-def hosted_gid(repo: bytes, incarnation: int) -> GroupId:
-    """The id of a group this voter hosts, for the Raft maps and the store's alike.
-
-    Both layers key a group by an equal ``(repo, incarnation)`` tuple; made once
-    when the group is hosted, one object is the key in every map of both (the
-    first key a dict is given stays its key), where two cost each idle repository
-    64 bytes more on every voter (issue 19). Checked as the store checks.
-    """
-    return cast(GroupId, StoreGroupId.__new__(_HostedGroupId, repo, incarnation))
-
-
-def store_gid(gid: GroupId) -> StoreGroupId:
-    if isinstance(gid, StoreGroupId):
-        return gid
-    return StoreGroupId(gid.repo, int(gid.incarnation))
-
-
-@dataclass(slots=True)
-class Boot:
-    """A group being founded here: the rows to make durable before it is hosted."""
-
-    gid: GroupId
-    repo: str
-    campaign: bool
-    snapshot: Snapshot
-    batch: WriteBatch
-    blank: int = 0
 
 
 @dataclass(slots=True)
@@ -286,14 +248,11 @@ class Runtime:
         )
         """The client API's pure half; the coroutines are :mod:`enroute_ledger.calls`."""
         self._waker = self._wake_of  # one bound method shared by every Group
-        # every founder's bootstrap (duty 2), one value for all groups (the store and the
-        # in-memory log keep it per group)
-        self.set_founding_voters(config.voters)
-        self._boot_hard_state = HardState(Term(1), None, LogIndex(1))
-        self.groups: dict[GroupId, Group] = {}
-        self.by_repo: dict[str, Group] = {}
-        self._hosting: dict[GroupId, asyncio.Future[Group]] = {}
-        """Groups whose boot rows :meth:`host` is writing, by the task writing them."""
+        self.hosted = Hosted()
+        """Which groups this node hosts (:mod:`enroute_ledger.hosting`)."""
+        self.groups = self.hosted.groups
+        self.by_repo = self.hosted.by_repo
+        self.founder = Founder(self, config.voters)
         self._drops: list[Group] = []
         self._compactions: list[tuple[Group, RepoState, int]] = []
         self._wake = asyncio.Event()
@@ -302,8 +261,6 @@ class Runtime:
         self.on_applied: Callable[[Group, Applied | None], None] | None = None
         self.on_group_changed: Callable[[Group], None] | None = None
         """Called after a Ready applied to a group, made it leader here, or when it is dropped."""
-        self._older: dict[str, list[Group]] = {}
-        """Hosted incarnations of a repository other than the newest (``by_repo``); rare."""
         self._orphans: dict[GroupId, list[Batch]] = {}
         self._unsynced: asyncio.Future[None] | None = None
         self._hs_later: dict[StoreGroupId, HardState] = {}
@@ -341,42 +298,27 @@ class Runtime:
     # -- groups ------------------------------------------------------------------------------
 
     def set_founding_voters(self, voters: frozenset[NodeId]) -> None:
-        """The members a group founded from now on boots with (docs/raft.md, "Membership
-        changes"): the ledger's committed membership, or the one a change moves to."""
-        self.voters = voters
-        self._boot_meta = SnapshotMetadata(LogIndex(1), Term(1), ConfState(voters=voters))
-        self._boot_snapshot = Snapshot(self._boot_meta)
+        self.founder.set_founding_voters(voters)
 
     @property
     def founding(self) -> int:
-        """Groups whose boot rows are being written (they boot with the members of before)."""
-        return len(self._hosting)
+        return self.founder.founding
 
     def _storage_for(self, gid: GroupId, voters: frozenset[NodeId]) -> Storage:
         return self._pending_storage.pop(gid)
 
-    def _install(
+    def install(
         self, gid: GroupId, mem: MemoryStorage, applied: int, blank: int = 0, repo: str = ""
     ) -> Group:
-        """Make ``gid`` a hosted group; ``repo``, when given, is its name as the caller
-        holds it: the key of ``by_repo``, so that the one string is also the name the
-        Lifecycle lists (one copy per repository, not two: issue 19)."""
+        """Make ``gid`` a hosted group over ``mem`` (founded, or recovered from the store);
+        ``repo``, when given, is its name as the caller holds it (``Hosted.add``)."""
         self._pending_storage[gid] = mem
-        self.mr.create_group(gid, self.voters, applied=LogIndex(applied), blank=blank)
+        self.mr.create_group(gid, self.founder.voters, applied=LogIndex(applied), blank=blank)
         if blank:
             self._blank_groups.add(gid)
             self.blank_joined += 1
         g = Group(gid, mem, applied=applied, waker=self._waker)
-        self.groups[gid] = g
-        repo = repo or g.repo
-        cur = self.by_repo.get(repo)
-        if cur is None:
-            self.by_repo[repo] = g
-        elif cur.incarnation < g.incarnation:
-            self.by_repo[repo] = g
-            self._older.setdefault(repo, []).append(cur)
-        else:
-            self._older.setdefault(repo, []).append(g)
+        self.hosted.add(g, repo or g.repo)
         stashed = self._orphans.pop(gid, None)
         if stashed:
             for b in stashed:
@@ -385,10 +327,7 @@ class Runtime:
         return g
 
     def groups_of(self, repo: str) -> list[Group]:
-        """Every hosted incarnation of ``repo``, without a scan of all groups."""
-        newest = self.by_repo.get(repo)
-        older = self._older.get(repo, ())
-        return [*older, newest] if newest is not None else list(older)
+        return self.hosted.groups_of(repo)
 
     def forget_orphans(self, gid: GroupId) -> None:
         """The node will not host ``gid``: drop what its peers sent for it meanwhile."""
@@ -416,9 +355,9 @@ class Runtime:
         for sg in sorted(self.store.groups()):
             gid = GroupId(sg.repo, Incarnation(sg.incarnation))
             mem, data = self._load_log(sg)
-            row = self.store.state_get(sg, _BLANK_ROW)
+            row = self.store.state_get(sg, BLANK_ROW)
             blank = int.from_bytes(row, "big") if row else 0
-            g = self._install(gid, mem, int(mem.snapshot().index), blank)
+            g = self.install(gid, mem, int(mem.snapshot().index), blank)
             self.machine.load_snapshot(g, data)
             out.append(g)
         return out
@@ -489,81 +428,24 @@ class Runtime:
         self.wakes += 1
         return mem
 
+    # -- founding (enroute_ledger.hosting) ------------------------------------------------
+
     async def host(self, repo: str, incarnation: int, *, campaign: bool = False) -> Group:
-        """Host the group of ``repo`` at ``incarnation`` as a founder (duty 2).
-
-        One task writes a group's boot rows: the store refuses the boot snapshot a
-        second time (no newer than the one it holds), so callers that arrive
-        meanwhile (a Propose here and a peer's message, say) wait for that task and
-        take its group. The task runs to its end even if its callers give up, so a
-        write the store may still apply is never followed by a second one.
-        """
-        gid = hosted_gid(repo.encode(), incarnation)
-        g = self.groups.get(gid)
-        if g is not None:
-            return g
-        founding = self._hosting.get(gid)
-        if founding is None:
-            founding = asyncio.ensure_future(self._found(gid, repo, campaign))
-            self._hosting[gid] = founding
-            founding.add_done_callback(functools.partial(self._founded, gid))
-        return await asyncio.shield(founding)
-
-    def _founded(self, gid: GroupId, task: asyncio.Future[Group]) -> None:
-        del self._hosting[gid]
-        if not task.cancelled():
-            task.exception()  # retrieved: the callers that still wait raise it
-
-    async def _found(self, gid: GroupId, repo: str, campaign: bool) -> Group:
-        """Write ``gid``'s boot rows, then install it (see :meth:`host`)."""
-        boot = self.boot_rows(gid, repo, campaign)
-        await asyncio.wrap_future(self.store.submit(boot.batch))
-        return self.booted(boot)
+        return await self.founder.host(repo, incarnation, campaign=campaign)
 
     def boot_rows(self, gid: GroupId, repo: str, campaign: bool) -> Boot:
-        """The rows a founder writes before it hosts ``gid`` (duty 2)."""
-        # taken now: a membership change may replace the boot snapshot meanwhile
-        boot = Boot(gid, repo, campaign, self._boot_snapshot, WriteBatch())
-        # a group of a repository that existed when this node came back with a wiped
-        # disk may remember it as a voter: join it blank (docs/raft.md)
-        boot.blank = self.blank_id if not campaign and repo in self.blank_repos else 0
-        sg = store_gid(gid)
-        boot.batch.install_snapshot(sg, boot.snapshot.metadata)
-        boot.batch.set_hard_state(sg, self._boot_hard_state)
-        if boot.blank:
-            boot.batch.put_state(sg, _BLANK_ROW, boot.blank.to_bytes(8, "big"))
-        return boot
+        return self.founder.boot_rows(gid, repo, campaign)
 
     def booted(self, boot: Boot) -> Group:
-        """Host a group whose boot rows are durable."""
-        mem = MemoryStorage()
-        mem.apply_snapshot(boot.snapshot)
-        mem.set_hard_state(self._boot_hard_state)
-        g = self._install(boot.gid, mem, 1, boot.blank, boot.repo)
-        if boot.campaign or not self.config.peers:
-            self.mr.campaign(boot.gid)
-        self.wake()
-        return g
+        return self.founder.booted(boot)
 
     def drop(self, g: Group) -> None:
         """Stop hosting ``g`` (superseded or ended); done by the loop between Readies."""
         if g.dropped:
             return
         g.dropped = True
-        self.groups.pop(g.gid, None)
+        self.hosted.remove(g)
         self._blank_groups.discard(g.gid)
-        repo = g.repo
-        older = self._older.get(repo)
-        if self.by_repo.get(repo) is g:
-            del self.by_repo[repo]
-            if older:
-                newest = max(older, key=lambda o: o.incarnation)
-                older.remove(newest)
-                self.by_repo[repo] = newest
-        elif older and g in older:
-            older.remove(g)
-        if older is not None and not older:
-            del self._older[repo]
         err = NotFound("incarnation no longer hosted", repo=g.repo, incarnation=g.incarnation)
         # a hibernated group is not woken only to be dropped: nobody waits on it
         live = g._held()
@@ -816,7 +698,7 @@ class Runtime:
                 batch.put_state(sg, _SNAPSHOT_ROW, rd.snapshot.data)
                 blank = self.blank_of(g)
                 if blank:  # still blank: the mark survives the snapshot
-                    batch.put_state(sg, _BLANK_ROW, blank.to_bytes(8, "big"))
+                    batch.put_state(sg, BLANK_ROW, blank.to_bytes(8, "big"))
             if rd.entries:
                 batch.append(sg, rd.entries)
             if rd.hard_state is not None:
@@ -1081,7 +963,7 @@ class Runtime:
             len(self._blank_groups),
         )
         batch = WriteBatch()
-        batch.delete_state(store_gid(g.gid), _BLANK_ROW)
+        batch.delete_state(store_gid(g.gid), BLANK_ROW)
         self.store.submit(batch).add_done_callback(_log_store_failure)
 
     # -- the request id window (docs/raft.md, "Applying each id once") -------------------
@@ -1094,32 +976,6 @@ class Runtime:
             p = g.proposals.pop(rid)
             if first is not None:
                 p.set(machine.answer(g, first))
-
-    # -- inline layer bytes ---------------------------------------------------------------
-
-    async def inline_layers(self, g: Group, state: RepoState) -> list[tuple[bytes, bytes]]:
-        """(root, file) of every inline layer in ``state``'s manifest, from its pinned entry.
-
-        DESIGN, "Repository state": a checkpoint names an inline layer by the log
-        index that holds its bytes; a subscriber that starts from a checkpoint
-        needs them. Pinned entries stay readable after compaction (duty 7).
-        """
-        wanted = [e for e in state.manifest if e.kind is LayerKind.INLINE]
-        if not wanted:
-            return []
-        sg = store_gid(g.gid)
-        out: list[tuple[bytes, bytes]] = []
-        for e in wanted:
-            try:
-                entry = await asyncio.to_thread(self.store.entry, sg, e.pin)
-            except StorageSignal as err:
-                raise CorruptData(
-                    f"the log entry pinned by inline layer {e.root.hex()[:16]} is gone",
-                    section="ledger-entry",
-                    index=int(e.pin),
-                ) from err
-            out.append((e.root, inline_layer_of(entry.data, e.root, int(e.pin))))
-        return out
 
     # -- views for status ------------------------------------------------------------------
 
