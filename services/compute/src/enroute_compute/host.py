@@ -12,7 +12,10 @@ Views are a cache (issue 19, docs/fleet.md): a view unused for
 ``limits.view_idle_ms_max`` is evicted and its subscription ended, and so are the
 least recently used while more than ``limits.views_open_max`` are open or their
 bytes pass ``limits.views_bytes_max``. The next request opens the view again: an
-Activate, then a Subscribe from version 0, whose snapshot is the current state.
+Activate, then a follow from version 0, whose snapshot is the current state. Every
+view follows its repository on the one Follow call its compute keeps to a member
+(docs/rpc.md, Follow): eviction sends Unfollow, and no gRPC call is opened or
+cancelled per view.
 """
 
 from __future__ import annotations
@@ -339,8 +342,9 @@ class RepositoryHost:
         A view is kept while a caller waits on it, a read or push uses it (its pins), its
         first state is still loading, or it is ``keep`` (just opened for a caller); such a
         view counts as used now. Eviction ends
-        the follower, and with it the Subscribe call: the ledger member's stream ends and
-        its group hibernates with nobody parked on it (docs/raft.md, "Parked
+        the follower, and with it the follow: the compute sends Unfollow on its Follow
+        call to the member, which forgets the cursor (docs/rpc.md, Follow) and whose
+        group hibernates with nobody following it (docs/raft.md, "Parked
         subscriptions"). Its stored layers are closed in the layer service
         (:meth:`_close_layers`) but not retired: their local copies stay on disk for the
         next open, which loads their metadata only.
@@ -386,7 +390,7 @@ class RepositoryHost:
         if len(self._evicted_names) > self.limits.views_open_max:
             del self._evicted_names[next(iter(self._evicted_names))]
         if repo.task is not None:
-            repo.task.cancel()  # ends the Subscribe call (GrpcLedger.subscribe's finally)
+            repo.task.cancel()  # sends Unfollow (FollowMux.follow's finally), no call cancelled
         self._close_layers(repo.name, _stored_keys(repo.name, repo.state))
         asyncio.get_running_loop().create_task(self._notify(repo))
 
