@@ -84,15 +84,17 @@ class EndOut:
 Piece = InlineOut | PartOut | ChangesOut | EndOut
 
 
-def snapshot_pieces(ev: SnapshotOut) -> Iterator[InlineOut | PartOut]:
+def snapshot_pieces(
+    ev: SnapshotOut, part_bytes: int = SNAPSHOT_PART_BYTES
+) -> Iterator[InlineOut | PartOut]:
     """A snapshot's inline layers, then its parts (at least one, so a follower always
     sees the snapshot end). Subscribe sends the same pieces, one per message."""
     for root, layer in ev.inline:
         yield InlineOut(root, layer)
     data = ev.checkpoint
-    for i in range(0, max(len(data), 1), SNAPSHOT_PART_BYTES):
-        last = i + SNAPSHOT_PART_BYTES >= len(data)
-        yield PartOut(ev.incarnation, ev.version, data[i : i + SNAPSHOT_PART_BYTES], last)
+    for i in range(0, max(len(data), 1), part_bytes):
+        last = i + part_bytes >= len(data)
+        yield PartOut(ev.incarnation, ev.version, data[i : i + part_bytes], last)
 
 
 def _size(p: Piece) -> int:
@@ -132,9 +134,15 @@ class Cursor:
 class FollowStream:
     """The follows of one ``Ledger.Follow`` call and the order they are served in."""
 
-    def __init__(self, lc: Lifecycle, message_bytes: int = MESSAGE_BYTES) -> None:
+    def __init__(
+        self,
+        lc: Lifecycle,
+        message_bytes: int = MESSAGE_BYTES,
+        part_bytes: int = SNAPSHOT_PART_BYTES,
+    ) -> None:
         self.lc = lc
         self.message_bytes = message_bytes
+        self.part_bytes = part_bytes
         self.cursors: dict[int, Cursor] = {}
         self._due: dict[Cursor, None] = {}  # an ordered set: served front to back
         self._wake = asyncio.Event()
@@ -290,7 +298,7 @@ class FollowStream:
                 return
             if isinstance(got, RepoState):  # deleted and not hosted: its state, the end
                 snap = SnapshotOut(got.incarnation, got.version, encode_state(got), ())
-                c.pending = deque([*snapshot_pieces(snap), EndOut(None)])
+                c.pending = deque([*snapshot_pieces(snap, self.part_bytes), EndOut(None)])
                 return
             g = got
             incarnation = c.incarnation or g.incarnation  # 0: the current one
@@ -321,7 +329,7 @@ class FollowStream:
                 return
             c.incarnation = snap.incarnation
             c.sent = snap.version
-            c.pending = deque(snapshot_pieces(snap))
+            c.pending = deque(snapshot_pieces(snap, self.part_bytes))
         except EnrouteError as e:
             if not c.closed:
                 c.pending = deque([EndOut(e)])
