@@ -269,9 +269,9 @@ class DriverSim:
         if gid not in self.gids.values():
             rt.forget_orphans(gid)
             return
-        boot = rt.boot_rows(gid, gid.repo.decode(), campaign=campaign)
+        boot = rt.founder.boot_rows(gid, gid.repo.decode(), campaign=campaign)
         v.store.commit(boot.batch)
-        rt.booted(boot)
+        rt.founder.booted(boot)
 
     def _crash(self, v: Voter, *, lose_unsynced: bool) -> None:
         assert v.rt is not None
@@ -603,7 +603,7 @@ class DriverSim:
                 continue
             if repo not in self.genesis and self.step_no % 5 == 0:
                 act = Activate(create=True, head=MAIN)
-                rid = lead.rt.request_id()
+                rid = lead.rt.client.request_id()
                 entry = genesis_entry(rid, self.genesis_base[repo], act)
                 call = lead.rt.client.open(g, entry, rid, self.now + self.p.client_timeout_s)
                 self.genesis[repo] = Genesis(lead.id, lead.life, g, call)

@@ -38,7 +38,7 @@ from enroute_core.state import (
 from . import calls
 from .client import Client, Ticket
 from .group import Group
-from .hosting import BLANK_ROW, Boot, Founder, Hosted, store_gid
+from .hosting import BLANK_ROW, Founder, Hosted, store_gid
 from .machine import Applied, GroupMachine, encode_snapshot
 from .multiraft import (
     Batch,
@@ -290,11 +290,6 @@ class Runtime:
         mr.on_wake = self._wake_group
         return mr
 
-    # -- ids ---------------------------------------------------------------------------------
-
-    def request_id(self) -> bytes:
-        return self.client.request_id()
-
     # -- groups ------------------------------------------------------------------------------
 
     def set_founding_voters(self, voters: frozenset[NodeId]) -> None:
@@ -428,16 +423,7 @@ class Runtime:
         self.wakes += 1
         return mem
 
-    # -- founding (enroute_ledger.hosting) ------------------------------------------------
-
-    async def host(self, repo: str, incarnation: int, *, campaign: bool = False) -> Group:
-        return await self.founder.host(repo, incarnation, campaign=campaign)
-
-    def boot_rows(self, gid: GroupId, repo: str, campaign: bool) -> Boot:
-        return self.founder.boot_rows(gid, repo, campaign)
-
-    def booted(self, boot: Boot) -> Group:
-        return self.founder.booted(boot)
+    # -- dropping a group ------------------------------------------------------------------
 
     def drop(self, g: Group) -> None:
         """Stop hosting ``g`` (superseded or ended); done by the loop between Readies."""
@@ -519,21 +505,11 @@ class Runtime:
             tuple(hb for hb in batch.heartbeat_responses if hb.group not in unknown),
         )
 
-    # -- the client API (enroute_ledger.client, enroute_ledger.calls) ---------------------
-
-    async def propose(self, g: Group, entry: bytes, rid: bytes, timeout_s: float) -> Applied:
-        """Append ``entry`` and wait until it applied here (:func:`calls.propose`)."""
-        return await calls.propose(self, g, entry, rid, timeout_s)
-
-    async def barrier(self, g: Group, timeout_s: float) -> None:
-        """ReadIndex, then wait for the apply (:func:`calls.barrier`)."""
-        await calls.barrier(self, g, timeout_s)
+    # -- the client API: enroute_ledger.client (pure), enroute_ledger.calls (coroutines) -----
 
     async def wait_applied(self, g: Group, index: int, timeout_s: float) -> None:
+        """Wait until ``g`` applied ``index`` here (:func:`calls.wait_applied`)."""
         await calls.wait_applied(self, g, index, timeout_s)
-
-    async def wait_born(self, g: Group, timeout_s: float) -> None:
-        await calls.wait_born(self, g, timeout_s)
 
     # -- the loop ----------------------------------------------------------------------------
 

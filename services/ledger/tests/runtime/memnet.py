@@ -15,6 +15,7 @@ from pathlib import Path
 
 from enroute_core.base.ids import NodeId
 from enroute_core.state import MISSING, Activate
+from enroute_ledger import calls
 from enroute_ledger.logstore import open_log_store
 from enroute_ledger.machine import genesis_entry
 from enroute_ledger.multiraft import Batch
@@ -123,9 +124,9 @@ async def genesis(runtimes: Sequence[Runtime], repo: str = "r") -> Group:
     """Host ``repo`` on every runtime, elect the first, apply the genesis; the first's group."""
     first = runtimes[0]
     for rt in runtimes[1:]:
-        await rt.host(repo, 1)
-    g = await first.host(repo, 1, campaign=True)
-    rid = first.request_id()
+        await rt.founder.host(repo, 1)
+    g = await first.founder.host(repo, 1, campaign=True)
+    rid = first.client.request_id()
     act = Activate(create=True, head=MAIN, upload_window=64)
-    await first.propose(g, genesis_entry(rid, MISSING, act), rid, WAIT_S)
+    await calls.propose(first, g, genesis_entry(rid, MISSING, act), rid, WAIT_S)
     return g

@@ -17,6 +17,7 @@ from memnet import MAIN, WAIT_S, MemNet, genesis, start, stop, until
 
 from enroute_core.base.ids import ObjectId
 from enroute_core.state import Commit, RefUpdate, encode_command
+from enroute_ledger import calls
 from enroute_ledger.machine import command_entry
 from enroute_ledger.runtime import Group, Runtime
 from enroute_ledger.runtime import store_gid as sgid
@@ -31,8 +32,8 @@ def oid(n: int) -> ObjectId:
 async def commit(rt: Runtime, g: Group, n: int) -> None:
     have = None if n == 1 else oid(n - 1)
     cmd = encode_command(Commit(1, (RefUpdate(MAIN, have, oid(n)),), None, n, False))
-    rid = rt.request_id()
-    await rt.propose(g, command_entry(rid, cmd), rid, WAIT_S)
+    rid = rt.client.request_id()
+    await calls.propose(rt, g, command_entry(rid, cmd), rid, WAIT_S)
 
 
 def test_a_wiped_voter_joins_blank_stays_blank_until_readmitted_then_counts(
@@ -53,7 +54,7 @@ def test_a_wiped_voter_joins_blank_stays_blank_until_readmitted_then_counts(
             net.cut.add(2)
             nodes[1] = await start(tmp_path / "log2", net, 2, blank_id=BLANK, blank_repos=["r"])
             rt2 = nodes[1].rt
-            g2 = await rt2.host("r", 1)
+            g2 = await rt2.founder.host("r", 1)
             assert rt2.blank_of(g2) == BLANK and rt2.blank_groups == 1
             assert nodes[1].store.state_get(sgid(g2.gid), b"blank") == BLANK.to_bytes(8, "big")
             await stop(nodes[1])  # the mark is on disk: a restart is blank again
@@ -75,7 +76,7 @@ def test_a_wiped_voter_joins_blank_stays_blank_until_readmitted_then_counts(
             await until(lambda: g2.state.refs[MAIN].oid == oid(6))
 
             # a repository it creates itself after the wipe is never blank
-            g_new = await rt2.host("fresh", 1, campaign=True)
+            g_new = await rt2.founder.host("fresh", 1, campaign=True)
             assert rt2.blank_of(g_new) == 0
         finally:
             for n in nodes:

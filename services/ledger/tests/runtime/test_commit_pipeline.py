@@ -21,6 +21,7 @@ from memnet import MAIN, WAIT_S, MemNet, genesis, until
 
 from enroute_core.base.ids import Incarnation, LogIndex, NodeId, ObjectId, Term
 from enroute_core.state import Commit, OutcomeCode, RefUpdate, encode_command
+from enroute_ledger import calls
 from enroute_ledger.logstore import open_log_store
 from enroute_ledger.machine import command_entry
 from enroute_ledger.multiraft import Batch, GroupId, GroupMessage, Heartbeat
@@ -122,10 +123,10 @@ def test_the_leader_replicates_during_its_fsync_and_reveals_nothing_before_it(
             lead, g = nodes[0][0], groups[1]
             index = g.applied + 1
             lead.store.hold = True  # type: ignore[attr-defined]
-            rid = lead.request_id()
+            rid = lead.client.request_id()
             seen = len(net.seen)
             call = asyncio.ensure_future(
-                lead.propose(g, command_entry(rid, commit(1, None)), rid, WAIT_S)
+                calls.propose(lead, g, command_entry(rid, commit(1, None)), rid, WAIT_S)
             )
             # both followers got the entry and made it durable while the leader's own
             # write is still not: the leader counts them and itself
@@ -166,9 +167,9 @@ def test_a_follower_acknowledges_only_what_it_made_durable(tmp_path: Path) -> No
             follower = nodes[1][0]
             follower.store.hold = True  # type: ignore[attr-defined]
             seen = len(net.seen)
-            rid = lead.request_id()
+            rid = lead.client.request_id()
             # the leader and node 3 are a quorum: the commit goes on without node 2
-            got = await lead.propose(g, command_entry(rid, commit(1, None)), rid, WAIT_S)
+            got = await calls.propose(lead, g, command_entry(rid, commit(1, None)), rid, WAIT_S)
             assert got.outcome.code is OutcomeCode.OK
             await until(lambda: groups[2].mem.last_index() < index and bool(follower.store.held))  # type: ignore[attr-defined]
             await asyncio.sleep(0.2)  # the point: time for a wrong ack to go out
@@ -207,9 +208,9 @@ def test_the_leader_does_not_propose_its_own_entry_again_on_a_timer(tmp_path: Pa
                 and any(gm.message.type is MessageType.APP_RESP for gm in b.messages)
                 else b
             )
-            rid = lead.request_id()
+            rid = lead.client.request_id()
             call = asyncio.ensure_future(
-                lead.propose(g, command_entry(rid, commit(1, None)), rid, WAIT_S)
+                calls.propose(lead, g, command_entry(rid, commit(1, None)), rid, WAIT_S)
             )
             await asyncio.sleep(0.5)  # the point: it must not be answered meanwhile
             assert not call.done()

@@ -34,6 +34,7 @@ from enroute_core.state import (
     encode_command,
     encode_state,
 )
+from enroute_ledger import calls
 from enroute_ledger.logstore import open_log_store
 from enroute_ledger.machine import (
     Applied,
@@ -179,10 +180,10 @@ async def node(path: Path, *, window: int = 1024) -> AsyncIterator[Node]:
 
 
 async def create(rt: Runtime) -> Group:
-    g = await rt.host("r", 1, campaign=True)
-    rid = rt.request_id()
+    g = await rt.founder.host("r", 1, campaign=True)
+    rid = rt.client.request_id()
     act = Activate(create=True, head=MAIN, upload_window=64)
-    await rt.propose(g, genesis_entry(rid, MISSING, act), rid, WAIT_S)
+    await calls.propose(rt, g, genesis_entry(rid, MISSING, act), rid, WAIT_S)
     return g
 
 
@@ -199,8 +200,8 @@ async def run_commits(rt: Runtime, g: Group, first: int, count: int) -> list[App
     out = []
     for n in range(first, first + count):
         have = None if n == 1 else n - 1
-        rid = rt.request_id()
-        out.append(await rt.propose(g, command_entry(rid, commit(n, have)), rid, WAIT_S))
+        rid = rt.client.request_id()
+        out.append(await calls.propose(rt, g, command_entry(rid, commit(n, have)), rid, WAIT_S))
     return out
 
 
@@ -211,12 +212,12 @@ def test_a_copy_of_an_applied_entry_is_skipped_and_answered_with_the_first_resul
         async with node(tmp_path / "log") as n:
             rt = n.rt
             g = await create(rt)
-            rid = rt.request_id()
+            rid = rt.client.request_id()
             entry = command_entry(rid, commit(1, None))
-            first = await rt.propose(g, entry, rid, WAIT_S)
+            first = await calls.propose(rt, g, entry, rid, WAIT_S)
             assert first.outcome.code is OutcomeCode.OK
             version = g.state.version
-            again = await rt.propose(g, entry, rid, WAIT_S)
+            again = await calls.propose(rt, g, entry, rid, WAIT_S)
             await copy_through_log(rt, g, entry)
             assert rt.duplicates_skipped == 1
             assert g.state.version == version  # not applied: no version taken
@@ -235,9 +236,9 @@ def test_the_window_survives_compaction_and_restart(tmp_path: Path) -> None:
         async with node(path) as n:
             rt = n.rt
             g = await create(rt)
-            rid = rt.request_id()
+            rid = rt.client.request_id()
             entry = command_entry(rid, commit(1, None))
-            first = await rt.propose(g, entry, rid, WAIT_S)
+            first = await calls.propose(rt, g, entry, rid, WAIT_S)
             await run_commits(rt, g, 2, 3)
             rt.compact(g, g.state, g.applied)
             await until(lambda: rt.compactions == 1)
@@ -250,7 +251,7 @@ def test_the_window_survives_compaction_and_restart(tmp_path: Path) -> None:
             rt = n.rt
             g = rt.by_repo["r"]
             assert g.born and g.state.version == version
-            again = await rt.propose(g, entry, rid, WAIT_S)
+            again = await calls.propose(rt, g, entry, rid, WAIT_S)
             await copy_through_log(rt, g, entry)
             assert rt.duplicates_skipped == 1
             assert g.state.version == version and g.state.refs == refs
@@ -268,15 +269,15 @@ def test_the_window_survives_a_restart_without_compaction(tmp_path: Path) -> Non
         async with node(path) as n:
             rt = n.rt
             g = await create(rt)
-            rid = rt.request_id()
+            rid = rt.client.request_id()
             entry = command_entry(rid, commit(1, None))
-            first = await rt.propose(g, entry, rid, WAIT_S)
+            first = await calls.propose(rt, g, entry, rid, WAIT_S)
             version = g.state.version
         async with node(path) as n:
             rt = n.rt
             g = rt.by_repo["r"]
             await until(lambda: g.state.version == version)
-            again = await rt.propose(g, entry, rid, WAIT_S)
+            again = await calls.propose(rt, g, entry, rid, WAIT_S)
             await copy_through_log(rt, g, entry)
             assert rt.duplicates_skipped == 1 and g.state.version == version
             assert again.version == first.version
@@ -295,12 +296,12 @@ def test_the_window_is_bounded_by_log_indexes(tmp_path: Path) -> None:
         async with node(tmp_path / "log", window=window) as n:
             rt = n.rt
             g = await create(rt)
-            rid = rt.request_id()
+            rid = rt.client.request_id()
             entry = command_entry(rid, commit(1, None))
-            await rt.propose(g, entry, rid, WAIT_S)
+            await calls.propose(rt, g, entry, rid, WAIT_S)
             await run_commits(rt, g, 2, window)
             version = g.state.version
-            again = await rt.propose(g, entry, rid, WAIT_S)
+            again = await calls.propose(rt, g, entry, rid, WAIT_S)
             assert rt.duplicates_skipped == 0
             assert g.state.version == version + 1  # applied, and refused by the CAS
             change = decode_change(again.change)
@@ -319,7 +320,7 @@ def test_a_snapshot_that_holds_a_waiting_entry_answers_its_waiter(tmp_path: Path
     async def main() -> None:
         async with node(tmp_path / "log") as n:
             rt = n.rt
-            g = await rt.host("s", 1)
+            g = await rt.founder.host("s", 1)
             rid = b"\7" * 16
             fut = rt.client.open(g, b"", rid, rt.clock() + WAIT_S)
             st = _live_state()
@@ -382,13 +383,13 @@ def test_a_lost_proposal_is_proposed_again_and_applied_once(tmp_path: Path, lost
         net = MemNet()
         nodes = await three(tmp_path, net, retry_s=0.2 if lost == "forward" else 30.0)
         try:
-            groups = {i + 1: await n.rt.host("r", 1) for i, n in enumerate(nodes)}
+            groups = {i + 1: await n.rt.founder.host("r", 1) for i, n in enumerate(nodes)}
             nodes[0].rt.campaign_all([groups[1]])
             lead = await leader_of(nodes, groups)
             rt_lead, g_lead = nodes[lead - 1].rt, groups[lead]
-            rid = rt_lead.request_id()
+            rid = rt_lead.client.request_id()
             act = Activate(create=True, head=MAIN, upload_window=64)
-            await rt_lead.propose(g_lead, genesis_entry(rid, MISSING, act), rid, WAIT_S)
+            await calls.propose(rt_lead, g_lead, genesis_entry(rid, MISSING, act), rid, WAIT_S)
             prop = next(i for i in (1, 2, 3) if i != lead)
             rt, g = nodes[prop - 1].rt, groups[prop]
             await until(lambda: g.born)
@@ -410,10 +411,10 @@ def test_a_lost_proposal_is_proposed_again_and_applied_once(tmp_path: Path, lost
                 # the leader takes the entry but can no longer replicate it or lead
                 cut = lead
                 net.drop = lambda b: None if b.from_node == cut else b
-            rid = rt.request_id()
+            rid = rt.client.request_id()
             entry = command_entry(rid, commit(1, None))
             start = asyncio.get_running_loop().time()
-            got = await rt.propose(g, entry, rid, WAIT_S)
+            got = await calls.propose(rt, g, entry, rid, WAIT_S)
             took = asyncio.get_running_loop().time() - start
             assert got.outcome.code is OutcomeCode.OK
             assert rt.client.reproposals >= 1

@@ -20,6 +20,7 @@ from pathlib import Path
 from memnet import MemNet, start, stop, until
 
 from enroute_core.state import MISSING, Activate
+from enroute_ledger import calls
 from enroute_ledger.machine import genesis_entry
 
 GROUPS = int(os.environ.get("ENROUTE_MEMORY_GROUPS", "300"))
@@ -49,12 +50,12 @@ def test_idle_group_memory_per_node(tmp_path: Path) -> None:
 
             async def create(name: str) -> None:
                 for n in nodes[1:]:
-                    await n.rt.host(name, 1)
+                    await n.rt.founder.host(name, 1)
                 rt = nodes[0].rt
-                g = await rt.host(name, 1, campaign=True)
-                rid = rt.request_id()
+                g = await rt.founder.host(name, 1, campaign=True)
+                rid = rt.client.request_id()
                 act = Activate(create=True, head=b"refs/heads/main", upload_window=64)
-                await rt.propose(g, genesis_entry(rid, MISSING, act), rid, WAIT_S)
+                await calls.propose(rt, g, genesis_entry(rid, MISSING, act), rid, WAIT_S)
 
             for i in range(10):  # one-time allocations out of the count
                 await create(f"warm{i}")

@@ -21,6 +21,7 @@ from enroute_core.state import (
     RefUpdate,
     encode_command,
 )
+from enroute_ledger import calls
 from enroute_ledger.machine import command_entry
 from enroute_ledger.runtime import HIBERNATE_REPLAY_BYTES_MAX, Group, Runtime
 
@@ -72,7 +73,7 @@ def test_hibernated_groups_wake_for_proposals_reads_messages_and_restarts(
 
             # a read barrier on a hibernated group
             g3 = nodes[2].rt.by_repo["r"]
-            await nodes[2].rt.barrier(g3, WAIT_S)
+            await calls.barrier(nodes[2].rt, g3, WAIT_S)
             assert g3.state.version == version + 1
             await until(lambda: asleep(nodes, "r"))
 
@@ -81,13 +82,13 @@ def test_hibernated_groups_wake_for_proposals_reads_messages_and_restarts(
             gl = next(n.rt.by_repo["r"] for n in nodes if n.rt.is_leader(n.rt.by_repo["r"]))
             rtl = next(n.rt for n in nodes if n.rt.by_repo["r"] is gl)
             cmd = encode_command(Commit(1, (RefUpdate(MAIN, oid(4), oid(5)),), None, 5, False))
-            rid5 = rtl.request_id()
-            first_apply = await rtl.propose(gl, command_entry(rid5, cmd), rid5, WAIT_S)
+            rid5 = rtl.client.request_id()
+            first_apply = await calls.propose(rtl, gl, command_entry(rid5, cmd), rid5, WAIT_S)
             rtl.compact(gl, gl.state, gl.applied)
             await until(lambda: rtl.compactions == 1)
             await until(lambda: asleep(nodes, "r"))
             skipped = rtl.duplicates_skipped
-            again = await rtl.propose(gl, command_entry(rid5, cmd), rid5, WAIT_S)
+            again = await calls.propose(rtl, gl, command_entry(rid5, cmd), rid5, WAIT_S)
             assert again.version == first_apply.version, "applied once"
             assert gl.state.refs[MAIN].oid == oid(5)
             assert rtl.duplicates_skipped >= skipped
@@ -118,8 +119,8 @@ def test_hibernated_groups_wake_for_proposals_reads_messages_and_restarts(
 
 async def commit_next(rt: Runtime, g: Group, n: int) -> None:
     cmd = encode_command(Commit(1, (RefUpdate(MAIN, oid(n - 1), oid(n)),), None, n, False))
-    rid = rt.request_id()
-    got = await rt.propose(g, command_entry(rid, cmd), rid, WAIT_S)
+    rid = rt.client.request_id()
+    got = await calls.propose(rt, g, command_entry(rid, cmd), rid, WAIT_S)
     assert got.outcome.code is OutcomeCode.OK, got.outcome
 
 
@@ -144,8 +145,8 @@ def test_a_group_whose_log_since_its_snapshot_is_large_stays_awake_until_compact
             )
             entry = encode_command(Commit(1, updates, None, 1, True))
             assert len(entry) > HIBERNATE_REPLAY_BYTES_MAX
-            rid = first.request_id()
-            got = await first.propose(g, command_entry(rid, entry), rid, WAIT_S)
+            rid = first.client.request_id()
+            got = await calls.propose(first, g, command_entry(rid, entry), rid, WAIT_S)
             assert got.outcome.code is OutcomeCode.OK, got.outcome
             for n in nodes:
                 await until(lambda n=n: n.rt.by_repo["r"].applied == g.applied)

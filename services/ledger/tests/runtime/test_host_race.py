@@ -22,7 +22,7 @@ def test_concurrent_hosts_of_one_group_share_one_write_and_one_group(tmp_path: P
         node = await start(tmp_path / "log1", net, 1)
         try:
             for repo in ("a", "b", "c"):
-                groups = await asyncio.gather(*(node.rt.host(repo, 1) for _ in range(4)))
+                groups = await asyncio.gather(*(node.rt.founder.host(repo, 1) for _ in range(4)))
                 assert all(g is groups[0] for g in groups)
                 assert node.rt.by_repo[repo] is groups[0]
         finally:
@@ -42,10 +42,10 @@ def test_a_host_whose_caller_gives_up_still_founds_the_group_for_the_next(
         net = MemNet()
         node = await start(tmp_path / "log1", net, 1)
         try:
-            first = asyncio.ensure_future(node.rt.host("a", 1))
+            first = asyncio.ensure_future(node.rt.founder.host("a", 1))
             await asyncio.sleep(0)  # the write has been submitted
             first.cancel()
-            g = await node.rt.host("a", 1)
+            g = await node.rt.founder.host("a", 1)
             assert node.rt.by_repo["a"] is g
         finally:
             await stop(node)
