@@ -653,7 +653,8 @@ def _growing_header(source: GrowingSource, limits: Limits) -> PackHeader:
     """A growing pack's header, once as many bytes are in as its count of entries takes
     (or the body ended): the indexer's tables are sized by the count, so they stay in
     proportion to the bytes received, as they are to the size of a whole pack."""
-    if source.wait_for(PACK_HEADER_BYTES + PACK_TRAILER_BYTES) >= PACK_HEADER_BYTES:
+    least = PACK_HEADER_BYTES + PACK_TRAILER_BYTES
+    if source.wait_for(least) >= least:
         header = read_pack_header(source, limits)
         need = PACK_HEADER_BYTES + _ENTRY_BYTES_MIN * header.count + PACK_TRAILER_BYTES
         if source.wait_for(need) >= need:
