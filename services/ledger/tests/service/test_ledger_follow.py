@@ -19,6 +19,7 @@ import statistics
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -28,7 +29,7 @@ from enroute_compute.ledger_port import ChangeEvent, SnapshotEvent
 from enroute_core.base.errors import Timeout, Unavailable
 from enroute_core.storage.heap import trim_free_heap
 from enroute_ledger.follow import Cursor
-from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 from enroute_testing import ledgers
 from enroute_testing.ledgers import start_three
 from enroute_testing.procmem import memory
@@ -237,6 +238,56 @@ def test_a_killed_member_fails_every_follow_over_to_another_from_its_own_version
                 f.task.cancel()
         finally:
             await ledger.close()
+
+    run(main)
+
+
+class PreviousRelease(ledger_pb2_grpc.LedgerServicer):
+    """A member of the release before Follow (a rolling upgrade): the real ledger's
+    Subscribe through a forwarder whose servicer has no Follow, which the generated
+    base answers UNIMPLEMENTED as an older ledger does."""
+
+    def __init__(self, target: str) -> None:
+        self.channel = grpc.aio.insecure_channel(target)
+        self.stub: Any = ledger_pb2_grpc.LedgerStub(self.channel)
+
+    async def Subscribe(self, request: Any, context: Any) -> Any:  # noqa: N802
+        async for msg in self.stub.Subscribe(request):
+            yield msg
+
+
+def test_a_member_without_follow_gets_subscribe_calls(
+    tmp_path: Path, procs: list[LedgerProc]
+) -> None:
+    p = start_one(tmp_path, procs)
+    assert create(p, "old").state.version == 1
+
+    async def main() -> None:
+        older = PreviousRelease(p.grpc_addr)
+        server = grpc.aio.server()
+        ledger_pb2_grpc.add_LedgerServicer_to_server(older, server)
+        address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+        await server.start()
+        ledger = GrpcLedger((address,), timeout_s=T)
+        try:
+            first = Follower(ledger, "old")
+            await until(lambda: first.version == 1, T, "the snapshot through Subscribe")
+            v = await pushed([p], "old", 1)
+            await until(lambda: first.version == v, T, "the change through Subscribe")
+            assert first.snapshots == [1] and first.changes == [v] and not first.resumed
+            assert ledger._muxes[address].unimplemented  # asked once, then Subscribe
+            first.task.cancel()
+            await asyncio.gather(first.task, return_exceptions=True)
+            again = Follower(ledger, "old")
+            await until(lambda: again.version == v, T, "a later follow through Subscribe")
+            again.task.cancel()
+            await asyncio.gather(again.task, return_exceptions=True)
+            m = metrics(p)
+            assert m["follow_streams_total"] == 0 and m["subscriptions_total"] == 2
+        finally:
+            await ledger.close()
+            await server.stop(None)
+            await older.channel.close()
 
     run(main)
 
