@@ -270,10 +270,6 @@ class FollowMux:
         """The member answered UNIMPLEMENTED (an older ledger): use Subscribe."""
         self.on_broken: Callable[[FollowMux], None] | None = None
 
-    @property
-    def follows(self) -> int:
-        return len(self._queues)
-
     async def follow(
         self, name: str, incarnation: int, after_version: int
     ) -> AsyncIterator[FollowEvent]:
