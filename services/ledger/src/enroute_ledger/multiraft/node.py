@@ -68,6 +68,9 @@ class MultiRaftConfig:
     hibernate_after_ticks: int = 0
     """Quiet this many ticks: free the group's Raft objects (0: never)."""
     hibernations_per_tick_max: int = 1024
+    quiet_commit: bool = True
+    """Run every group's core with ``RaftConfig.quiet_commit``: sound here since an idle
+    leader quiesces at its next Ready and the quiesce heartbeat carries the commit."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -121,6 +124,9 @@ class MultiRaft:
             raise InvalidArgument("config id is not the node id", id=config.raft.id)
         self.id = node_id
         self.peers: tuple[NodeId, ...] = tuple(sorted(set(peers) - {node_id}))
+        if config.quiet_commit != config.raft.quiet_commit:
+            raft = dataclasses.replace(config.raft, quiet_commit=config.quiet_commit)
+            config = dataclasses.replace(config, raft=raft)
         self.config = config
         self.stats = MultiRaftStats()
         self._factory = storage_factory
@@ -417,8 +423,22 @@ class MultiRaft:
         groups: list[GroupReady] = []
         must_sync = False
         out: dict[NodeId, _Outbox] = {}
+        stats = self.stats
+        quiet = self._quiet
         for g in list(self._dirty):
             node = self._nodes[g]
+            # an awake leader that just became idle (its last follower acknowledged) goes
+            # quiet now, not at the next tick: until then each tick beats every follower
+            # and they answer, a commit's largest share of its messages under load
+            if (
+                g in self._active
+                and node.raft.role is Role.LEADER
+                and not node.quiesced
+                and node.quiesce()
+            ):
+                stats.quiesced += 1
+                del self._active[g]
+                quiet[g] = self._ticks
             if not node.has_ready():
                 del self._dirty[g]
                 continue

@@ -61,6 +61,12 @@ class RaftConfig:
     check_quorum: bool = True  # CheckQuorum, with the leader lease on votes
     pre_vote: bool = True  # PreVote (thesis §9.6)
     blank: int = 0  # non-zero: joined with no memory of an earlier life (docs/raft.md)
+    quiet_commit: bool = False
+    """A commit that moves only the index is not sent as empty appends, and a beat skips
+    a follower sent an append since the previous beat (without pending reads). Only for
+    a caller that quiesces an idle leader at once, whose quiesce heartbeat carries the
+    commit (the multi-Raft layer): otherwise followers learn it one beat later. Halves
+    a commit's messages (docs/raft.md, "Quiet commits")."""
 
     def __post_init__(self) -> None:
         if self.id <= 0:

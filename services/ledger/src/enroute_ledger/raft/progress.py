@@ -96,6 +96,7 @@ class Inflights:
 
 class Progress:
     __slots__ = (
+        "appended",
         "blank",
         "inflights",
         "is_learner",
@@ -121,6 +122,7 @@ class Progress:
         self.is_learner = is_learner
         self.blank = 0  # its last message's blank id: replicate to it, never count it
         self.readmit_index = LogIndex(0)  # where this leader appended its READMIT
+        self.appended = False  # sent an append since the last beat (config.quiet_commit)
 
     def __repr__(self) -> str:
         return (

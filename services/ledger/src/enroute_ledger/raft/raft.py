@@ -585,7 +585,12 @@ class Raft:
         if pr.blank:
             self._maybe_readmit(m.from_, pr)
         if self._maybe_commit():
-            self._bcast_append()
+            if self.config.quiet_commit:
+                # followers learn the index from the next append, beat or quiesce
+                # heartbeat (the group quiesces once the last of them acknowledged)
+                self._send_appends_with_entries()
+            else:
+                self._bcast_append()
         elif was_paused:
             self._maybe_send_append(m.from_, pr, send_if_empty=True)
         # The window may have room for several messages now (pipelining).
@@ -675,6 +680,11 @@ class Raft:
             if node != self.id:
                 self._maybe_send_append(node, pr, send_if_empty=True)
 
+    def _send_appends_with_entries(self) -> None:
+        for node, pr in self.tracker.progress.items():
+            if node != self.id:
+                self._maybe_send_append(node, pr, send_if_empty=False)
+
     def _maybe_send_append(self, to: NodeId, pr: Progress, *, send_if_empty: bool) -> bool:
         if pr.is_paused():
             return False
@@ -694,6 +704,7 @@ class Raft:
             entries=tuple(ents),
             commit=self.log.committed,
         )
+        pr.appended = True
         if ents:
             pr.sent_entries(ents[-1].index, len(ents), entries_size_bytes(ents))
         return True
@@ -713,8 +724,15 @@ class Raft:
 
     def _bcast_heartbeat(self, context: bytes | None = None) -> None:
         ctx = self.read_only.last_context() if context is None else context
+        # a beat tells a follower nothing an append since the previous beat did not: it
+        # resets the same election timer, and a lost append is found by the next beat
+        skip = context is None and not ctx and self.config.quiet_commit
         for node, pr in self.tracker.progress.items():
             if node != self.id:
+                if skip and pr.appended:
+                    pr.appended = False
+                    continue
+                pr.appended = False
                 # Never tell a follower to commit past what it is known to hold.
                 commit = LogIndex(min(pr.match, self.log.committed))
                 self._send(MT.HEARTBEAT, node, commit=commit, context=ctx)
