@@ -317,6 +317,16 @@ class _SilentCall:
         self.ended.set()
 
 
+class _SilentFollow(_SilentCall):
+    """A Follow call on a paused member: it takes every Follow and sends nothing."""
+
+    async def write(self, req: Any) -> None:
+        pass
+
+    async def done_writing(self) -> None:
+        pass
+
+
 class _Member:
     def __init__(self, silent: bool) -> None:
         self.silent = silent
@@ -326,15 +336,24 @@ class _Member:
         self.calls.append(_SilentCall())
         return self.calls[-1]
 
+    def Follow(self) -> _SilentCall:  # noqa: N802
+        self.calls.append(_SilentFollow())
+        return self.calls[-1]
+
     async def Barrier(self, req: Any, timeout: float) -> Any:  # noqa: N802
         if self.silent:
             await asyncio.sleep(3600)
         return ledger_pb2.BarrierResponse(incarnation=1, version=3)
 
 
-def test_subscriptions_on_a_member_that_went_silent_end_unavailable() -> None:
+@pytest.mark.parametrize("follow_streams", [True, False], ids=["Follow", "Subscribe"])
+def test_subscriptions_on_a_member_that_went_silent_end_unavailable(
+    follow_streams: bool,
+) -> None:
     async def run() -> tuple[BaseException | None, int]:
-        ledger = GrpcLedger(("a:1", "b:1"), timeout_s=5.0, attempt_timeout_s=0.1)
+        ledger = GrpcLedger(
+            ("a:1", "b:1"), timeout_s=5.0, attempt_timeout_s=0.1, follow_streams=follow_streams
+        )
         paused, alive = _Member(silent=True), _Member(silent=False)
         ledger._stubs = [paused, alive]  # type: ignore[list-item]
 

@@ -302,6 +302,8 @@ class FollowMux:
                     if ended.status == 0:
                         return  # followed again by the caller from its version
                     status = _STATUS_BY_NUMBER.get(ended.status, grpc.StatusCode.UNKNOWN)
+                    if status is grpc.StatusCode.UNAVAILABLE and self.on_broken is not None:
+                        self.on_broken(self)  # a stopping member: follow again on another
                     detail = ended.detail if ended.HasField("detail") else None
                     text = detail.message if detail is not None else status.name.lower()
                     raise error_from_rpc(StreamedProposalError(status, text, detail))
