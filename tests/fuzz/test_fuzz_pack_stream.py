@@ -5,7 +5,7 @@ as it parses it (builtin/index-pack.c, ``fill()``) and judges the trailer at the
 end. Inputs: the packs of ``test_fuzz_pack`` (real and written packs mutated as
 entry lists: lying sizes, cut or padded streams, stray bytes, bad trailers) and
 the limits of ``test_fuzz_pack_index``, fed to a
-:class:`~enroute_core.git.growing.GrowingSource` in pieces of drawn sizes by a
+:class:`~enroute_core.storage.growing.GrowingSpool` in pieces of drawn sizes by a
 writer thread. Property: :func:`index_pack` over the growing pack answers what
 it answers over the whole pack, the same result or the same typed error; the
 compiled pass may give up where it did not (it bounds the deltas' declared
@@ -26,9 +26,9 @@ from test_fuzz_pack_index import LIMITS
 from enroute_core.base.errors import EnrouteError
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import Limits
-from enroute_core.git.growing import GrowingSource
 from enroute_core.git.packindexer import PackIndexResult, index_pack
 from enroute_core.git.source import ByteSource, BytesSource
+from enroute_core.storage.growing import GrowingSpool
 
 pytestmark = pytest.mark.fuzz
 
@@ -47,7 +47,7 @@ def _index(source: ByteSource, limits: Limits) -> PackIndexResult | str:
 
 def _streamed(pack: bytes, limits: Limits, piece_bytes: int) -> PackIndexResult | str:
     spool = BytesSource(pack)  # read only below what was reported grown
-    source = GrowingSource(spool)
+    source = GrowingSpool(spool)
 
     def feed() -> None:
         for at in range(piece_bytes, len(pack) + piece_bytes, piece_bytes):

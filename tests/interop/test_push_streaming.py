@@ -142,7 +142,9 @@ def test_a_client_gone_mid_body_leaves_nothing(
 ) -> None:
     _, _, body = source
     _send(dev, "gone", body, pieces=10, pause_s=0.05, stop=len(body) * 6 // 10)
-    wait_until(lambda: _scratch(dev) == [], 30.0, "no scratch file left", explain=_scratch)
+    wait_until(
+        lambda: _scratch(dev) == [], 30.0, "no scratch file left", explain=lambda: _scratch(dev)
+    )
     assert _refs(dev, "gone", tmp_path) == ""
     log = _compute_log(dev)
     assert "Traceback" not in log

@@ -15,7 +15,7 @@ memory. What a push holds is then ingest's bounded cache and its per-object
 words, whatever the size of the pack.
 
 Streaming (docs/ingest.md, "Speed"): the ingest starts at the pack's first chunk and
-reads the spool while it is written (``git.growing``), as ``git index-pack --stdin``
+reads the spool while it is written (``storage.growing``), as ``git index-pack --stdin``
 indexes while ``pack-objects`` sends, when one of ``limits.ingest_streams_max`` slots
 is free; otherwise, or once a streamed ingest is cut off by its receive deadline
 (``limits.ingest_stream_receive_ms_max``), the push ingests after its body is in. The
@@ -66,7 +66,6 @@ from enroute_core.base.errors import (
 from enroute_core.base.ids import ZERO_OID, ObjectId
 from enroute_core.engine.ingest import IngestResult, ingest_pack
 from enroute_core.engine.snapshot import EMPTY_SNAPSHOT, SnapshotObjects
-from enroute_core.git.growing import GrowingSource
 from enroute_core.git.pktline import NEED_DATA
 from enroute_core.git.sideband import RECEIVE_KEEPALIVE
 from enroute_core.git.source import ByteSource, BytesSource
@@ -85,6 +84,7 @@ from enroute_core.protocol.receive import RefStatus as ReportStatus
 from enroute_core.state import Change, Commit, NewLayer, RefStatus, RefUpdate
 from enroute_core.state.head import branch_ref
 from enroute_core.state.names import check_repo_name
+from enroute_core.storage.growing import GrowingSpool
 from enroute_core.storage.localfile import ScratchFile
 from enroute_proto.request_id import derive_request_id, new_request_id
 
@@ -177,7 +177,7 @@ class PushOutput:
 class _Streamed:
     """A push whose ingest started at its pack's first chunk (module docstring)."""
 
-    source: GrowingSource
+    source: GrowingSpool
     output: PushOutput
     work: asyncio.Future[bytes]
     deadline: asyncio.TimerHandle | None = None
@@ -309,24 +309,7 @@ class Pusher:
                 log.info("push to %s refused: %s", name, over.message)
                 report = _refused_report(request, over)
             else:
-                line = f"Receiving pack: {humanise_bytes(received)}, done."
-                if stream is not None and not stream.cut_off:
-                    _stop_deadline(stream)
-                    output, work = stream.output, stream.work
-                    output.received(line)
-                    log.info(
-                        "push to %s: streamed ingest had read %d of the pack's %d bytes "
-                        "when its last byte arrived", name, stream.source.consumed, received,
-                    )  # fmt: skip
-                else:
-                    if stream is not None:  # cut off: the push starts over once its work ended
-                        await _end_stream(stream)
-                    output = PushOutput(request, self.host.clock)
-                    if received:
-                        output.line(line)
-                    work = asyncio.ensure_future(
-                        self._push(name, request, spool, request_id, output)
-                    )
+                output, work = await self._body_in(name, request, spool, request_id, stream)
                 try:
                     async for data in output.relay(work):
                         yield data
@@ -343,6 +326,32 @@ class Pusher:
             spool.close()
         yield report
 
+    async def _body_in(
+        self,
+        name: str,
+        request: PushRequest,
+        spool: ScratchFile,
+        request_id: bytes,
+        stream: _Streamed | None,
+    ) -> tuple[PushOutput, asyncio.Future[bytes]]:
+        """The push's body is all in: its work and what it says, the streamed ingest's
+        (which goes on) or, unstreamed or cut off, one started now."""
+        line = f"Receiving pack: {humanise_bytes(spool.size)}, done."
+        if stream is not None and not stream.cut_off:
+            _stop_deadline(stream)
+            stream.output.received(line)
+            log.info(
+                "push to %s: streamed ingest had read %d of the pack's %d bytes "
+                "when its last byte arrived", name, stream.source.consumed, spool.size,
+            )  # fmt: skip
+            return stream.output, stream.work
+        if stream is not None:  # cut off: the push starts over once its work ended
+            await _end_stream(stream)
+        output = PushOutput(request, self.host.clock)
+        if spool.size:
+            output.line(line)
+        return output, asyncio.ensure_future(self._push(name, request, spool, request_id, output))
+
     def _stream(
         self, name: str, request: PushRequest, spool: ScratchFile, request_id: bytes
     ) -> _Streamed | None:
@@ -352,7 +361,7 @@ class Pusher:
         limits = self.host.limits
         if not request.commands or self.streams >= min(limits.ingest_streams_max, STREAMS_MAX):
             return None
-        source = GrowingSource(spool)
+        source = GrowingSpool(spool)
         source.grew(spool.size)
         output = PushOutput(request, self.host.clock, receiving=True)
         work = asyncio.ensure_future(self._push(name, request, source, request_id, output))
@@ -385,7 +394,7 @@ class Pusher:
         self,
         name: str,
         request: PushRequest,
-        pack: ScratchFile | GrowingSource,
+        pack: ScratchFile | GrowingSpool,
         request_id: bytes,
         output: PushOutput,
     ) -> bytes:
@@ -405,7 +414,7 @@ class Pusher:
         self,
         name: str,
         request: PushRequest,
-        pack: ScratchFile | GrowingSource,
+        pack: ScratchFile | GrowingSpool,
         request_id: bytes,
         output: PushOutput,
     ) -> bytes:
@@ -471,7 +480,7 @@ class Pusher:
         name: str,
         request: PushRequest,
         commands: list[PushCommand],
-        pack: ScratchFile | GrowingSource,
+        pack: ScratchFile | GrowingSpool,
         snap: Snapshot,
         *,
         output: PushOutput,
@@ -486,7 +495,7 @@ class Pusher:
             with self._ingest_objects(snap) as objects:
                 result: IngestResult | None = None
                 # a streamed pack started with its first chunk (its size waits for the end)
-                if tips and (isinstance(pack, GrowingSource) or pack.size):
+                if tips and (isinstance(pack, GrowingSpool) or pack.size):
                     try:
                         result = await self._ingest_pack(
                             pack,
@@ -526,7 +535,7 @@ class Pusher:
 
     async def _ingest_pack(
         self,
-        pack: ScratchFile | GrowingSource,
+        pack: ScratchFile | GrowingSpool,
         tips: list[ObjectId],
         branch_targets: list[tuple[bytes, ObjectId]],
         objects: SnapshotObjects,
@@ -539,7 +548,7 @@ class Pusher:
         by the receive loop, which cuts it)."""
         gone = threading.Event()
         source: ByteSource = (
-            pack if isinstance(pack, GrowingSource) else CancellableSource(pack, gone)
+            pack if isinstance(pack, GrowingSpool) else CancellableSource(pack, gone)
         )
         return await to_thread_to_end(
             lambda: _without_cycle_collection(

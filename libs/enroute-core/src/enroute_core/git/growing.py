@@ -1,29 +1,18 @@
-"""A pack read while it is still arriving: the reader waits for the bytes it asks.
+"""A pack read while it is still arriving: what the indexer asks of it.
 
 A push's ingest starts at the body's first chunk, as ``git index-pack --stdin``
-indexes what ``pack-objects`` sends while it sends it (docs/ingest.md, "Speed",
-"Streaming"). The receive loop appends each chunk to its spool and says so
-(:meth:`GrowingSource.grew`), then that the body ended (:meth:`~GrowingSource.end`)
-or that it never will (:meth:`~GrowingSource.cut`); the ingest thread reads
-through :meth:`~GrowingSource.read_at`, which waits, the interpreter lock
-released, until the bytes asked are there or the body ended.
-
-The pack's size is known only once the body ended: :attr:`~GrowingSource.size`
-waits for it, so a reader that needs the size (the trailer check, the
-reference indexer) reads the whole pack as before. The compiled index pass reads
-the entry region through :meth:`~GrowingSource.read_entries`, which never hands
-out the last 20 bytes (the trailer) before the end tells where they are.
+indexes what ``pack-objects`` sends while it sends it (docs/ingest.md, "Speed").
+Its source (``enroute_core.storage.growing.GrowingSpool``, over the push's spool)
+answers a read once the bytes asked are in, waiting meanwhile; the pack's size
+is known only once the body ended, so :attr:`GrowingSource.size` waits for it
+and the compiled index pass reads the entry region through
+:meth:`GrowingSource.read_entries`, which never hands out the trailer's bytes
+before the end tells where they are.
 """
 
 from __future__ import annotations
 
-import threading
-
-from enroute_core.git.pack import PACK_TRAILER_BYTES
-from enroute_core.git.source import ByteSource
-
-READ_BYTES_MIN = 64 * 1024
-"""The least a sequential read waits for (unless the body ends first)."""
+from abc import ABC, abstractmethod
 
 
 class BodyCut(Exception):
@@ -32,95 +21,29 @@ class BodyCut(Exception):
     a client: the receive loop that cut the body answers for it."""
 
 
-class GrowingSource:
-    """A :class:`~enroute_core.git.source.ByteSource` over a spool still being written.
+class GrowingSource(ABC):
+    """A :class:`~enroute_core.git.source.ByteSource` whose bytes are still arriving.
 
-    One writer (the receive loop: :meth:`grew`, :meth:`end`, :meth:`cut`), any reader
-    threads. The spool's ``read_at`` is called only below what :meth:`grew` reported.
-    """
-
-    __slots__ = ("_arrived", "_changed", "_cut", "_ended", "_read_max", "_spool", "_wanted")
-
-    def __init__(self, spool: ByteSource) -> None:
-        self._spool = spool
-        self._changed = threading.Condition(threading.Lock())
-        self._arrived = 0
-        self._wanted = 0  # what a waiting reader needs: below it, a chunk wakes nobody
-        self._ended = False
-        self._cut: str | None = None
-        self._read_max = 0
-
-    # -- the writer ------------------------------------------------------------------------
-
-    def grew(self, arrived: int) -> None:
-        """The spool now holds ``arrived`` bytes."""
-        with self._changed:
-            self._arrived = arrived
-            if arrived >= self._wanted:
-                self._changed.notify_all()
-
-    def end(self) -> None:
-        """The body is all in: the spool's size is the pack's."""
-        with self._changed:
-            self._ended = True
-            self._changed.notify_all()
-
-    def cut(self, reason: str) -> None:
-        """The body will not complete: every read from now on raises :class:`BodyCut`."""
-        with self._changed:
-            if self._cut is None:
-                self._cut = reason
-            self._changed.notify_all()
-
-    # -- readers ---------------------------------------------------------------------------
+    Every read waits for its bytes (or the body's end) and raises :class:`BodyCut`
+    once the body is cut. A base class, not a protocol: the indexer tells one apart
+    with ``isinstance``, which must not touch :attr:`size` (it waits)."""
 
     @property
-    def arrived(self) -> int:
-        """The bytes in so far (no wait)."""
-        return self._arrived
-
-    @property
-    def consumed(self) -> int:
-        """The furthest byte a reader was handed so far (tests prove the overlap with it)."""
-        return self._read_max
-
-    @property
+    @abstractmethod
     def size(self) -> int:
         """The pack's size, once the body ended (waits for it)."""
-        return self.wait_for(-1)
 
-    def wait_for(self, need: int) -> int:
-        """Wait until ``need`` bytes are in (``-1``: the whole body) or the body ended;
-        the bytes in then. Raises :class:`BodyCut` once the body is cut."""
-        changed = self._changed
-        with changed:
-            while True:
-                if self._cut is not None:
-                    raise BodyCut(self._cut)
-                if self._ended or (0 <= need <= self._arrived):
-                    return self._arrived
-                self._wanted = need if need >= 0 else 1 << 62
-                changed.wait()
-                self._wanted = 0
-
+    @abstractmethod
     def read_at(self, offset: int, length: int) -> bytes:
         """``length`` bytes at ``offset``, fewer only at the pack's end."""
-        arrived = self.wait_for(offset + length)
-        return self._read(offset, min(length, arrived - offset))
 
+    @abstractmethod
+    def wait_for(self, need: int) -> int:
+        """Wait until ``need`` bytes are in (``-1``: the whole body) or the body ended;
+        the bytes in then."""
+
+    @abstractmethod
     def read_entries(self, offset: int, length: int, minimum: int) -> bytes:
         """Up to ``length`` bytes at ``offset`` of the entry region (the pack less its
-        trailer), as many as have arrived: at least ``minimum``, fewer only where the
-        region ends, which is known once the body ended. The compiled index pass's
-        sequential read; it waits for :data:`READ_BYTES_MIN` at least (or ``length``), so
-        that a body arriving in small pieces is not read a piece a call."""
-        want = max(minimum, min(length, READ_BYTES_MIN))
-        arrived = self.wait_for(offset + want + PACK_TRAILER_BYTES)
-        return self._read(offset, min(length, arrived - PACK_TRAILER_BYTES - offset))
-
-    def _read(self, offset: int, length: int) -> bytes:
-        if length <= 0:
-            return b""
-        data = self._spool.read_at(offset, length)
-        self._read_max = max(self._read_max, offset + len(data))
-        return data
+        20-byte trailer), as many as have arrived: at least ``minimum``, fewer only where
+        the region ends, which is known once the body ended."""

@@ -20,11 +20,12 @@ from enroute_core.base.errors import InvalidPack, LimitExceeded
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import Limits
 from enroute_core.git.delta import create_delta
-from enroute_core.git.growing import BodyCut, GrowingSource
+from enroute_core.git.growing import BodyCut
 from enroute_core.git.pack import OBJ_BLOB
 from enroute_core.git.packindexer import ObjectSink, PackIndexResult, index_pack
 from enroute_core.git.packwrite import PackWriter
 from enroute_core.git.source import BytesSource
+from enroute_core.storage.growing import GrowingSpool
 from enroute_testing.repogen import RepoSpec, generate_repo, pack_objects
 
 _SPEC = RepoSpec(seed=23, commits=80, branches=2, merge_every=9, files=40, file_bytes=2000,
@@ -46,7 +47,7 @@ class _Spool:
         return bytes(self.data[offset : offset + length])
 
 
-def _feeder(spool: _Spool, source: GrowingSource, pieces: list[bytes], *, end: bool = True,
+def _feeder(spool: _Spool, source: GrowingSpool, pieces: list[bytes], *, end: bool = True,
             before_last: threading.Event | None = None) -> threading.Thread:  # fmt: skip
     """Append ``pieces`` one by one (the last only once ``before_last`` is set, if given),
     then end the body."""
@@ -82,7 +83,7 @@ def _calls() -> tuple[list[tuple[int, ObjectId, int, bytes | None]], ObjectSink]
 
 def test_reads_wait_for_their_bytes_and_the_trailer_stays_back() -> None:
     spool = _Spool()
-    source = GrowingSource(spool)
+    source = GrowingSpool(spool)
     got: list[bytes] = []
     reader = threading.Thread(target=lambda: got.append(source.read_entries(0, 30, 30)))
     reader.start()
@@ -107,7 +108,7 @@ def test_reads_wait_for_their_bytes_and_the_trailer_stays_back() -> None:
 
 
 def test_a_cut_body_raises_to_a_waiting_reader() -> None:
-    source = GrowingSource(_Spool())
+    source = GrowingSpool(_Spool())
     raised: list[BaseException] = []
 
     def read() -> None:
@@ -135,7 +136,7 @@ def test_a_pack_indexed_as_it_arrives_is_indexed_as_whole(git_pack: bytes, threa
     whole_seen, whole_sink = _calls()
     whole = index_pack(BytesSource(git_pack), limits=limits, on_object=whole_sink, threads=threads)
     spool = _Spool()
-    source = GrowingSource(spool)
+    source = GrowingSpool(spool)
     last = threading.Event()
     consumed_before_last: list[int] = []
 
@@ -172,7 +173,7 @@ def _small_pack() -> bytes:
 
 def _streamed(data: bytes, limits: Limits | None = None) -> PackIndexResult:
     spool = _Spool()
-    source = GrowingSource(spool)
+    source = GrowingSpool(spool)
     feeder = _feeder(spool, source, _pieces(data, 100))
     try:
         return index_pack(source, limits=limits or Limits())
@@ -222,7 +223,7 @@ def test_the_delta_expansion_bound_holds_streamed() -> None:
 
 def test_a_body_cut_mid_pack_stops_the_indexer_with_body_cut(git_pack: bytes) -> None:
     spool = _Spool()
-    source = GrowingSource(spool)
+    source = GrowingSpool(spool)
     feeder = _feeder(spool, source, _pieces(git_pack[: len(git_pack) // 2], 8192), end=False)
     feeder.join(10)
     threading.Timer(0.05, source.cut, ("the client went",)).start()
@@ -236,7 +237,7 @@ def test_the_count_waits_for_the_bytes_it_claims() -> None:
     pack = _small_pack()
     claims = pack[:8] + (1000).to_bytes(4, "big") + pack[12:]
     spool = _Spool()
-    source = GrowingSource(spool)
+    source = GrowingSpool(spool)
     spool.data += claims
     source.grew(len(claims))
     done = threading.Event()
