@@ -24,6 +24,13 @@ idle groups still do (awake groups, group ticks, messages); the machine's load
 average is recorded, since other processes on the host share its cores. Writes its section to
 docs/benchmarks.md (section "ledger"). Usage: ``python -m bench.ledger [--quick]``
 from the checkout root; about 6 minutes (``--quick``: about 1).
+
+``--py-spy PATH`` (py-spy, not a dependency of the project: ``pip install py-spy``)
+also samples each process while it holds the interpreter lock during one more
+batching-on case (:data:`PROFILE_PROPOSERS` proposers) and splits each process's
+CPU per commit by phase (:data:`PHASES`): the event-loop timers above count wall
+time, which a loaded host inflates, while these samples count only the process's
+own work.
 """
 
 from __future__ import annotations
@@ -70,6 +77,29 @@ ACTIVATE_TIMEOUT_S = 10.0
 GROUPS_BUDGET_S = 120.0
 IDLE_CPU_WINDOW_S = 10.0
 QUIET_S = 5.0
+PROFILE_PROPOSERS = 64
+PROFILE_RATE_HZ = 100
+
+PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # (phase, frames that put a sample in it): the first phase with a frame in the
+    # sample's stack takes it, so the order puts the narrower phases first
+    ("store thread: SQLite write and fsync", ("ledger-store-writer",)),
+    ("apply: state machine, change encoding", ("Runtime._apply_durable", "Runtime._apply_ready")),
+    ("Raft receive: batch decode", ("batch_from_proto",)),
+    ("Raft receive: step", ("Runtime.step",)),
+    ("Raft receive: gRPC read", ("RaftTransportServicer.Send",)),
+    ("Raft send: batch encode", ("batch_to_proto",)),
+    ("Raft send: gRPC write", ("GrpcTransport._run",)),
+    ("proposals: log line", ("Logger.info",)),
+    ("proposals: into Raft", ("Lifecycle.propose",)),
+    ("proposals: stream read and answer", ("LedgerServicer.ProposeStream",)),
+    ("Ready round: take, write batch, send, advance", ("Runtime.run",)),
+    ("ticks", ("Runtime.tick",)),
+    ("client: proposals written", ("ProposalStream._write", "ProposalStream.propose")),
+    ("client: answers read", ("ProposalStream._read",)),
+    ("client: commands built, changes decoded", ("bench/ledger.py",)),
+)
+OTHER_PHASE = "other: event loop, gRPC callbacks and pollers"
 
 
 def oid(n: int) -> ObjectId:
@@ -368,6 +398,70 @@ async def measured(
     return Measured(r, where_time_went(m0, m1, t0, t1, result=r, title=title), cpu_ms)
 
 
+def phase_of(stack: Sequence[str]) -> str:
+    for phase, frames in PHASES:
+        if any(f in frame for frame in stack for f in frames):
+            return phase
+    return OTHER_PHASE
+
+
+def phase_shares(raw: Path) -> dict[str, float]:
+    """Share of a process's samples in each phase, from py-spy's raw output (one
+    ``frame;frame;... count`` line per distinct stack, the thread first)."""
+    counts: dict[str, int] = {}
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if stack:
+            phase = phase_of(stack.split(";"))
+            counts[phase] = counts.get(phase, 0) + int(n)
+    total = sum(counts.values()) or 1
+    return {k: v / total for k, v in counts.items()}
+
+
+async def profiled(
+    nodes: list[LedgerProc], lanes: Sequence[Lane], seconds: float, py_spy: str, work: Path
+) -> tuple[Measured, list[dict[str, float]]]:
+    """``measured`` with py-spy sampling every process (``--gil``: only while it holds
+    the interpreter lock, so the samples split the process's own CPU)."""
+    pids = [*(n.pid for n in nodes), os.getpid()]
+    args = ["record", "--gil", "--threads", "--format", "raw", "--rate", str(PROFILE_RATE_HZ)]
+    args += ["--duration", str(round(seconds))]
+    spies = [
+        subprocess.Popen(
+            [py_spy, *args, "--pid", str(pid), "--output", str(work / f"spy-{i}.txt")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i, pid in enumerate(pids)
+    ]
+    try:
+        m = await measured(nodes, lanes, seconds, "profiled")
+    finally:
+        for p in spies:
+            await asyncio.to_thread(p.wait)
+    return m, [phase_shares(work / f"spy-{i}.txt") for i in range(len(pids))]
+
+
+def phase_lines(m: Measured, shares: list[dict[str, float]]) -> list[str]:
+    """Each process's CPU per commit split by its samples' phases, in ms."""
+    names = [*(str(i + 1) for i in range(len(shares) - 1)), "client"]
+    order = [p for p, _ in PHASES] + [OTHER_PHASE]
+    used = [p for p in order if any(s.get(p, 0.0) >= 0.005 for s in shares)]
+    lines = [
+        f"| phase | {' | '.join(names)} | all |",
+        "|---|" + "---|" * (len(names) + 1),
+    ]
+    for p in used:
+        cells = [s.get(p, 0.0) * cpu for s, cpu in zip(shares, m.cpu_ms, strict=True)]
+        lines.append(f"| {p} | " + " | ".join(f"{x:.3f}" for x in cells) + f" | {sum(cells):.3f} |")
+    lines.append(
+        "| CPU per commit | "
+        + " | ".join(f"{x:.3f}" for x in m.cpu_ms)
+        + f" | {sum(m.cpu_ms):.3f} |"
+    )
+    return lines
+
+
 def budget_lines(m: Measured, how: str) -> list[str]:
     """What the CPU per commit of the best case means for 2,000 commits/s."""
     voters, total = m.cpu_ms[:-1], sum(m.cpu_ms)
@@ -450,7 +544,15 @@ def cpu_share(pids: Sequence[int], seconds: float) -> list[float]:
     return [(cpu_ticks(p) - b) / CLK_TCK / wall for p, b in zip(pids, before, strict=True)]
 
 
-async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float) -> list[str]:
+async def bench(
+    nodes: list[LedgerProc],
+    groups: int,
+    idle: int,
+    seconds: float,
+    *,
+    py_spy: str | None = None,
+    work: Path | None = None,
+) -> list[str]:
     c = Client([n.grpc_addr for n in nodes])
     pids = [n.pid for n in nodes]
     load_start = loadavg()
@@ -533,6 +635,26 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
             out.append(row(f"{groups:,} groups, concurrent, {how}", r, proposers))
             wheres += [*where, ""]
             print(out[-1], flush=True)
+        profile: list[str] = []
+        if py_spy is not None and work is not None:
+            c.batching = True
+            c.learn_leaders(nodes[0])
+            proposers = min(groups, PROFILE_PROPOSERS)
+            lanes = [repos_lane(c, many[k::proposers]) for k in range(proposers)]
+            m, shares = await profiled(nodes, lanes, seconds, py_spy, work)
+            print(f"profiled {m.result.per_s:,.0f} commits/s", flush=True)
+            profile = [
+                f"CPU per commit by phase (ms), batching on, {proposers} proposers, one more "
+                f"run of {seconds:g} s ({m.result.commits:,} commits, "
+                f"{m.result.per_s:,.0f}/s) with py-spy sampling each process at "
+                f"{PROFILE_RATE_HZ} Hz while it holds the interpreter lock: a phase's share "
+                "of a process's samples times the process's CPU per commit (utime + "
+                "stime). Phases by the frames on the sample's stack (`bench.ledger.PHASES`); "
+                "members 1 to 3 each lead a third of the groups and follow the rest.",
+                "",
+                *phase_lines(m, shares),
+                "",
+            ]
         c.batching = False
         best_off = max(results[False], key=lambda x: x.result.per_s)
         best_on = max(results[True], key=lambda x: x.result.per_s)
@@ -553,6 +675,7 @@ async def bench(nodes: list[LedgerProc], groups: int, idle: int, seconds: float)
             "",
             *budget_lines(best_off, "batching off"),
             "",
+            *profile,
             *wheres,
         ]
 
@@ -649,6 +772,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="100 groups, 1,000 idle repositories")
     ap.add_argument("--seconds", type=float, default=None, help="per throughput case")
+    ap.add_argument("--py-spy", default=None, help="py-spy executable: CPU per commit by phase")
     args = ap.parse_args()
     groups, idle = (100, 1000) if args.quick else (1000, 10_000)
     seconds = args.seconds if args.seconds is not None else (3.0 if args.quick else 8.0)
@@ -658,7 +782,7 @@ def main() -> None:
     started: list[LedgerProc] = []
     try:
         nodes = start_three(work, started)
-        lines = asyncio.run(bench(nodes, groups, idle, seconds))
+        lines = asyncio.run(bench(nodes, groups, idle, seconds, py_spy=args.py_spy, work=work))
     finally:
         for p in started:
             p.kill()
