@@ -3,12 +3,16 @@
 ``enroute cluster ledger-add|ledger-remove ID|ledger-wipe ID`` and the drill in
 ``tests/cluster/test_ledger_membership.py`` use these (docs/raft.md, "Membership
 changes"). A voter added here is a new process ``ledger-N`` (N the next free
-number) with its own directory and ports, started with the id ``enroute ledger
-add`` gave it; the running voters' config files are rewritten to the new member
-count, so a later restart of any of them passes the start check. Voters added
-here reach the others directly (no fault proxy). The changes themselves go
-through the operator's command, ``enroute ledger ... --data DIR``, run as a
-child process, so the drill exercises it as an operator runs it.
+number) with its own directory and ports, started blank at the address given to
+``enroute ledger add``, with no id configured (``node.id`` is its name): it takes
+the id the change gave that address, as a chart's pod does, and keeps it on its
+disk. Founders keep ``node.id`` 1..3. The running voters' config files are
+rewritten to the new member count, so a later restart of any of them passes the
+start check. Voters added here reach the others directly (no fault proxy). The
+changes themselves go through the operator's command, ``enroute ledger ...
+--data DIR``, run as a child process, so the drill exercises it as an operator
+runs it; the drill reads the membership from a voter's ``/membership`` (what
+``enroute ledger members --json`` prints), sparing a process start per look.
 """
 
 from __future__ import annotations
@@ -19,17 +23,19 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from enroute_testing.cluster import Cluster, Member
+from enroute_testing.cluster import Cluster, Member, get_json
 from enroute_testing.env import service_env
 from enroute_testing.ports import free_port
 
 CHANGE_TIMEOUT_S = 600.0
+MEMBERS_TIMEOUT_S = 30.0
 _OPENED = re.compile(r"^voter (\d+) at ")
 
 Say = Callable[[str], None]
@@ -48,14 +54,34 @@ def _config(member: Member) -> dict[str, Any]:
     return doc
 
 
+def _founder_id(member: Member) -> int | None:
+    configured = str(_config(member)["node"]["id"])
+    return int(configured) if configured.isdigit() else None
+
+
 def id_of(cluster: Cluster, name: str) -> int:
-    """The Raft id of voter ``name`` (its ``node.id``)."""
-    return int(_config(cluster.members[name])["node"]["id"])
+    """The Raft id of voter ``name``: a founder's ``node.id``, else the id the record
+    gives its address (an open change's or a voter's)."""
+    member = cluster.members[name]
+    founder = _founder_id(member)
+    if founder is not None:
+        return founder
+    record = members(cluster)["record"]
+    for i, address in {**record["voters"], **(record["target"] or {})}.items():
+        if address == member.grpc:
+            return int(i)
+    raise KeyError(f"{name} ({member.grpc}) is no voter of the ledger")
 
 
 def name_of(cluster: Cluster, node: int) -> str:
-    for name in voter_names(cluster):
-        if id_of(cluster, name) == node:
+    names = voter_names(cluster)
+    for name in names:
+        if _founder_id(cluster.members[name]) == node:
+            return name
+    record = members(cluster)["record"]
+    address = {**record["voters"], **(record["target"] or {})}.get(str(node))
+    for name in names:
+        if address is not None and cluster.members[name].grpc == address:
             return name
     raise KeyError(f"no voter with id {node}")
 
@@ -66,7 +92,26 @@ def _cli(cluster: Cluster, *args: str) -> list[str]:
 
 
 def members(cluster: Cluster) -> dict[str, Any]:
-    """``enroute ledger members --json``: the record and every voter's report."""
+    """What ``enroute ledger members --json`` prints: the record and every voter's
+    report, from the ``/membership`` of the first live voter that answers."""
+    failed: list[str] = []
+    for name in voter_names(cluster):
+        member = cluster.members[name]
+        if name in cluster.keep_down or not member.alive():
+            continue
+        try:
+            doc: dict[str, Any] = get_json(
+                f"http://{member.http}/membership", MEMBERS_TIMEOUT_S, cluster.admin_headers
+            )
+        except (OSError, ValueError) as e:
+            failed.append(f"{name}: {e}")
+            continue
+        return doc
+    raise RuntimeError(f"no voter answers /membership: {failed}")
+
+
+def members_cli(cluster: Cluster) -> dict[str, Any]:
+    """``enroute ledger members --json``, run as the operator runs it."""
     out = subprocess.run(
         _cli(cluster, "members", "--json"),
         capture_output=True,
@@ -162,11 +207,19 @@ def ledger_replace(
     ledger that lost ``old`` is recovered from that surviving voter (``--recover-from``:
     docs/raft.md, "Recovering a two-voter ledger")."""
     after = () if recover_from is None else ("--recover-from", str(recover_from))
-    name = _grow(cluster, say, "replace", str(old), after=after, timeout_s=timeout_s)
     gone = name_of(cluster, old)
-    cluster.keep_down.add(gone)
-    cluster.terminate(gone)
+    name = _grow(cluster, say, "replace", str(old), after=after, timeout_s=timeout_s)
+    _stop_retired(cluster, gone, say)
     return name
+
+
+def _stop_retired(cluster: Cluster, name: str, say: Say) -> None:
+    """Stop a removed voter for good (SIGTERM: it leads nothing any more, so its drain
+    is short; a drain that runs to the grace period shows in the line)."""
+    cluster.keep_down.add(name)
+    started = time.monotonic()
+    code = cluster.terminate(name)
+    say(f"{name} stopped in {time.monotonic() - started:.1f} s (exit {code})")
 
 
 def _grow(
@@ -185,7 +238,8 @@ def _grow(
     def start(nid: int) -> None:
         record = members(cluster)["record"]
         config = _config(base)
-        config["node"] = {"id": str(nid), "data_dir": str(member.data_dir)}
+        # no id configured: a blank voter takes the one the change gave its address
+        config["node"] = {"id": name, "data_dir": str(member.data_dir)}
         config["listen"] = {"grpc": member.grpc, "http": member.http}
         size = len(record["target"] or record["voters"])
         config["ledger"]["members"] = _member_list(cluster, record, member.grpc, size)
@@ -195,6 +249,9 @@ def _grow(
         cluster._spawn(member)
         cluster.wait_ready(name)
         cluster.save()
+        took = int(cluster.ledger_status(name)["node_id"])
+        if took != nid:
+            raise RuntimeError(f"{name} at {member.grpc} took id {took}, not {nid}")
         say(f"{name} started as voter {nid}")
 
     _change(cluster, say, command, *before, member.grpc, *after, started=start, timeout_s=timeout_s)
@@ -207,8 +264,7 @@ def ledger_remove(cluster: Cluster, node: int, say: Say = print) -> str:
     """Move every group off voter ``node``, then stop it for good; its name."""
     name = name_of(cluster, node)
     _change(cluster, say, "remove", str(node))
-    cluster.keep_down.add(name)
-    cluster.terminate(name)
+    _stop_retired(cluster, name, say)
     _rewrite_configs(cluster, members(cluster)["record"])
     return name
 
