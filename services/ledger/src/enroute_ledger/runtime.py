@@ -261,6 +261,9 @@ class Runtime:
         self.on_applied: Callable[[Group, Applied | None], None] | None = None
         self.on_group_changed: Callable[[Group], None] | None = None
         """Called after a Ready applied to a group, made it leader here, or when it is dropped."""
+        self.may_sleep: Callable[[Group], bool] | None = None
+        """Asked before a quiet group hibernates; False keeps it awake a while longer
+        (the checkpointer settles its state object first: checkpoints.py, "Quiet groups")."""
         self._orphans: dict[GroupId, list[Batch]] = {}
         self._unsynced: asyncio.Future[None] | None = None
         self._hs_later: dict[StoreGroupId, HardState] = {}
@@ -378,6 +381,8 @@ class Runtime:
         if g.applied != self.mr.commit_of(gid):
             return False
         if any(c[0] is g for c in self._compactions):
+            return False
+        if self.may_sleep is not None and not self.may_sleep(g):
             return False
         first, end = live.mem.snapshot().index + 1, g.applied + 1
         if end - first > HIBERNATE_REPLAY_MAX:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from enroute_core.state import RepoState
-from enroute_ledger.checkpoints import Checkpointer
+from enroute_ledger.checkpoints import QUIET_TRIES_MAX, Checkpointer
 from enroute_ledger.lifecycle import Lifecycle, StateObject
 from enroute_testing.waiting import until
 
@@ -53,6 +53,7 @@ class FakeRuntime:
     def __init__(self, groups: list[FakeGroup]) -> None:
         self.groups = {g.repo: g for g in groups}
         self.on_group_changed: Any = None
+        self.may_sleep: Any = None
         self.leader_checks = 0
         self.leading = True
         self.compacted: list[tuple[str, int]] = []
@@ -210,6 +211,56 @@ def test_a_follower_compacts_its_copy_once_the_object_holds_its_state() -> None:
             assert lc.store.puts == [] and cp.written == 0 and cp.followed == 1
             await until(lambda: not cp._tracked, 2, "the settled group forgotten", poll_s=0.01)
             assert not cp._wheel and not cp._now
+        finally:
+            cp.stop()
+            await asyncio.wait_for(task, 2)
+
+    asyncio.run(scenario())
+
+
+def test_a_quiet_group_is_settled_before_it_sleeps() -> None:
+    """A group about to hibernate with a change its object may not hold is settled
+    first (checkpoints.py, "Quiet groups"): the leader checkpoints it and a follower
+    looks at once, not an interval later, when the group would have to be woken for
+    it (issue 19: the pushes of five minutes before kept 94 groups awake on every voter
+    of an idle 10,000-repository fleet). The sleep is refused until then, at most
+    ``QUIET_TRIES_MAX`` times."""
+    lead, follow = FakeGroup("r0"), FakeGroup("r1")
+    lead.mem.compacted = follow.mem.compacted = 1  # checkpointed where they stand
+    rt = FakeRuntime([lead, follow])
+    lc = FakeLifecycle(rt)
+    cp = Checkpointer(
+        cast(Lifecycle, lc), every_entries=100, interval_s=300.0, clock=time.monotonic
+    )
+    assert rt.may_sleep == cp.settled
+
+    async def scenario() -> None:
+        task = asyncio.get_running_loop().create_task(cp.run())
+        try:
+            assert cp.settled(lead)  # nothing past its checkpoint: it may sleep
+            bump(lead, 3)
+            cp.changed(lead)
+            assert not cp.settled(lead)  # the multi-Raft layer asks: not yet
+            await until(lambda: lc.store.puts, 2, "the quiet group's checkpoint", poll_s=0.01)
+            assert lc.store.puts == ["repos/r0/state"] and rt.compacted == [("r0", 4)]
+            assert cp.settled(lead) and not cp._quiet
+            # a follower: its looks find the object older until the leader's swap lands
+            rt.leading = False
+            bump(follow, 3)
+            cp.changed(follow)
+            assert not cp.settled(follow)
+            await until(lambda: lc.reads >= 2, 2, "the follower's look", poll_s=0.01)
+            assert rt.compacted == [("r0", 4)]
+            assert not cp.settled(follow)
+            lc.object = live(4)
+            await until(lambda: len(rt.compacted) == 2, 2, "the follower's compaction")
+            assert rt.compacted[1] == ("r1", 4) and cp.settled(follow)
+            # a group that cannot be settled sleeps after QUIET_TRIES_MAX refusals
+            bump(follow, 1)
+            cp.changed(follow)
+            answers = [cp.settled(follow) for _ in range(QUIET_TRIES_MAX + 1)]
+            assert answers == [False] * QUIET_TRIES_MAX + [True] and not cp._quiet
+            assert lc.store.puts == ["repos/r0/state"]  # a follower never writes
         finally:
             cp.stop()
             await asyncio.wait_for(task, 2)
