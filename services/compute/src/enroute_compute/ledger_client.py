@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from types import MappingProxyType
@@ -62,6 +63,8 @@ ATTEMPTS_PER_MEMBER_MAX = 3
 
 
 _STATUS_BY_NUMBER = {status.value[0]: status for status in grpc.StatusCode}
+
+log = logging.getLogger("enroute.compute.ledger")
 
 
 class StreamedProposalError(grpc.RpcError):
@@ -375,6 +378,11 @@ class FollowMux:
             if self.on_broken is not None:
                 self.on_broken(self)
         queues, self._queues = self._queues, {}
+        if queues and not isinstance(failure, FollowUnimplemented):
+            log.warning("%s: %d follows fail over to another member", failure, len(queues))
+        elif isinstance(failure, FollowUnimplemented):
+            log.info("ledger member %s has no Follow: views follow there with Subscribe calls",
+                     self.address)  # fmt: skip
         for queue in queues.values():
             queue.put_nowait(failure)
         self._wake.set()  # the writer of ``call`` sees it is no longer current and ends

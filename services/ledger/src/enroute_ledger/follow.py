@@ -28,7 +28,9 @@ that deletes the repository or when the group is dropped here (follow again).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextvars
+import itertools
 import logging
 from collections import deque
 from collections.abc import Coroutine, Iterator
@@ -95,6 +97,10 @@ def snapshot_pieces(
     for i in range(0, max(len(data), 1), part_bytes):
         last = i + part_bytes >= len(data)
         yield PartOut(ev.incarnation, ev.version, data[i : i + part_bytes], last)
+
+
+def _version(entry: tuple[int, bytes]) -> int:
+    return entry[0]
 
 
 def _size(p: Piece) -> int:
@@ -266,9 +272,8 @@ class FollowStream:
             self._start(c, self._snapshot(c, g))
             return
         changes: list[tuple[int, bytes]] = []
-        for version, change in history:
-            if version <= c.sent:
-                continue
+        start = bisect.bisect_right(history, c.sent, key=_version)
+        for version, change in itertools.islice(history, start, None):
             if changes and room <= 0:
                 break
             changes.append((version, change))

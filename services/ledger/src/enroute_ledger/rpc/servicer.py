@@ -248,7 +248,10 @@ class LedgerServicer(ledger_pb2_grpc.LedgerServicer):
         finally:
             rt.follow_streams_ended += 1
             reader.cancel()
+            follows = len(stream.cursors)
             stream.close()
+            # a compute's subscriptions end with it: it went away, or is stopping
+            log.info("follow stream from %s ended with %d follows", context.peer(), follows)
 
     async def Barrier(
         self, request: ledger_pb2.BarrierRequest, context: Ctx
