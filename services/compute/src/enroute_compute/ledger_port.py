@@ -127,7 +127,14 @@ class LedgerPort(Protocol):
     def subscribe(
         self, name: str, incarnation: int, after_version: int
     ) -> AsyncIterator[FollowEvent]:
-        """A snapshot when needed, then every change in version order."""
+        """A snapshot when needed, then every change in version order.
+
+        Leaving the iteration (closing it, or cancelling the task that reads it, as
+        eviction does) ends the subscription; over gRPC that is an Unfollow on the
+        compute's one Follow call to the member, not a call of its own
+        (docs/rpc.md, Follow). A subscription that ends without the repository's
+        deletion is followed again from the last version applied.
+        """
         ...
 
     async def barrier(self, name: str) -> BarrierPoint:
