@@ -513,6 +513,7 @@ class Pusher:
                     return None, ()
                 warned = self._ingested(name, result)
                 new_layer = await self.host.store_layer(name, snap, result, layer_file)
+                self.host.release_after_ingest(result.object_count)  # once result is gone
                 if new_layer is not None:
                     output.line(f"Storing layer: {humanise_bytes(new_layer.file_size)}, done.")
                 return new_layer, warned
