@@ -115,7 +115,10 @@ def _start(name: str, argv: list[str], marker: str, log: Path | None = None) -> 
 def _children(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:  # the thread ended between the listing and the read
+            continue
     return found
 
 
