@@ -9,9 +9,15 @@ durable only once synced, a crash may lose what was not), a network (batches los
 duplicated, reordered, partitioned) and a clock (ticks of the schedule). As
 TigerBeetle runs its replica, nothing else is mocked.
 
+The clients call the node's real client API (:mod:`enroute_ledger.client`): each
+proposal, genesis and read barrier is a tracker opened at a voter and polled every
+step with that voter's clock, as the coroutines of :mod:`enroute_ledger.calls` poll
+it; re-proposal, deadlines and answers are the production code's.
+
 One seed fixes everything. A run is a fault phase (crashes that lose unsynced
 writes or not, restarts, wiped disks that come back blank, partitions, leadership
-transfers, compactions that make lagging voters take snapshots), then a calm phase
+transfers, compactions that make lagging voters take snapshots, repositories
+deleted and created again, their old incarnations dropped), then a calm phase
 (the network heals, every voter restarts; each group must elect a leader, commit a
 probe, converge, and readmit every blank voter within a bound), then a quiet phase
 (every group hibernates on every voter, then a probe must wake and commit it).

@@ -5,17 +5,20 @@ groups over a simulated store, network and clock (driver_sim.py): crashes that
 lose unsynced writes or not, restarts, wiped disks that come back blank and are
 readmitted, partitions, loss, duplication, reordering, leadership transfers,
 compactions and snapshot transfers, membership changes (a new voter added to
-every group, then one removed), re-proposals under one request id, and
-hibernation. Safety is checked after every step, liveness when the faults stop,
-and the clients' CAS history must be linearizable.
+every group, then one removed), repositories deleted and created again (the old
+incarnation dropped everywhere), and hibernation. Every client call goes through
+the driver's client API (enroute_ledger.client): re-proposals under one request
+id, deadlines and answers are the production code's. Safety is checked after every
+step, liveness when the faults stop, and the clients' CAS history must be
+linearizable.
 
 CI runs seeds 0..999. A failure names its seed; replay it alone with
 ``ENROUTE_SEED=<n> pytest tests/sim/test_driver_sim.py -k replay``. A larger sweep
 runs with ``ENROUTE_SIM_SCHEDULES=20000`` (marked slow).
 
 The planted bugs below (each a ``Runtime`` subclass that breaks one rule of the
-Ready contract, or its machine's id window) must each be found within those 1,000
-CI schedules.
+Ready contract, its machine's id window, or its client API's request ids) must
+each be found within those 1,000 CI schedules.
 """
 
 from __future__ import annotations
