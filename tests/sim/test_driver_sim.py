@@ -31,11 +31,20 @@ from typing import Any
 import pytest
 from driver_sim import DriverSim, SimFailure, SimReport, params_for, run_seed
 
+from enroute_core.state import apply, decode_command, encode_change
 from enroute_ledger.client import Client, Proposal
-from enroute_ledger.machine import ID_BYTES, Done, GroupMachine, MachineState
-from enroute_ledger.multiraft import Batch, GroupReady
+from enroute_ledger.machine import (
+    COMMAND,
+    ID_BYTES,
+    Applied,
+    Done,
+    GroupMachine,
+    MachineState,
+    entry_rid,
+)
+from enroute_ledger.multiraft import Batch, GroupReady, NodeReady
 from enroute_ledger.raft import ConfChange, ConfChangeType, EntryType
-from enroute_ledger.runtime import Group, Runtime
+from enroute_ledger.runtime import Group, ReadyRound, Runtime
 
 SCHEDULES = 1000
 CHUNK = 100
@@ -202,6 +211,27 @@ class RetriesUnderANewId(Runtime):
         self.client.__class__ = _NewIdOnRetry
 
 
+class AnswersBeforeApply(Runtime):
+    """Answers a proposal as soon as its entry is appended here, with what applying it
+    to the state of now would give: an answer ahead of the log (an entry a crash or a
+    new leader then loses was acknowledged; the real apply may differ)."""
+
+    def begin_ready(self, nr: NodeReady) -> ReadyRound:
+        rnd = super().begin_ready(nr)
+        for gr, g in rnd.live:
+            if g is None or g.dropped or g.hibernated:
+                continue
+            for e in gr.ready.entries:
+                p = g.proposals.get(entry_rid(e.data))
+                if p is None or p.done or e.data[:1] != COMMAND:
+                    continue
+                cmd = decode_command(e.data[1 + ID_BYTES :])
+                res = apply(g.state, cmd, log_index=int(e.index))
+                change = encode_change(res.change)
+                p.set(Applied(res.state.version, change, res.change.outcome, res.state))
+        return rnd
+
+
 def _first_failure(runtime: type[Runtime]) -> tuple[int, str]:
     for seed in range(SEED_BASE, SEED_BASE + SCHEDULES):
         try:
@@ -222,6 +252,7 @@ def _first_failure(runtime: type[Runtime]) -> tuple[int, str]:
         (DropsReadmit, ("never readmitted",)),
         (ForgetsAppliedIds, ("applied twice", "repeat an id", "linearizable")),
         (RetriesUnderANewId, ("applied twice", "linearizable")),
+        (AnswersBeforeApply, ("linearizable",)),
     ],
     ids=[
         "send-before-persist",
@@ -229,6 +260,7 @@ def _first_failure(runtime: type[Runtime]) -> tuple[int, str]:
         "drop-readmit",
         "forget-applied-ids",
         "retry-under-new-id",
+        "answer-before-apply",
     ],
 )
 def test_finds_a_planted_driver_bug(bug: type[Runtime], finding: tuple[str, ...]) -> None:
