@@ -76,7 +76,7 @@ class Limits:
     # ingest thread while its client sends (at most half of them; 0 turns streaming off);
     # one whose pack is not all in within the deadline is cut off and ingests once it is
     ingest_streams_max: int = 4
-    ingest_stream_receive_ms_max: int = 120_000
+    ingest_stream_receive_ms_max: int = 600_000
     # protocol: lists in one wire-protocol request (advertise, ls-refs, fetch, receive)
     protocol_wants_max: int = 100_000
     protocol_haves_max: int = 100_000
