@@ -380,7 +380,7 @@ class Pusher:
     def _cut_off(self, stream: _Streamed, name: str, seconds: float) -> None:
         """A streamed ingest's receive deadline passed with its body still arriving: its
         thread stops and its slot is free; the push ingests once its body is in."""
-        if stream.work.done():
+        if stream.work.done() or stream.source.ended:
             return
         stream.cut_off = True
         stream.source.cut("the receive deadline passed")

@@ -67,6 +67,11 @@ class GrowingSpool(GrowingSource):
         return self._arrived
 
     @property
+    def ended(self) -> bool:
+        """Whether the body is all in (no wait)."""
+        return self._ended
+
+    @property
     def consumed(self) -> int:
         """The furthest byte a reader was handed so far (tests prove the overlap with it)."""
         return self._read_max
