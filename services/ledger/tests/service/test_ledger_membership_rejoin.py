@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from enroute_core.base.errors import InvalidArgument
 from enroute_ledger.membership_client import LedgerAdmin
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
 
@@ -135,3 +136,9 @@ def test_a_removed_voters_address_rejoins_under_a_new_id_and_keeps_it(
     record = admin.members()["record"]
     assert record["voters"] == {"1": addrs[0], "2": addrs[1], str(nid): addrs[2]}
     assert record["retired"] == [3] and record["next_id"] == nid + 1
+
+    # a new identity at a voter's own address (a pod) is a remove, then an add: the
+    # replace command says so instead of opening anything
+    with pytest.raises(InvalidArgument, match=f"`enroute ledger remove {nid}`"):
+        admin.replace(nid, addrs[2], said.append)
+    assert admin.members()["record"] == record
