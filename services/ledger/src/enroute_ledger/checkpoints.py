@@ -128,6 +128,7 @@ class Checkpointer:
         self.followed = 0  # a follower's copies compacted to a state the object holds
         self._stopping = False
         self._quiet: dict[Group, int] = {}  # quiet groups being settled: refusals so far
+        self._busy: Group | None = None  # the group whose checkpoint or look is awaited
         self.rt.on_group_changed = self.changed
         self.rt.may_sleep = self.settled
 
@@ -161,6 +162,8 @@ class Checkpointer:
         if self.interval_s <= 0 or not g.born or g.deleted or g.applied <= self._base(g):
             self._quiet.pop(g, None)
             return True
+        if g is self._busy or g in self._now:
+            return False  # its checkpoint or look is under way: not another try
         tries = self._quiet.get(g, 0)
         if tries >= QUIET_TRIES_MAX:
             del self._quiet[g]
@@ -293,6 +296,7 @@ class Checkpointer:
         while not self._stopping:
             for g in self._take_due(self.clock()):
                 self.checks += 1
+                self._busy = g
                 if g.dropped:
                     self._forget(g)
                     continue
@@ -309,6 +313,7 @@ class Checkpointer:
                     done = False
                 if not done and not g.dropped:
                     self._retry(g)
+            self._busy = None
             if self._now:
                 continue  # due by the entries rule while a checkpoint was written
             due = [t[0][0] for t in (self._wheel, self._retries) if t]

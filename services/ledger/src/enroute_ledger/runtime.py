@@ -602,12 +602,14 @@ class Runtime:
         work, self._compactions = self._compactions, []
         batch = WriteBatch()
         done: list[tuple[Group, SnapshotMetadata, bytes]] = []
+        upto: dict[Group, int] = {}  # compacted to in this batch: the log's snapshot lags
         for g, st, idx in work:
             if g.dropped:
                 continue  # (a dropped group is never woken to read its log)
             snap = g.mem.snapshot().metadata
-            if idx <= snap.index or idx > g.applied or idx > g.mem.last_index():
+            if idx <= max(snap.index, upto.get(g, 0)) or idx > min(g.applied, g.mem.last_index()):
                 continue
+            upto[g] = idx
             cs = snap.conf_state  # the members at idx: the conf changes up to it applied
             for e in g.mem.entries(LogIndex(snap.index + 1), LogIndex(idx + 1), 1 << 62):
                 if e.type is EntryType.CONF_CHANGE:
