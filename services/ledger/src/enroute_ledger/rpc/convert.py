@@ -56,12 +56,6 @@ def _hb_from_proto(h: ledger_pb2.Heartbeat) -> Heartbeat:
     )
 
 
-def _gm_to_proto(m: GroupMessage) -> ledger_pb2.GroupMessage:
-    return ledger_pb2.GroupMessage(
-        group=_group_to_proto(m.group), message=encode_message(m.message)
-    )
-
-
 def batch_to_proto(b: Batch) -> ledger_pb2.RaftBatch:
     return ledger_pb2.RaftBatch(
         from_node=int(b.from_node),
