@@ -64,6 +64,7 @@ _CODES: dict[MessageType, int] = {
     MessageType.TIMEOUT_NOW: 14,
 }
 _TYPES = {code: t for t, code in _CODES.items()}
+_ENTRY_TYPES = (EntryType.NORMAL, EntryType.CONF_CHANGE)
 assert not LOCAL_MESSAGES & _CODES.keys()
 
 
@@ -137,23 +138,8 @@ class _Reader:
         return b
 
     def uvarint(self) -> int:
-        # inlined reads: a message holds a dozen varints and this is the transport's hot path
-        buf, at = self.buf, self.at
-        n = 0
-        for shift in range(0, 70, 7):
-            if at >= len(buf):
-                self.at = at
-                raise CorruptData("truncated", section=SECTION, at=at)
-            b = buf[at]
-            at += 1
-            n |= (b & 0x7F) << shift
-            if not b & 0x80:
-                self.at = at
-                if n > _U64_MAX or (b == 0 and shift > 0):
-                    raise CorruptData("bad varint", section=SECTION, at=at)
-                return n
-        self.at = at
-        raise CorruptData("varint too long", section=SECTION, at=at)
+        n, self.at = _uvarint_at(self.buf, self.at)
+        return n
 
     def blob(self) -> bytes:
         n = self.uvarint()
@@ -176,37 +162,91 @@ class _Reader:
         return frozenset(ids)
 
 
+def _uvarint_at(buf: bytes, at: int) -> tuple[int, int]:
+    """The varint at ``at`` and the offset after it; minimal, below 2**64, or CorruptData."""
+    n = 0
+    end = len(buf)
+    for shift in range(0, 70, 7):
+        if at >= end:
+            raise CorruptData("truncated", section=SECTION, at=at)
+        b = buf[at]
+        at += 1
+        n |= (b & 0x7F) << shift
+        if not b & 0x80:
+            if n > _U64_MAX or (b == 0 and shift > 0):
+                raise CorruptData("bad varint", section=SECTION, at=at)
+            return n, at
+    raise CorruptData("varint too long", section=SECTION, at=at)
+
+
 def decode_message(data: bytes) -> Message:
-    r = _Reader(bytes(data))
-    if r.byte() != _MAGIC[0] or r.byte() != _MAGIC[1]:
+    # The transport's hot path (a voter decodes every peer message): one-byte varints,
+    # most fields, are read inline; longer ones, and every error, by the reader's rules.
+    buf = bytes(data)
+    end = len(buf)
+    if end < 5:
+        raise CorruptData("truncated", section=SECTION, at=end)
+    if buf[0] != _MAGIC[0] or buf[1] != _MAGIC[1]:
         raise CorruptData("not a raft message", section=SECTION)
-    if (version := r.byte()) != _VERSION:
+    if (version := buf[2]) != _VERSION:
         raise CorruptData("unknown version", section=SECTION, version=version)
-    mtype = _TYPES.get(r.byte())
+    mtype = _TYPES.get(buf[3])
     if mtype is None:
         raise CorruptData("unknown message type", section=SECTION)
-    flags = r.byte()
+    flags = buf[4]
     if flags & ~(_F_REJECT | _F_QUIESCE | _F_SNAPSHOT | _F_BLANK):
         raise CorruptData("unknown flags", section=SECTION, flags=flags)
-    to, from_, term, log_term, index, commit, hint = (r.uvarint() for _ in range(7))
+    at = 5
+    head: list[int] = []  # to, from, term, log term, index, commit, reject hint, context length
+    for _ in range(8):
+        if at < end and buf[at] < 0x80:
+            head.append(buf[at])
+            at += 1
+        else:
+            n, at = _uvarint_at(buf, at)
+            head.append(n)
+    to, from_, term, log_term, index, commit, hint, n = head
     if to == 0 or from_ == 0:
         raise CorruptData("node id 0", section=SECTION)
-    context = r.blob()
-    count = r.uvarint()
-    if count > len(r.buf) - r.at:
+    if n > end - at:
+        raise CorruptData("length past the end", section=SECTION, length=n)
+    context = buf[at : at + n]
+    at += n
+    if at < end and buf[at] < 0x80:
+        count = buf[at]
+        at += 1
+    else:
+        count, at = _uvarint_at(buf, at)
+    if count > end - at:
         raise CorruptData("entry count past the end", section=SECTION, count=count)
     entries: list[Entry] = []
     for _ in range(count):
-        e_term, e_index, e_type = r.uvarint(), r.uvarint(), r.byte()
+        if at < end and buf[at] < 0x80:
+            e_term = buf[at]
+            at += 1
+        else:
+            e_term, at = _uvarint_at(buf, at)
+        e_index, at = _uvarint_at(buf, at)
+        if at >= end:
+            raise CorruptData("truncated", section=SECTION, at=at)
+        e_type = buf[at]
         if e_type > 1:
             raise CorruptData("unknown entry type", section=SECTION, type=e_type)
-        entries.append(Entry(Term(e_term), LogIndex(e_index), EntryType(e_type), r.blob()))
+        n, at = _uvarint_at(buf, at + 1)
+        if n > end - at:
+            raise CorruptData("length past the end", section=SECTION, length=n)
+        entries.append(
+            Entry(Term(e_term), LogIndex(e_index), _ENTRY_TYPES[e_type], buf[at : at + n])
+        )
+        at += n
+    r = _Reader(buf)
+    r.at = at
     snapshot = _snapshot(r) if flags & _F_SNAPSHOT else None
     blank = r.uvarint() if flags & _F_BLANK else 0
     if flags & _F_BLANK and blank == 0:
         raise CorruptData("blank id 0", section=SECTION)
-    if r.at != len(r.buf):
-        raise CorruptData("trailing bytes", section=SECTION, extra=len(r.buf) - r.at)
+    if r.at != end:
+        raise CorruptData("trailing bytes", section=SECTION, extra=end - r.at)
     return Message(
         mtype,
         NodeId(to),
