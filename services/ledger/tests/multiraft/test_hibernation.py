@@ -7,12 +7,13 @@ applied twice. Randomised tests print their seed; replay with ENROUTE_SEED=<n>.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
 from mrsim import Cluster
 
-from enroute_core.base.errors import NotFound
+from enroute_core.base.errors import NotFound, ProposalDropped
 from enroute_core.base.ids import Incarnation, NodeId
 from enroute_ledger.multiraft import GroupId, MultiRaft, MultiRaftConfig
 from enroute_ledger.raft import ConfState, MemoryStorage, RaftConfig
@@ -57,7 +58,12 @@ def test_quiet_groups_hibernate_and_wake_for_work(seed: int) -> None:
     c.run_until(lambda: c.all_quiet() and all_asleep(c), 300)
 
 
-def test_a_peer_down_wakes_the_groups_it_led_and_they_elect(seed: int) -> None:
+def test_a_peer_down_leaves_its_hibernated_groups_asleep_until_work_wakes_them(
+    seed: int,
+) -> None:
+    """docs/raft.md, "A leader down or stopped": a voter that stops (or fails) while
+    leading thousands of hibernated groups must not make its peers wake them all; a
+    group woken for work finds its leader down, keeps time and elects (Raft §5.2)."""
     c = Cluster(3, GROUPS, seed + 1, hibernate_after=5)
     c.run_until(c.all_led, 300)
     c.commit_all(c.groups, b"a", 300)
@@ -65,6 +71,18 @@ def test_a_peer_down_wakes_the_groups_it_led_and_they_elect(seed: int) -> None:
     led_by_3 = [g for g in c.groups if c.leader(g, N1) == N3]
     assert led_by_3
     c.cut.add(N3)
+    c.run_until(lambda: not c.nodes[N1].is_alive(N3) and not c.nodes[N2].is_alive(N3), 400)
+    woken = [c.nodes[n].stats.woken for n in (N1, N2)]
+    for _ in range(4 * 10):  # four election timeouts: nothing to elect for
+        c.run_round()
+    assert [c.nodes[n].stats.woken for n in (N1, N2)] == woken
+    assert all(c.nodes[n].hibernated_count() == GROUPS for n in (N1, N2))
+    assert not c.all_led()
+    # work on a survivor wakes each group there (a proposal forwarded to the dead
+    # leader is lost; the client retries), and the woken groups elect
+    for g in led_by_3:
+        with contextlib.suppress(ProposalDropped):
+            c.nodes[N1].propose(g, b"wake")
     c.run_until(c.all_led, 400)
     assert all(c.leader(g, N1) in (N1, N2) for g in led_by_3)
     c.commit_all(led_by_3, b"c", 300)

@@ -16,8 +16,11 @@ Scenarios the code keeps (docs/raft.md, duty 12):
 3. Node liveness replaces per-group heartbeats of quiet groups: every batch,
    even an empty beat sent every ``liveness_interval_ticks``, proves its
    sender alive. A peer not heard from for ``liveness_timeout_ticks`` (or
-   reported by the driver) is down: every quiet group it leads is woken here
-   so its followers can elect.
+   reported by the driver) is down: every quiet awake group it leads is woken
+   here so its followers can elect. A hibernated one is not: it has no work
+   waiting, and the work that wakes it (a proposal, a read, a peer's vote
+   request) also makes it keep time, so it elects then (docs/raft.md,
+   "A leader down or stopped").
 4. A node leading more than ``ceil(groups / live nodes) + slack`` groups
    hands some to the least-loaded live peer that holds the whole log,
    at most ``transfers_per_tick_max`` per tick.
@@ -639,9 +642,8 @@ class MultiRaft:
         """Scenario 3: one pass over the groups per failure, not per tick."""
         self._alive[peer] = False
         self.stats.nodes_down += 1
-        for g, h in self._sleeping.items():
-            if h.lead == peer:
-                self._to_wake[g] = None  # woken a bounded number per tick
+        # hibernated groups it led stay asleep: the work that next wakes one also makes
+        # it keep time, so it elects then; a stopped voter may have led thousands here
         for g, node in self._nodes.items():
             if node.quiesced and node.raft.lead == peer:
                 node.unquiesce()
