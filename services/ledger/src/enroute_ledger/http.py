@@ -270,13 +270,23 @@ def transfer_target(rt: Runtime, g: Group) -> NodeId | None:
 
 
 async def transfer_leadership(rt: Runtime, timeout_s: float) -> dict[str, int]:
-    """Hand every group led here to another voter; wait up to ``timeout_s`` for the moves.
+    """Hand every awake group led here to another voter; wait up to ``timeout_s`` for the moves.
 
-    Answers ``led`` (groups led at the start), ``asked`` (transfers started),
-    ``moved`` (no longer led here at the end), ``still_leading`` and
-    ``no_target`` (no live voter to take it).
+    A hibernated group is left asleep (docs/raft.md, "A leader down or stopped"): a
+    transfer would wake it here and on the target, thousands at fleet scale on every
+    restart, and it has nothing waiting; the work that next wakes it elects a leader.
+    Answers ``led`` (awake groups led at the start), ``asleep`` (hibernated groups led
+    here, left in place), ``asked`` (transfers started), ``moved`` (no longer led here
+    at the end), ``still_leading`` and ``no_target`` (no live voter to take it).
     """
-    led = [g for g in rt.groups.values() if rt.is_leader(g)]
+    led: list[Group] = []
+    asleep = 0
+    for g in rt.groups.values():
+        if rt.is_leader(g):
+            if rt.mr.is_hibernated(g.gid):
+                asleep += 1
+            else:
+                led.append(g)
     asked: list[Group] = []
     no_target = 0
     for g in led:
@@ -297,6 +307,7 @@ async def transfer_leadership(rt: Runtime, timeout_s: float) -> dict[str, int]:
     still = sum(1 for g in led if rt.is_leader(g))
     return {
         "led": len(led),
+        "asleep": asleep,
         "asked": len(asked),
         "moved": len(led) - still,
         "still_leading": still,

@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 
 from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
+from enroute_testing import ledgers
 from enroute_testing.ledgers import LedgerProc
 from enroute_testing.waiting import wait_until
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
-from conftest import start_three, write_config  # noqa: E402
+from conftest import fast_timing, write_config  # noqa: E402
 
 MAIN = b"refs/heads/main"
 REPOS = 2
@@ -58,7 +59,8 @@ def post(p: LedgerProc, path: str) -> tuple[int, dict[str, int]]:
 def test_transfer_leadership_moves_every_group_away(
     tmp_path: Path, procs: list[LedgerProc]
 ) -> None:
-    nodes = start_three(tmp_path, procs)
+    # awake groups only: a hibernated one is left asleep (test_shutdown_hibernated.py)
+    nodes = ledgers.start_three(tmp_path, procs, ledger=fast_timing() | {"hibernate_after": 0})
     for k in range(REPOS):
         req = ledger_pb2.ActivateRequest(
             repo=f"roll/{k}", create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN
