@@ -9,6 +9,7 @@ apply, advance. Safety checks run on every Ready.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import random
 from collections import Counter
@@ -44,6 +45,7 @@ class Cluster:
         use_codec: bool = False,
         hibernate_after: int = 0,
         quiet_commit: bool = True,
+        campaigns_per_tick: int | None = None,
     ) -> None:
         self.rng = random.Random(seed)
         self.ids = [NodeId(i) for i in range(1, n_nodes + 1)]
@@ -59,6 +61,8 @@ class Cluster:
                 hibernate_after_ticks=hibernate_after,
                 quiet_commit=quiet_commit,
             )
+            if campaigns_per_tick is not None:
+                cfg = dataclasses.replace(cfg, campaigns_per_tick_max=campaigns_per_tick)
 
             def factory(g: GroupId, vs: frozenset[NodeId], nid: NodeId = nid) -> MemoryStorage:
                 st = MemoryStorage(conf_state=ConfState(vs))

@@ -32,6 +32,13 @@ Scenarios the code keeps (docs/raft.md, duty 12):
    its own state too (``on_hibernate``). Anything that needs the group (a
    message, a proposal, a read, a transfer, a liveness event, ``raw_node``)
    rebuilds it first from the durable log the driver hands back (``on_wake``).
+7. At most ``campaigns_per_tick_max`` groups time out and campaign per tick
+   (docs/raft.md, "Elections under CPU starvation"): a leader that stalls
+   for an election timeout (a starved process, a GC pause, a long Ready
+   round) times out every awake group it leads at once, and thousands of
+   elections in one round make the next round late too. A group over the
+   budget keeps its clock at the edge of its timeout and campaigns on a
+   later tick, unless its leader's heartbeat resets it meanwhile.
 """
 
 from __future__ import annotations
@@ -71,6 +78,9 @@ class MultiRaftConfig:
     hibernate_after_ticks: int = 0
     """Quiet this many ticks: free the group's Raft objects (0: never)."""
     hibernations_per_tick_max: int = 1024
+    campaigns_per_tick_max: int = 64
+    """Elections this node starts in one tick (scenario 7); a group past its timeout
+    beyond it waits at the edge of its timeout for a later tick."""
     quiet_commit: bool = True
     """Run every group's core with ``RaftConfig.quiet_commit``: sound here since an idle
     leader quiesces at its next Ready and the quiesce heartbeat carries the commit."""
@@ -82,6 +92,7 @@ class MultiRaftConfig:
             "transfer_candidates_per_tick_max",
             "groups_max",
             "hibernations_per_tick_max",
+            "campaigns_per_tick_max",
         ):
             if getattr(self, name) <= 0:
                 raise InvalidArgument(f"{name} must be positive")
@@ -110,6 +121,8 @@ class MultiRaftStats:
     nodes_down: int = 0
     nodes_up: int = 0
     transfers: int = 0
+    campaigns: int = 0
+    campaigns_deferred: int = 0
     hibernated: int = 0
     woken: int = 0
 
@@ -310,12 +323,24 @@ class MultiRaft:
             self._wake_queued()
         stats = self.stats
         quiet = self._quiet
+        campaigns = self.config.campaigns_per_tick_max
         for g in list(self._active):
             node = self._nodes[g]
             if node.quiesced:
                 del self._active[g]
                 quiet[g] = self._ticks
                 continue
+            r = node.raft
+            if (
+                r.role is not Role.LEADER
+                and r.election_elapsed + 1 >= r.randomized_election_timeout
+            ):
+                # this tick times the group out (it campaigns, or pokes as a blank voter)
+                if campaigns == 0:
+                    stats.campaigns_deferred += 1
+                    continue  # its clock holds at the edge: it campaigns on a later tick
+                campaigns -= 1
+                stats.campaigns += 1
             # Idleness is judged before the tick: a tick that is due a heartbeat queues
             # one, and a leader with a message waiting is never idle (with
             # heartbeat_ticks=1 every tick is due one, so a check after it never holds).
