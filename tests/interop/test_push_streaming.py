@@ -27,7 +27,7 @@ from enroute_testing.waiting import wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
-DEADLINE_MS = 2500
+DEADLINE_MS = 4000
 """``limits.ingest_stream_receive_ms_max`` here: the paced push sends in well under it."""
 STREAMED = re.compile(r"push to (\S+): streamed ingest had read (\d+) of the pack's (\d+) bytes")
 SPEC = RepoSpec(seed=31, commits=150, files=80, file_bytes=3000, binary_files=2,

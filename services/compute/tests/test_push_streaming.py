@@ -183,9 +183,16 @@ def test_the_receive_deadline_cuts_a_slow_sender_off(
     async def run() -> bytes:
         node = _Node(tmp_path, Limits(ingest_stream_receive_ms_max=200))
         try:
-            pushing = asyncio.ensure_future(node.push("r", _slowly(body, pause_s=0.05)))
-            await asyncio.sleep(0.6)
-            assert node.pusher.streams == 0, "the slow sender still holds its ingest slot"
+            pushing = asyncio.ensure_future(node.push("r", _slowly(body, pause_s=0.08)))
+            seen = []  # the streamed ingests running, every 10 ms while the body arrives
+            for _ in range(300):  # the body takes about 6 s to arrive
+                await asyncio.sleep(0.01)
+                seen.append(node.pusher.streams)
+                if seen[-1] == 0 and 1 in seen:
+                    break
+            assert 1 in seen, "the push did not stream"
+            assert seen[-1] == 0, "the slow sender still holds its ingest slot"
+            assert not pushing.done(), "the body was in before the deadline freed the slot"
             return await pushing
         finally:
             await node.close()
