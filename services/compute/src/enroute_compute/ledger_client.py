@@ -67,6 +67,32 @@ _STATUS_BY_NUMBER = {status.value[0]: status for status in grpc.StatusCode}
 log = logging.getLogger("enroute.compute.ledger")
 
 
+async def write_queued(
+    call: Any,
+    current: Callable[[], bool],
+    wake: asyncio.Event,
+    take: Callable[[], list[Any]],
+    broken: Callable[[Any, grpc.RpcError | None], None],
+) -> None:
+    """The writer of one long-lived stream call (``ProposalStream``, ``FollowMux``):
+    sends what ``take`` hands it while the call is ``current``, sleeps on ``wake``
+    when nothing is queued (whoever queues sets it), and hands a failed write to
+    ``broken``, which fails the call's open work over to the next member."""
+    try:
+        while current():
+            batch = take()
+            if not batch:
+                wake.clear()  # (anything queued after this sets it again)
+                await wake.wait()
+                continue
+            for msg in batch:
+                await call.write(msg)
+    except grpc.RpcError as exc:
+        broken(call, exc)
+    except Exception:  # the call ended under the write (InvalidStateError, UsageError)
+        broken(call, None)
+
+
 class StreamedProposalError(grpc.RpcError):
     """A streamed proposal's failure in the shape of a failed call, so that
     ``error_from_rpc`` maps it through the one table, as a unary Propose's."""
@@ -149,18 +175,12 @@ class ProposalStream:
 
     async def _write(self, call: Any) -> None:
         """Send what is queued, all of it in one message, while ``call`` is current."""
-        try:
-            while self._call is call:
-                if not self._queue:
-                    self._wake.clear()  # (a proposal queued after this sets it again)
-                    await self._wake.wait()
-                    continue
-                batch, self._queue = self._queue, []
-                await call.write(ledger_pb2.ProposeStreamRequest(proposals=batch))
-        except grpc.RpcError as exc:
-            self._broken(call, exc)
-        except Exception:  # the call ended under the write (InvalidStateError, UsageError)
-            self._broken(call, None)
+
+        def take() -> list[Any]:
+            batch, self._queue = self._queue, []
+            return [ledger_pb2.ProposeStreamRequest(proposals=batch)] if batch else []
+
+        await write_queued(call, lambda: self._call is call, self._wake, take, self._broken)
 
     async def _read(self, call: Any) -> None:
         try:
@@ -332,19 +352,13 @@ class FollowMux:
             task.add_done_callback(self._tasks.discard)
 
     async def _write(self, call: Any) -> None:
-        try:
-            while self._call is call:
-                if not self._out:
-                    self._wake.clear()
-                    await self._wake.wait()
-                    continue
-                batch, self._out = self._out, []
-                for req in batch:
-                    await call.write(req)
-        except grpc.RpcError as exc:
-            self.broken(call, exc)
-        except Exception:  # the call ended under the write (InvalidStateError, UsageError)
-            self.broken(call, None)
+        """Send the queued follows and unfollows, in order, while ``call`` is current."""
+
+        def take() -> list[Any]:
+            batch, self._out = self._out, []
+            return batch
+
+        await write_queued(call, lambda: self._call is call, self._wake, take, self.broken)
 
     async def _read(self, call: Any) -> None:
         try:
