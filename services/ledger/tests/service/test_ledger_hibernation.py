@@ -127,25 +127,34 @@ def test_a_group_with_a_long_log_hibernates_on_its_followers_too(
     never: the group slept on its leader and stayed awake on both followers for good
     (issue 19, a 10,000-repository fleet: 31 groups awake on each follower). A
     follower now compacts to its applied state once the object holds it."""
+    nodes = commit_then_sleep(tmp_path, procs, "1s", "long", HIBERNATE_REPLAY_MAX + 6)
+    # each voter compacted its own copy (the followers read the leader's checkpoint)
+    assert all(metrics(n)["log_compactions_total"] >= 1 for n in nodes)
+
+
+def commit_then_sleep(
+    tmp_path: Path, procs: list[LedgerProc], interval: str, repo: str, commits: int
+) -> list[LedgerProc]:
+    """Three voters checkpointing every ``interval``: ``commits`` to one repository, then
+    until its group hibernated on every voter."""
     timing = fast_timing()
-    timing |= {"checkpoint_interval": "1s", "hibernate_after": "0.3s"}
+    timing |= {"checkpoint_interval": interval, "hibernate_after": "0.3s"}
     nodes = ledgers.start_three(tmp_path, procs, ledger=timing)
-    create(nodes[0], "long")
+    create(nodes[0], repo)
     last = None
-    for k in range(HIBERNATE_REPLAY_MAX + 6):
-        propose_until_ok(nodes[0], "long", commit(1, MAIN, last, oid(k + 1)), rid("long", k))
+    for k in range(commits):
+        propose_until_ok(nodes[0], repo, commit(1, MAIN, last, oid(k + 1)), rid(repo, k))
         last = oid(k + 1)
     wait_until(
         lambda: all(metrics(n)["groups_hibernated"] == 1 for n in nodes),
         DEADLINE_S,
-        "the long group hibernated on every voter",
+        f"{repo}'s group hibernated on every voter",
         poll_s=0.2,
         explain=lambda: [
             (metrics(n)["groups_hibernated"], metrics(n)["log_compactions_total"]) for n in nodes
         ],
     )
-    # each voter compacted its own copy (the followers read the leader's checkpoint)
-    assert all(metrics(n)["log_compactions_total"] >= 1 for n in nodes)
+    return nodes
 
 
 def test_a_quiet_group_is_settled_on_every_voter_before_it_sleeps(
@@ -156,23 +165,7 @@ def test_a_quiet_group_is_settled_on_every_voter_before_it_sleeps(
     the interval rule (checkpoints.py, "Quiet groups"). Before, each voter woke the
     group an interval later to checkpoint or to look (issue 19: 94 groups awake per
     voter and about 10% of a core each in an idle 10,000-repository fleet)."""
-    timing = fast_timing()
-    timing |= {"checkpoint_interval": "300s", "hibernate_after": "0.3s"}
-    nodes = ledgers.start_three(tmp_path, procs, ledger=timing)
-    create(nodes[0], "quiet")
-    last = None
-    for k in range(3):
-        propose_until_ok(nodes[0], "quiet", commit(1, MAIN, last, oid(k + 1)), rid("quiet", k))
-        last = oid(k + 1)
-    wait_until(
-        lambda: all(metrics(n)["groups_hibernated"] == 1 for n in nodes),
-        DEADLINE_S,
-        "the quiet group hibernated on every voter",
-        poll_s=0.2,
-        explain=lambda: [
-            (metrics(n)["groups_hibernated"], metrics(n)["log_compactions_total"]) for n in nodes
-        ],
-    )
+    nodes = commit_then_sleep(tmp_path, procs, "300s", "quiet", 3)
     # settled: each voter compacted its copy, the leader after its checkpoint and the
     # followers once the object held it, and nothing is left for the interval rule
     assert all(metrics(n)["log_compactions_total"] >= 1 for n in nodes)
