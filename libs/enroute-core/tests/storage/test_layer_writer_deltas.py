@@ -186,8 +186,10 @@ def test_append_many_matches_append(monkeypatch: pytest.MonkeyPatch, round_: int
         assert got == _outcome(partial(_append_one_by_one, one, run)), (n, run)
         outcomes.add(got.split(":")[0])
         stored = {o: d for o, d in stored.items() if o in one._index}
-    columns = ("_oids", "_index", "_kinds", "_kind_oids", "_kind_runs", "_offsets", "_lengths",
-               "_sizes", "_depths", "_base_refs", "_context_refs", "_later", "_pending_bases")  # fmt: skip
+    columns = (
+        "_oids", "_index", "_kinds", "_kind_oids", "_kind_runs", "_offsets", "_lengths",
+        "_sizes", "_depths", "_base_refs", "_context_refs", "_later", "_pending_bases",
+    )  # fmt: skip
     assert [getattr(many, c) for c in columns] == [getattr(one, c) for c in columns]
     assert _outcome(many.finish) == _outcome(one.finish)
     assert b"".join(out_a) == b"".join(out_b)
