@@ -211,7 +211,36 @@ def decode_message(data: bytes) -> Message:
     if n > end - at:
         raise CorruptData("length past the end", section=SECTION, length=n)
     context = buf[at : at + n]
-    at += n
+    entries, at = _entries_at(buf, at + n, end)
+    r = _Reader(buf)
+    r.at = at
+    snapshot = _snapshot(r) if flags & _F_SNAPSHOT else None
+    blank = r.uvarint() if flags & _F_BLANK else 0
+    if flags & _F_BLANK and blank == 0:
+        raise CorruptData("blank id 0", section=SECTION)
+    if r.at != end:
+        raise CorruptData("trailing bytes", section=SECTION, extra=end - r.at)
+    return Message(
+        mtype,
+        NodeId(to),
+        NodeId(from_),
+        Term(term),
+        Term(log_term),
+        LogIndex(index),
+        tuple(entries),
+        LogIndex(commit),
+        snapshot,
+        bool(flags & _F_REJECT),
+        LogIndex(hint),
+        context,
+        bool(flags & _F_QUIESCE),
+        blank,
+    )
+
+
+def _entries_at(buf: bytes, at: int, end: int) -> tuple[list[Entry], int]:
+    """The message's entries from ``at``: the count, then each entry (decode_message's
+    hot path, one-byte terms read inline); the entries and where they end."""
     if at < end and buf[at] < 0x80:
         count = buf[at]
         at += 1
@@ -239,30 +268,7 @@ def decode_message(data: bytes) -> Message:
             Entry(Term(e_term), LogIndex(e_index), _ENTRY_TYPES[e_type], buf[at : at + n])
         )
         at += n
-    r = _Reader(buf)
-    r.at = at
-    snapshot = _snapshot(r) if flags & _F_SNAPSHOT else None
-    blank = r.uvarint() if flags & _F_BLANK else 0
-    if flags & _F_BLANK and blank == 0:
-        raise CorruptData("blank id 0", section=SECTION)
-    if r.at != end:
-        raise CorruptData("trailing bytes", section=SECTION, extra=end - r.at)
-    return Message(
-        mtype,
-        NodeId(to),
-        NodeId(from_),
-        Term(term),
-        Term(log_term),
-        LogIndex(index),
-        tuple(entries),
-        LogIndex(commit),
-        snapshot,
-        bool(flags & _F_REJECT),
-        LogIndex(hint),
-        context,
-        bool(flags & _F_QUIESCE),
-        blank,
-    )
+    return entries, at
 
 
 def _snapshot(r: _Reader) -> Snapshot:
