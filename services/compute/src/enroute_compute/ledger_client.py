@@ -26,7 +26,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from types import MappingProxyType
 from typing import Any
 
@@ -65,6 +65,16 @@ ATTEMPTS_PER_MEMBER_MAX = 3
 _STATUS_BY_NUMBER = {status.value[0]: status for status in grpc.StatusCode}
 
 log = logging.getLogger("enroute.compute.ledger")
+
+
+def start_call_tasks(tasks: set[asyncio.Task[None]], *works: Coroutine[Any, Any, None]) -> None:
+    """Run a stream call's tasks (its writer and reader, its close), each in a fresh
+    context: the call is shared by every request, so no request's id may reach its
+    metadata or its tasks' log lines. ``tasks`` holds them until they end."""
+    for work in works:
+        task = asyncio.get_running_loop().create_task(work, context=contextvars.Context())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
 
 async def write_queued(
@@ -168,10 +178,7 @@ class ProposalStream:
         # each proposal is named by its own request_id (``proposal_id`` in log lines)
         call = self._stub.ProposeStream()
         self._call = call
-        for work in (self._write(call), self._read(call)):
-            task = asyncio.get_running_loop().create_task(work, context=contextvars.Context())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        start_call_tasks(self._tasks, self._write(call), self._read(call))
 
     async def _write(self, call: Any) -> None:
         """Send what is queued, all of it in one message, while ``call`` is current."""
@@ -231,9 +238,7 @@ class ProposalStream:
         """Send no more; the member answers what it took, then the stream ends."""
         call, self._call = self._call, None
         if call is not None:
-            task = asyncio.get_running_loop().create_task(call.done_writing())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            start_call_tasks(self._tasks, call.done_writing())
         self._wake.set()
 
 
@@ -346,10 +351,7 @@ class FollowMux:
         call = self._stub.Follow()
         self._call = call
         self._out = []
-        for work in (self._write(call), self._read(call)):
-            task = asyncio.get_running_loop().create_task(work, context=contextvars.Context())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        start_call_tasks(self._tasks, self._write(call), self._read(call))
 
     async def _write(self, call: Any) -> None:
         """Send the queued follows and unfollows, in order, while ``call`` is current."""
@@ -409,9 +411,7 @@ class FollowMux:
         """Send no more: the member ends the call and its follows."""
         call, self._call = self._call, None
         if call is not None:
-            task = asyncio.get_running_loop().create_task(call.done_writing())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            start_call_tasks(self._tasks, call.done_writing())
         self._wake.set()
 
 
