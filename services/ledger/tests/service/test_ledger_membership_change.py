@@ -94,6 +94,26 @@ class Client(threading.Thread):
             self.acked[r] = n
 
 
+def start_under_commits(
+    nodes: dict[int, LedgerProc], procs: list[LedgerProc], seed: int
+) -> tuple[list[LedgerProc], list[Client]]:
+    """Start ``nodes``, create ``REPOS`` through voter 1, and start two clients that commit
+    to them without pause (two repositories each): the load the membership tests change
+    the ledger under. The live nodes (a list the tests edit as voters come and go) and
+    the clients."""
+    start_all(list(nodes.values()), procs)
+    for repo in REPOS:
+        req = ledger_pb2.ActivateRequest(
+            repo=repo, create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN
+        )
+        assert nodes[1].ledger.Activate(req, timeout=20).created
+    live = list(nodes.values())
+    clients = [Client([0, 1], live, seed), Client([2, 3], live, seed + 1)]
+    for c in clients:
+        c.start()
+    return live, clients
+
+
 def _wait_groups(node: LedgerProc, voters: list[int], deadline: float) -> None:
     for repo in REPOS:
         while True:
@@ -127,16 +147,7 @@ def test_grow_three_to_five_and_shrink_back_under_commits(
         )
 
     nodes = {i: LedgerProc(config(i, addrs[:3])) for i in (1, 2, 3)}
-    start_all(list(nodes.values()), procs)
-    for repo in REPOS:
-        req = ledger_pb2.ActivateRequest(
-            repo=repo, create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN
-        )
-        assert nodes[1].ledger.Activate(req, timeout=20).created
-    live = list(nodes.values())
-    clients = [Client([0, 1], live, seed), Client([2, 3], live, seed + 1)]
-    for c in clients:
-        c.start()
+    live, clients = start_under_commits(nodes, procs, seed)
     said: list[str] = []
     admin = LedgerAdmin(nodes[1].http_addr, None)
 

@@ -24,7 +24,6 @@ import pytest
 
 from enroute_core.base.errors import InvalidArgument
 from enroute_ledger.membership_client import LedgerAdmin
-from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
@@ -32,7 +31,12 @@ if _HERE not in sys.path:
 
 from conftest import LedgerProc, free_port, start_all, write_config  # noqa: E402
 from test_ledger_cluster import current_main  # noqa: E402
-from test_ledger_membership_change import MAIN, REPOS, Client, _wait_groups, oid  # noqa: E402
+from test_ledger_membership_change import (  # noqa: E402
+    REPOS,
+    _wait_groups,
+    oid,
+    start_under_commits,
+)
 
 CHANGE_TIMEOUT_S = 120.0
 
@@ -72,16 +76,7 @@ def test_a_removed_voters_address_rejoins_under_a_new_id_and_keeps_it(
         return path
 
     nodes = {i: LedgerProc(config(i, f"d{i}")) for i in (1, 2, 3)}
-    start_all(list(nodes.values()), procs)
-    for repo in REPOS:
-        req = ledger_pb2.ActivateRequest(
-            repo=repo, create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN
-        )
-        assert nodes[1].ledger.Activate(req, timeout=20).created
-    live = list(nodes.values())
-    clients = [Client([0, 1], live, seed), Client([2, 3], live, seed + 1)]
-    for c in clients:
-        c.start()
+    live, clients = start_under_commits(nodes, procs, seed)
     said: list[str] = []
     admin = LedgerAdmin(nodes[1].http_addr, None)
 

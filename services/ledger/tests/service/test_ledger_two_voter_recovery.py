@@ -27,7 +27,6 @@ import pytest
 from enroute_core.base.errors import InvalidArgument
 from enroute_ledger.membership import NOT_THE_SURVIVOR
 from enroute_ledger.membership_client import LedgerAdmin
-from enroute_proto.gen.enroute.ledger.v1 import ledger_pb2
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
@@ -35,7 +34,13 @@ if _HERE not in sys.path:
 
 from conftest import LedgerProc, free_port, start_all, wait_for, write_config  # noqa: E402
 from test_ledger_cluster import current_main  # noqa: E402
-from test_ledger_membership_change import MAIN, REPOS, Client, _wait_groups, oid  # noqa: E402
+from test_ledger_membership_change import (  # noqa: E402
+    REPOS,
+    Client,
+    _wait_groups,
+    oid,
+    start_under_commits,
+)
 
 CHANGE_TIMEOUT_S = 180.0
 
@@ -67,16 +72,7 @@ def test_wiped_voter_of_two_is_recovered_from_the_survivor(
         )
 
     nodes = {i: LedgerProc(config(i)) for i in (1, 2)}
-    start_all(list(nodes.values()), procs)
-    for repo in REPOS:
-        req = ledger_pb2.ActivateRequest(
-            repo=repo, create=ledger_pb2.CREATE_MODE_EXPLICIT, head=MAIN
-        )
-        assert nodes[1].ledger.Activate(req, timeout=20).created
-    live = list(nodes.values())
-    clients = [Client([0, 1], live, seed), Client([2, 3], live, seed + 1)]
-    for c in clients:
-        c.start()
+    live, clients = start_under_commits(nodes, procs, seed)
     wait_for(lambda: all(n >= 2 for c in clients for n in c.acked.values()), 60)
     survivor = LedgerAdmin(nodes[1].http_addr, None)
     said: list[str] = []
