@@ -330,11 +330,7 @@ class MultiRaft:
                 del self._active[g]
                 quiet[g] = self._ticks
                 continue
-            r = node.raft
-            if (
-                r.role is not Role.LEADER
-                and r.election_elapsed + 1 >= r.randomized_election_timeout
-            ):
+            if node.raft.times_out_next_tick():
                 # this tick times the group out (it campaigns, or pokes as a blank voter)
                 if campaigns == 0:
                     stats.campaigns_deferred += 1

@@ -245,6 +245,15 @@ class Raft:
         else:
             self._tick_election()
 
+    def times_out_next_tick(self) -> bool:
+        """Whether the next tick ends this follower's or candidate's election timeout (it
+        campaigns, or pokes the voters as a blank one): what a multi-Raft node budgets."""
+        return (
+            not self.quiesced
+            and self.role is not Role.LEADER
+            and self.election_elapsed + 1 >= self.randomized_election_timeout
+        )
+
     def _tick_election(self) -> None:
         self.election_elapsed += 1
         if self.blank:
