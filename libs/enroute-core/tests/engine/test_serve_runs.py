@@ -9,6 +9,7 @@ full pack is also checked by ``index-pack --strict``.
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ from enroute_core.engine.serve import (
 )
 from enroute_core.engine.view import View
 from enroute_core.storage.layer import LayerReader
-from enroute_core.storage.layer.format import REF_NONE
+from enroute_core.storage.layer.format import RECORD, REF_NONE
+from enroute_core.storage.layer.reader import EntryRows
 from enroute_testing.gitcli import run_git
 from enroute_testing.pushed import rev_parse, three_pushes
 from enroute_testing.repogen import GeneratedRepo, RepoSpec, generate_repo
@@ -121,12 +123,13 @@ def test_a_delta_record_on_a_full_entry_is_corrupt_in_a_run(
 
     def lying(self: LayerReader, start: int, stop: int, intent: Any = None) -> Any:
         rows = real(self, start, stop, intent)
-        out = list(rows)
-        for k, (offset, length, base) in enumerate(out):
+        raw = bytearray(rows.raw)
+        for k, (_, _, base) in enumerate(rows):
             if base == REF_NONE and start + k > 0:
-                out[k] = (offset, length, 0)  # "a delta against local 0"
+                # the base ref at 40 of the record (RECORD): "a delta against local 0"
+                struct.pack_into("<I", raw, k * RECORD.size + 40, 0)
                 break
-        return out
+        return EntryRows(bytes(raw))
 
     monkeypatch.setattr(LayerReader, "entry_rows", lying)
     plan = plan_fetch(view, [oid_from_hex(v) for v in repo.refs.values()], ofs_delta=False)

@@ -34,7 +34,8 @@ from enroute_core.engine.serve import PackPlan, _PackOut, _RunCounts, _write_run
 from enroute_core.engine.view import View
 from enroute_core.git.pack import encode_ofs_distance
 from enroute_core.storage.layer import LayerReader
-from enroute_core.storage.layer.format import REF_EXTERNAL, REF_NONE
+from enroute_core.storage.layer.format import RECORD, REF_EXTERNAL, REF_NONE
+from enroute_core.storage.layer.reader import EntryRows
 
 SEED = int(os.environ.get("ENROUTE_SEED") or random.SystemRandom().randrange(2**32))
 ROUNDS = 400
@@ -82,6 +83,14 @@ class _View:
     def id_of_oid(self, oid: bytes) -> int | None:
         self.asked.append(oid)
         return self.ids.get(oid)
+
+
+def _rows(rows: list[tuple[int, int, int]]) -> EntryRows:
+    """The rows as the object table's records (the oid, size, context and depth are
+    not read: filled with bytes the writers must not look at)."""
+    return EntryRows(
+        b"".join(RECORD.pack(b"\xee" * 20, o, n, 1 << 40, b, 7, 9) for o, n, b in rows)
+    )
 
 
 def _header(type_num: int, size: int) -> bytes:
@@ -170,7 +179,7 @@ def _draw(rnd: random.Random) -> dict[str, Any]:
     off0 = rows[start][0]
     local_end = rnd.choice([len(region), off0 + rnd.randrange(1, 4000), rows[min(stop, n - 1)][0]])
     return {
-        "first": first, "rows": rows[row0:], "row0": row0, "start": start, "stop": stop,
+        "first": first, "rows": _rows(rows[row0:]), "row0": row0, "start": start, "stop": stop,
         "plan": plan, "offsets": offsets, "pos0": pos0, "externals": externals,
         "view_ids": view_ids, "region": bytes(region), "local_end": local_end,
     }  # fmt: skip
@@ -238,7 +247,7 @@ def test_offset_and_size_edges(distance: int, size: int) -> None:
     rows = [(4, len(delta), REF_EXTERNAL | 0), (4 + len(delta), len(full), REF_NONE)]
     pos0 = (1 << 57) + 12
     case = {
-        "first": 1, "rows": rows, "row0": 0, "start": 0, "stop": 2,
+        "first": 1, "rows": _rows(rows), "row0": 0, "start": 0, "stop": 2,
         "plan": PackPlan(BitMap([0, 1, 2]), BitMap(), (), thin=False, ofs_delta=True),
         "offsets": array("Q", [pos0 - distance]), "pos0": pos0,
         "externals": [b"\x07" * 20], "view_ids": {b"\x07" * 20: 0},

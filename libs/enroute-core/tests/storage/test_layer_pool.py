@@ -68,7 +68,7 @@ def everything(r: LayerReader, oids: list[ObjectId], absent: list[bytes]) -> lis
     out += [r.lookup(o, k) for o in oids[:50] for k in Kind]
     out += [r.record(i) for i in range(n)]
     out += [r.entry_bytes(i) for i in range(n)]
-    out += [r.entry_rows(0, n), list(r.commit_infos()), r.commit_graph()]
+    out += [list(r.entry_rows(0, n)), list(r.commit_infos()), r.commit_graph()]
     if r.data_end:
         out.append(r.data_bytes(0, r.data_end))
         out.append(r.data_bytes(0, r.data_end, Intent.POINT))

@@ -51,29 +51,38 @@ encode_distance(unsigned long long d, unsigned char tmp[OFS_BYTES_MAX])
     return OFS_BYTES_MAX - pos;
 }
 
-/* The row ``(offset, length, base ref)`` at ``rows[k]``; -1 with an exception set. */
-static int
-read_row(PyObject *rows, Py_ssize_t k, Entry *e)
+/* The object table's record (enroute_core.storage.layer.format.RECORD, "<20sQIQIII",
+ * little-endian): the entry's stored offset (8 bytes) at 20, its length (4) at 28, its
+ * base ref (4) at 40. The serving writer reads a slab of the table as these bytes
+ * (storage.layer.reader.EntryRows), not as a tuple per record. */
+#define RECORD_BYTES 52
+#define RECORD_OFFSET_AT 20
+#define RECORD_LENGTH_AT 28
+#define RECORD_BASE_AT 40
+
+static inline unsigned long long
+le_uint(const unsigned char *p, int n)
 {
-    if (k >= PyList_GET_SIZE(rows)) { /* shortened by a callback */
-        PyErr_SetString(PyExc_ValueError, "write_run: rows changed during the call");
-        return -1;
-    }
-    PyObject *row = PyList_GET_ITEM(rows, k);
-    if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 3) {
-        PyErr_SetString(PyExc_TypeError, "write_run: a row is not (offset, length, base)");
-        return -1;
-    }
-    e->off = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 0));
-    e->length = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 1));
-    e->base = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 2));
-    if (PyErr_Occurred())
-        return -1;
-    if (e->off < 0 || e->off > (1LL << 62) || e->length < 0 || e->length > (1LL << 62) ||
-        e->base < 0 || e->base > REF_NONE) {
+    unsigned long long v = 0;
+    for (int k = n - 1; k >= 0; k--)
+        v = v << 8 | p[k];
+    return v;
+}
+
+/* The row ``(offset, length, base ref)`` of record ``k`` of ``table``; -1 with an
+ * exception set. */
+static int
+read_row(const unsigned char *table, Py_ssize_t k, Entry *e)
+{
+    const unsigned char *rec = table + k * RECORD_BYTES;
+    unsigned long long off = le_uint(rec + RECORD_OFFSET_AT, 8);
+    if (off > (1ULL << 62)) {
         PyErr_SetString(PyExc_ValueError, "write_run: a row out of range");
         return -1;
     }
+    e->off = (long long)off;
+    e->length = (long long)le_uint(rec + RECORD_LENGTH_AT, 4);
+    e->base = (long long)le_uint(rec + RECORD_BASE_AT, 4);
     return 0;
 }
 
@@ -176,10 +185,10 @@ unusual:
 }
 
 PyDoc_STRVAR(write_run_doc,
-"write_run(rows, i, last, start, limit, pos0, ofs, offsets, rank0, outside, read)\n"
+"write_run(table, i, last, start, limit, pos0, ofs, offsets, rank0, outside, read)\n"
 "--\n\n"
-"The run of ``rows[i:last]`` (``(offset, length, base ref)``; ``rows[i]`` is local\n"
-"``start``) as far as the entries lie back to back, end within the stored offset\n"
+"The run of records ``i`` to ``last`` of ``table`` (object table records, of which\n"
+"the offset, length and base ref are read; record ``i`` is local ``start``) as far as the entries lie back to back, end within the stored offset\n"
 "``limit`` (the first may pass it) and need no resolving: ``outside(base)`` answers\n"
 "for a base ref outside the run (a pack offset, -1 kept as stored, -2 not sendable:\n"
 "the run stops before it), except a local one when ``rank0`` >= 0, whose offset is\n"
@@ -192,20 +201,20 @@ static PyObject *
 write_run(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *rows, *outside, *read;
+    PyObject *outside, *read;
     Py_ssize_t i, last, rank0;
     long long start, limit, pos0;
     int ofs;
-    Py_buffer offsets;
-    if (!PyArg_ParseTuple(args, "O!nnLLLpy*nOO:write_run", &PyList_Type, &rows, &i, &last,
-                          &start, &limit, &pos0, &ofs, &offsets, &rank0, &outside, &read))
+    Py_buffer table, offsets;
+    if (!PyArg_ParseTuple(args, "y*nnLLLpy*nOO:write_run", &table, &i, &last, &start, &limit,
+                          &pos0, &ofs, &offsets, &rank0, &outside, &read))
         return NULL;
     PyObject *result = NULL, *data_obj = NULL, *out = NULL, *offs = NULL;
     Entry *ents = NULL;
     Py_buffer data = {0};
     int have_data = 0;
-    if (i < 0 || i > last || last > PyList_GET_SIZE(rows) || offsets.len % 8 != 0 ||
-        start < 0 || pos0 < 0) {
+    if (table.len % RECORD_BYTES != 0 || i < 0 || i > last ||
+        last > table.len / RECORD_BYTES || offsets.len % 8 != 0 || start < 0 || pos0 < 0) {
         PyErr_SetString(PyExc_ValueError, "write_run: arguments out of range");
         goto done;
     }
@@ -220,7 +229,7 @@ write_run(PyObject *self, PyObject *args)
     long long off0 = 0, expect = 0;
     for (Py_ssize_t k = i; k < last; k++) {
         Entry e;
-        if (read_row(rows, k, &e) < 0)
+        if (read_row((const unsigned char *)table.buf, k, &e) < 0)
             goto done;
         if (k == i)
             off0 = expect = e.off;
@@ -285,11 +294,56 @@ done:
     Py_XDECREF(out);
     Py_XDECREF(offs);
     PyBuffer_Release(&offsets);
+    PyBuffer_Release(&table);
     return result;
+}
+
+PyDoc_STRVAR(check_rows_doc,
+"check_rows(table, start, data_end, externals)\n"
+"--\n\n"
+"The first record of ``table`` (object table records from local ``start``) that\n"
+"fails the reader's checks, as its position in ``table``, or -1: a length of 0 or\n"
+"an extent past ``data_end``, or a base ref that is neither none, an external\n"
+"index below ``externals`` nor an earlier local index.\n"
+"storage.layer.reader.bad_row is the reference and words the failure.");
+
+static PyObject *
+check_rows(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer table;
+    long long start, data_end, externals;
+    if (!PyArg_ParseTuple(args, "y*LLL:check_rows", &table, &start, &data_end, &externals))
+        return NULL;
+    if (table.len % RECORD_BYTES != 0 || start < 0 || data_end < 0 || externals < 0) {
+        PyBuffer_Release(&table);
+        PyErr_SetString(PyExc_ValueError, "check_rows: arguments out of range");
+        return NULL;
+    }
+    const unsigned char *rec = (const unsigned char *)table.buf;
+    Py_ssize_t n = table.len / RECORD_BYTES, bad = -1;
+    for (Py_ssize_t k = 0; k < n; k++, rec += RECORD_BYTES) {
+        unsigned long long off = le_uint(rec + RECORD_OFFSET_AT, 8);
+        unsigned long long length = le_uint(rec + RECORD_LENGTH_AT, 4);
+        long long base = (long long)le_uint(rec + RECORD_BASE_AT, 4);
+        if (length == 0 || off > (unsigned long long)data_end ||
+            length > (unsigned long long)data_end - off) {
+            bad = k;
+            break;
+        }
+        if (base != REF_NONE &&
+            !((base & REF_EXTERNAL) ? (base & ~REF_EXTERNAL) < externals : base < start + k)) {
+            bad = k;
+            break;
+        }
+    }
+    PyBuffer_Release(&table);
+    return PyLong_FromSsize_t(bad);
 }
 
 static PyMethodDef methods[] = {
     {"write_run", write_run, METH_VARARGS, write_run_doc},
+    {"check_rows", check_rows, METH_VARARGS, check_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,7 +2,7 @@ from array import array
 from collections.abc import Callable
 
 def write_run(
-    rows: list[tuple[int, int, int]],
+    table: bytes | memoryview,
     i: int,
     last: int,
     start: int,
@@ -15,3 +15,4 @@ def write_run(
     read: Callable[[int, int], bytes],
     /,
 ) -> tuple[int, bytes, bytes, int, int, int] | None: ...
+def check_rows(table: bytes | memoryview, start: int, data_end: int, externals: int, /) -> int: ...

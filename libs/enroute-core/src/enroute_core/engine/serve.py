@@ -57,6 +57,7 @@ from enroute_core.storage.budgeted import LoadPins
 from enroute_core.storage.diskbudget import CHUNK_BYTES
 from enroute_core.storage.layer import REF_EXTERNAL, Kind, LayerReader
 from enroute_core.storage.layer.format import REF_NONE, S_DATA
+from enroute_core.storage.layer.reader import EntryRows
 from enroute_core.storage.machines import (
     EntryLoad,
     MachineContext,
@@ -547,6 +548,8 @@ _PIECE_BYTES_MAX = 2 * _FLUSH_BYTES
 (``_RUN_BYTES_MAX``) fits; a larger one is cut."""
 _WINDOW_BYTES = 1024 * 1024
 """Bytes of a layer's data region read at once: runs of entries are sliced from them."""
+_NO_ROWS = EntryRows(b"")
+"""No slab of records read (a sparse slab is read record by record)."""
 _SLAB_RECORDS = 4096
 """Object-table records decoded at once."""
 
@@ -602,7 +605,7 @@ class Run(NamedTuple):
 
     reader: LayerReader
     first: int
-    rows: list[tuple[int, int, int]]
+    rows: EntryRows
     row0: int
     start: int
     stop: int
@@ -633,7 +636,7 @@ class PackPlanner:
         self.single = self.settled = False
         self.reader: LayerReader | None = None
         self.window = memoryview(b"")
-        self.rows: list[tuple[int, int, int]] = []
+        self.rows = _NO_ROWS
         self.externals: dict[int, int | None] = {}
 
     def instructions(self, limit_id: int | None = None) -> Generator[Instruction, int | None, None]:
@@ -694,7 +697,7 @@ class PackPlanner:
             dense = not self.single or ids.range_cardinality(first + start, first + stop) * 4 > (
                 stop - start
             )
-            self.rows = reader.entry_rows(start, stop) if dense else []
+            self.rows = reader.entry_rows(start, stop) if dense else _NO_ROWS
             self.slab = local // _SLAB_RECORDS
         return local
 
@@ -1026,7 +1029,7 @@ def pack_batches(
     reader: LayerReader | None = None
     name: str | None = None
     slab = -1
-    rows: list[tuple[int, int, int]] = []
+    rows = _NO_ROWS
 
     def batch() -> tuple[EntryLoad, ...]:
         out = [
@@ -1112,7 +1115,7 @@ def _write_run(  # noqa: PLR0917 (the writer's loop state, passed whole)
     plan: PackPlan,
     reader: LayerReader,
     first: int,
-    rows: list[tuple[int, int, int]],
+    rows: EntryRows,
     row0: int,
     start: int,
     stop: int,
@@ -1144,7 +1147,7 @@ def _write_run(  # noqa: PLR0917 (the writer's loop state, passed whole)
     limit = _run_limit(reader, offset)
     rank0 = ids.rank(first) - 1 if start and ids.contains_range(first, first + start) else -1
     got = write_run(
-        rows, i, stop - row0, start, limit, out.flushed + len(out.buf), plan.ofs_delta,
+        rows.raw, i, stop - row0, start, limit, out.flushed + len(out.buf), plan.ofs_delta,
         offsets, rank0,
         lambda base: _outside_base(view, plan, reader, first, base, offsets, externals),
         lambda offset, length: reader.data_bytes(offset, length, intent),
@@ -1174,7 +1177,7 @@ def _write_run_reference(  # noqa: PLR0917 (the writer's loop state, passed whol
     plan: PackPlan,
     reader: LayerReader,
     first: int,
-    rows: list[tuple[int, int, int]],
+    rows: EntryRows,
     row0: int,
     start: int,
     stop: int,
@@ -1240,7 +1243,7 @@ def _run_extent(  # noqa: PLR0917 (the writer's loop state, passed whole)
     plan: PackPlan,
     reader: LayerReader,
     first: int,
-    rows: list[tuple[int, int, int]],
+    rows: EntryRows,
     i: int,
     last: int,
     start: int,
