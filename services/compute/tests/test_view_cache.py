@@ -360,3 +360,30 @@ async def test_when_the_last_view_goes_the_free_memory_goes_back_to_the_system()
         assert len(kept) == 800
     finally:
         await host.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("large", [True, False])
+async def test_a_large_fetch_gives_its_memory_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, large: bool
+) -> None:
+    """Issue 25: a fetch whose plan and writing held more than the allocator keeps free on
+    its own (``PLAN_OBJECT_BYTES`` a planned object against ``heap_trim_threshold_bytes``)
+    is followed by a collection and ``malloc_trim`` once its pack is written, logged (a
+    depth-1 clone of the `large` profile left its walk's heap in the compute, into the
+    next request's peak); a smaller one is not. The one home of it is
+    ``RepositoryHost.release_after``, which a large push uses too."""
+    if release_free_heap() is None:
+        pytest.skip("no malloc_trim in this C library")
+    host, layers, tips = await stored_hosting(tmp_path, ["a"])
+    try:
+        threshold = 1024 if large else 1 << 30
+        host.limits = dataclasses.replace(host.limits, heap_trim_threshold_bytes=threshold)
+        with caplog.at_level("INFO", logger="enroute_compute.host"):
+            assert b"PACK" in await clone(host, "a", tips["a"])
+            await host.close()  # waits for a release in flight
+    finally:
+        await host.close()
+        await layers.close()
+    released = [r.getMessage() for r in caplog.records if "after a fetch" in r.getMessage()]
+    assert len(released) == (1 if large else 0), released

@@ -363,15 +363,18 @@ class Fetcher:
             assert layers is not None
             worker = asyncio.ensure_future(self._drive(stream, machine, layers))
         first = True
-        async with contextlib.aclosing(stream.pieces(worker, machine is not None)) as pieces:
-            async for piece in pieces:
-                if first:
-                    first = False
-                    self.host.first_pack_byte_s.append(loop.time() - started)
-                    if layers is not None:
-                        loaded = sum(layers.loaded_bytes.values()) - loaded_before
-                        self.host.first_pack_byte_loaded_bytes = loaded
-                yield piece
+        try:
+            async with contextlib.aclosing(stream.pieces(worker, machine is not None)) as pieces:
+                async for piece in pieces:
+                    if first:
+                        first = False
+                        self.host.first_pack_byte_s.append(loop.time() - started)
+                        if layers is not None:
+                            loaded = sum(layers.loaded_bytes.values()) - loaded_before
+                            self.host.first_pack_byte_loaded_bytes = loaded
+                    yield piece
+        finally:
+            self.host.release_after_fetch(plan.object_count)
 
     async def _drive(
         self, stream: _PackStream, machine: serve.PackMachine, layers: LayerService

@@ -108,6 +108,11 @@ MEMORY_RELEASE_PERIOD_S = 60.0
 it back to the system (at once when the last view goes): ``release_free_heap``."""
 INGEST_OBJECT_BYTES = 1024
 """What an ingest holds per pack object, as its budget counts it (docs/ingest.md, "Memory")."""
+PLAN_OBJECT_BYTES = 256
+"""What a fetch holds per planned object while it plans and writes (a walk's oids met, the
+pack writer's offsets), for :meth:`RepositoryHost.release_after_fetch`'s threshold: a
+fetch of 128 Ki objects or more (``heap_trim_threshold_bytes``, 32 MiB) is followed by a
+collection and a trim."""
 
 
 class _Evicted(Unavailable):
@@ -452,19 +457,32 @@ class RepositoryHost:
         object, go when the ingest returns, after its own last trim, and its Python
         objects' arenas and the C heap's holes stayed in the compute's resident set (about
         150 MiB after the `large` profile's 504,433-object push) into the peak of the next
-        request. Scheduled, not awaited: it runs while the push's commit goes to the
-        ledger, after the ingest's frames are gone. An ingest smaller than what the
-        allocator keeps free anyway (``heap_trim_threshold_bytes``) skips it."""
-        if object_count * INGEST_OBJECT_BYTES < self.limits.heap_trim_threshold_bytes:
+        request. Scheduled while the push's commit goes to the ledger, after the ingest's
+        frames are gone (:meth:`release_after`)."""
+        self.release_after("a push", object_count * INGEST_OBJECT_BYTES)
+
+    def release_after_fetch(self, object_count: int) -> None:
+        """The same after a large fetch, once its pack is written: its plan's walk (the
+        oids it met, a set of bytes per tree entry) and the pack writer's offsets and
+        pieces, about ``PLAN_OBJECT_BYTES`` a planned object, stayed in the compute's
+        resident set after a depth-1 clone of the `large` profile (issue 25)."""
+        self.release_after("a fetch", object_count * PLAN_OBJECT_BYTES)
+
+    def release_after(self, what: str, held_bytes: int) -> None:
+        """Collect and give the free heap back after a large piece of work that held about
+        ``held_bytes`` (:meth:`_release_memory`, logged with ``what``). Scheduled, not
+        awaited, and at most one at a time; work smaller than what the allocator keeps free
+        anyway (``heap_trim_threshold_bytes``) skips it."""
+        if held_bytes < self.limits.heap_trim_threshold_bytes:
             return
         if self._releasing is None or self._releasing.done():
             self._releasing = asyncio.get_running_loop().create_task(
-                self._release_memory("a push"), context=contextvars.Context()
+                self._release_memory(what), context=contextvars.Context()
             )
 
     async def _release_memory(self, after: str = "evictions") -> None:
         """Give the allocator's free memory back once views went (issue 19), or after a
-        large push (:meth:`release_after_ingest`).
+        large push or fetch (:meth:`release_after`).
 
         What the evicted views and the requests that used them allocated is free now,
         but the C allocator keeps freed pages inside its heaps: how much it keeps

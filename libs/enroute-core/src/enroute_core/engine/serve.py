@@ -66,7 +66,7 @@ from enroute_core.storage.machines import (
     chain_of,
     ticket_of,
 )
-from enroute_core.storage.pool import Intent
+from enroute_core.storage.pool import SCAN_OBJECTS_MIN, Intent
 
 # -- filters (git rev-list --filter; gitprotocol-v2 "fetch", filter) ---------------------------
 
@@ -743,7 +743,7 @@ class PackPlanner:
             return Rewrite(raw, plan.ids.rank(base_id) - 1, object_id)
         if in_pack or (plan.thin and base_id is not None and base_id in plan.have_ids):
             return Copy(raw, not in_pack)
-        return Resolved(self.view.full_entry(object_id))
+        return Resolved(self.view.full_entry(object_id, self.intent))
 
     def _read(self, offset: int, length: int) -> memoryview:
         """The stored bytes ``[offset, offset + length)`` that are not in the window: a
@@ -812,7 +812,7 @@ class PackWriter:
         self.total = len(plan.ids)
         # seed 004, "Intent steers eviction": streaming a large fetch is a scan (its
         # chunks go cold and do not displace the working set); a small one reads points
-        self.intent = Intent.SCAN if self.total >= _SCAN_OBJECTS_MIN else Intent.POINT
+        self.intent = Intent.SCAN if self.total >= SCAN_OBJECTS_MIN else Intent.POINT
         self.planner = PackPlanner(view, plan, self.intent)
         self.out = _PackOut(sink)
         self.out.buf += encode_pack_header(self.total)
@@ -989,8 +989,6 @@ class PackMachine:
                 pins.release()
 
 
-_SCAN_OBJECTS_MIN = 256
-"""Packs of at least this many objects read as scans (the working set stays)."""
 _BATCHES_AHEAD = 2
 """Batches the pack writer keeps loading past the one it writes (all pinned)."""
 

@@ -73,6 +73,11 @@ class Intent(enum.Enum):
     SCAN = "scan"
 
 
+SCAN_OBJECTS_MIN = 256
+"""Work over at least this many objects reads as a scan (``Intent.SCAN``): a pack of as
+many entries, a tree walk of as many trees. Below it, reads are points and keep pages."""
+
+
 class PageClass(enum.Enum):
     """Page sizes by region (seed 004, "Layers", "Lookup reads one page")."""
 
