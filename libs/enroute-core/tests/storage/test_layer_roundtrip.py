@@ -661,6 +661,25 @@ def test_writer_refuses_a_commit_twice_and_bad_times() -> None:
 
 
 @pytest.mark.parametrize(
+    "bad",
+    [oid(3)[:19], oid(3) + b"\0", bytearray(oid(3)), memoryview(oid(3)), oid(3).hex(), None],
+)
+@pytest.mark.parametrize("where", ["parent", "segment"])
+def test_writer_refuses_a_commit_naming_no_object_id(bad: object, where: str) -> None:
+    """add_commit checks every parent and segment member at once (``_all_oids``, the
+    push's path: a segment names each tree and blob stored) and one by one when that
+    check fails, so a bad one among good ones is still refused and named."""
+    w = LayerWriter(lambda b: None)
+    good = tuple(ObjectId(oid(i)) for i in range(10, 20))
+    named = (*good[:4], bad, *good[4:])
+    parents, segment = (named, ()) if where == "parent" else ((), named)
+    info = CommitInfo(ObjectId(oid(1)), ObjectId(oid(2)), parents, 0, segment)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="is not a 20-byte object id"):
+        w.add_commit(info)
+    w.add_commit(CommitInfo(ObjectId(oid(1)), ObjectId(oid(2)), (), 0, good))  # all good: taken
+
+
+@pytest.mark.parametrize(
     ("kw", "fragment"),
     [
         ({"id_runs": [(0, 0), (2, 2)], "id_count": 4}, "leaves no hole"),

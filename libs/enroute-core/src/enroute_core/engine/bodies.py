@@ -159,15 +159,19 @@ class BodyCache:
         return read
 
     def put(self, oid: ObjectId, type_: ObjectType, body: bytes) -> None:
-        if oid in self._items:
+        """Keep ``body`` (called once per tree a push indexes: the test is inline)."""
+        items = self._items
+        if oid in items:
             return
-        if len(body) > self._max:
+        size = len(body)
+        if size > self._max:
             if self._spill is not None and type_ is ObjectType.TREE:
                 self._spill_tree(oid, body)
             return
-        self._bytes += len(body)
-        self._evict()
-        self._items[oid] = (type_, body)
+        self._bytes += size
+        if self._bytes > self._max:
+            self._evict()
+        items[oid] = (type_, body)
 
     def shrink(self, max_bytes: int) -> None:
         """Bound the cache to ``max_bytes`` from now on, dropping (or spilling) the least

@@ -394,8 +394,12 @@ class LayerWriter:
         self._check_open()
         for name, oid in (("oid", info.oid), ("tree", info.tree)):
             _check_oid(oid, f"commit {name}")
-        for oid in (*info.parents, *info.segment):
-            _check_oid(oid, "commit parent or segment member")
+        named = (*info.parents, *info.segment)
+        # the check of each, at C speed over the whole tuple (a push's segments name every
+        # tree and blob it stores); one of another type or length is found one by one
+        if not _all_oids(named):
+            for oid in named:
+                _check_oid(oid, "commit parent or segment member")
         check_limit("commit_parents_max", len(info.parents), self._limits.commit_parents_max)
         if not I64_MIN <= info.time <= I64_MAX:
             raise InvalidArgument(f"commit {info.oid.hex()}: time {info.time} is not an i64")
@@ -435,13 +439,21 @@ class LayerWriter:
             local = index.get(oid)
             return local if local is not None else REF_EXTERNAL | ext_index[oid]
 
+        def refs(oids: Sequence[bytes]) -> tuple[int, ...]:
+            """``ref`` of each, sorted without repeats: a segment's members, nearly all in
+            this layer, are looked up at C speed and only the others one by one."""
+            found = set(map(index.get, oids))
+            if None in found:
+                return tuple(sorted({ref(s) for s in oids}))
+            return tuple(sorted(found))  # type: ignore[arg-type]  # no None in it
+
         records = [
             CommitRecord(
                 local_index=index[c.oid],
                 tree_ref=ref(c.tree),
                 time=c.time,
                 parent_refs=tuple(ref(p) for p in c.parents),
-                segment_refs=tuple(sorted({ref(s) for s in c.segment})),
+                segment_refs=refs(c.segment),
             )
             for c in records_in
         ]
@@ -691,10 +703,13 @@ class LayerWriter:
         index = self._index
         found: set[bytes] = set(self._pending_bases)
         found.update(o for o in self._later[1].values() if o not in index)
-        for c in commits:
-            for oid in (c.tree, *c.parents, *c.segment):
-                if oid not in index:
-                    found.add(bytes(oid))
+        for c in commits:  # at C speed: a push's segments name every object it stores
+            found.update(
+                map(
+                    bytes,
+                    itertools.filterfalse(index.__contains__, (c.tree, *c.parents, *c.segment)),
+                )
+            )
         return sorted(found)
 
     def _table(self, ref: Callable[[bytes], int]) -> Iterator[bytes]:
@@ -795,6 +810,17 @@ def _check_delta_header(oid: bytes, entry: bytes, base: object) -> None:
 def _check_oid(oid: object, what: str) -> None:
     if not isinstance(oid, bytes) or len(oid) != OID_BYTES:
         raise InvalidArgument(f"{what} is not a 20-byte object id: {oid!r}")
+
+
+_OID_LENGTHS = frozenset((OID_BYTES,))
+
+
+def _all_oids(items: Sequence[object]) -> bool:
+    """Whether :func:`_check_oid` takes every item (``isinstance`` of bytes, 20 long), asked
+    at C speed over the whole sequence; the type first, so ``len`` meets only bytes."""
+    if all(map(bytes.__instancecheck__, items)):
+        return set(map(len, items)) <= _OID_LENGTHS  # type: ignore[arg-type]
+    return False
 
 
 def write_layer(
