@@ -268,6 +268,14 @@ class Meter:
         )
 
 
+def _show_server_logs(work: Path) -> None:
+    """A failed run's working directory is removed on the way out: what the servers logged
+    is printed first, so the failure can be told apart from the client's side."""
+    for log in sorted(work.glob("*.stderr")):
+        tail = log.read_text(errors="replace")[-6000:]
+        print(f"--- {log.name} (its end) ---\n{tail}", file=sys.stderr)
+
+
 class Bench:
     def __init__(self, work: Path, runs: int) -> None:
         self.work = work
@@ -279,15 +287,19 @@ class Bench:
 
     def git(self, *args: str, cwd: Path | None = None) -> float:
         start = time.perf_counter()
-        subprocess.run(
+        done = subprocess.run(
             ["git", *args],
             cwd=cwd or self.work,
             env=self.env,
-            check=True,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
-        return time.perf_counter() - start
+        took = time.perf_counter() - start
+        if done.returncode:
+            # What the client printed is the only account of a failed run the report can give.
+            print(done.stderr.decode(errors="replace"), file=sys.stderr)
+            done.check_returncode()
+        return took
 
     def scratch(self) -> Path:
         self.counter += 1
@@ -777,7 +789,11 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="enroute-bench-git-"))
         s3 = stack.enter_context(seaweedfs_server(buckets=(BUCKET,))) if args.s3 else None
-        lines = run(Path(tmp), name, runs, only, cache=args.cache, seed=args.seed, s3=s3)
+        try:
+            lines = run(Path(tmp), name, runs, only, cache=args.cache, seed=args.seed, s3=s3)
+        except subprocess.CalledProcessError:
+            _show_server_logs(Path(tmp))
+            raise
     if args.note:
         lines[1:1] = ["", args.note]
     # --s3: a section of its own, so a file:// run's section stays as it was measured
