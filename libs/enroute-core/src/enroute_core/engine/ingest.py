@@ -138,6 +138,7 @@ CONNECTIVITY = "Checking connectivity"
 WRITING = "Writing layer"
 
 _KIND_OF_TYPE_NUM: dict[int, Kind] = {int(t): k for t, k in KIND_OF_TYPE.items()}
+_UNSEEN, _NEW, _HELD = 0, 1, 2  # a pack object's class in the walk (_Walk.marks)
 _COMMIT, _TREE, _BLOB, _TAG = (
     int(t) for t in (ObjectType.COMMIT, ObjectType.TREE, ObjectType.BLOB, ObjectType.TAG)
 )
@@ -720,7 +721,10 @@ class _Walk:
         self.bodies = bodies
         self.headers = headers
         self.limits = limits
-        self.known: dict[ObjectId, bool] = {}  # oid -> new (True) or in the snapshot (False)
+        # Each pack object's class by pack index (_UNSEEN, _NEW, or _HELD: the snapshot holds
+        # it too): a byte each, where a dict by oid was ~40 bytes an object at the walk's
+        # peak. An object outside the pack is classified by ``held`` alone.
+        self.marks = bytearray(len(keys))
         self.held: dict[ObjectId, int] = {}  # type numbers of the snapshot's objects named
         self.placed: dict[ObjectId, Kind] = {}
         self.order: tuple[list[ObjectId], ...] = ([], [], [], [])
@@ -737,7 +741,7 @@ class _Walk:
         """Let go of what only the walk reads (the classification of new objects, the
         order by kind) once the storage order is made: writing reads ``placed``,
         ``context`` and ``held``."""
-        self.known.clear()
+        self.marks = bytearray()
         for listed in self.order:
             listed.clear()
 
@@ -752,19 +756,26 @@ class _Walk:
     def is_new(self, oid: ObjectId, needed_by: ObjectId | None) -> bool:
         """True for a pack object the snapshot lacks; False for one the snapshot holds
         (its type noted, told by the snapshot without reading its body)."""
-        known = self.known.get(oid)
-        if known is not None:
-            return known
+        index = self.by_oid.get(oid)
+        if index is not None:
+            mark = self.marks[index]
+            if mark:
+                return mark == _NEW
+        elif oid in self.held:
+            return False
         held = self.snapshot.type_of(oid)
         if held is not None:
             self.held[oid] = int(held)
-            new = False
-        elif oid in self.by_oid:
-            new = True
-        else:
+        elif index is None:
             raise _missing(oid, needed_by)
-        self.known[oid] = new
-        return new
+        if index is not None:
+            self.marks[index] = _HELD if held is not None else _NEW
+        return held is None
+
+    def _classified_new(self, oid: ObjectId) -> bool:
+        """What :meth:`is_new` answered for ``oid``, which it has classified."""
+        index = self.by_oid.get(oid)
+        return index is not None and self.marks[index] == _NEW
 
     def type_of(self, oid: ObjectId) -> ObjectType:
         """The type of an object :meth:`is_new` has classified: the snapshot's or the pack's."""
@@ -828,7 +839,8 @@ class _Walk:
     def commit_order(self) -> list[ObjectId]:
         """New commits parents first (a post-order walk, in discovery order)."""
         heads = self.headers.commits
-        return _postorder(self.commits, lambda c: [p for p in heads[c].parents if self.known[p]])
+        new = self._classified_new
+        return _postorder(self.commits, lambda c: [p for p in heads[c].parents if new(p)])
 
     # segments
 
@@ -850,8 +862,7 @@ class _Walk:
         """:meth:`is_new`, then :meth:`_expect` and :meth:`place` for a new one, inlined
         over bound locals: this runs once per tree entry the segment diff reaches
         (22,333 times on the benchmark push, docs/ingest.md "Speed")."""
-        known = self.known
-        known_get = known.get
+        marks = self.marks
         held = self.held
         placed = self.placed
         by_oid = self.by_oid
@@ -867,27 +878,32 @@ class _Walk:
         tree_num, blob_num = int(ObjectType.TREE), int(ObjectType.BLOB)
 
         def visit(oid: ObjectId, is_tree: bool, via: ObjectId) -> None:
-            new = known_get(oid)
-            if new is None:  # is_new, inlined
-                found = held_type(oid)
-                if found is not None:
-                    held[oid] = int(found)
-                    new = False
-                else:
-                    index = by_oid_get(oid)
-                    if index is None:
+            index = by_oid_get(oid)  # is_new, inlined
+            if index is None:
+                new = False
+                if oid not in held:
+                    found = held_type(oid)
+                    if found is None:
                         raise _missing(oid, via)
-                    # The dicts below keep by_oid's own object, not the diff's copy: one
-                    # bytes object per pack object, however many dicts name it.
-                    oid = keys[index]
-                    new = True
-                known[oid] = new
+                    held[oid] = int(found)
+            else:
+                mark = marks[index]
+                if not mark:
+                    found = held_type(oid)
+                    if found is not None:
+                        held[oid] = int(found)
+                    mark = marks[index] = _NEW if found is None else _HELD
+                new = mark == _NEW
             want = tree_num if is_tree else blob_num
             if not new:  # the snapshot's object, named as a tree or a blob
                 if held[oid] != want:
                     expect(oid, ObjectType(want), via)
                 return
-            type_num = types[by_oid[oid]]
+            # The dicts below keep by_oid's own object, not the diff's copy: one bytes
+            # object per pack object, however many dicts name it.
+            assert index is not None  # a new object is the pack's
+            oid = keys[index]
+            type_num = types[index]
             if type_num != want:
                 expect(oid, ObjectType(want), via)
             if oid in placed:
@@ -903,7 +919,7 @@ class _Walk:
         return visit
 
     def _tree_of(self, commit: ObjectId) -> ObjectId:
-        if self.known[commit]:
+        if self._classified_new(commit):
             return self.headers.commits[commit].tree
         tree = self._snapshot_trees.get(commit)
         if tree is None:
@@ -1008,11 +1024,12 @@ def _missing(oid: ObjectId, needed_by: ObjectId | None) -> MissingObject:
 def _unstored(by_oid: dict[ObjectId, int], walk: _Walk) -> tuple[int, int]:
     """Pack objects not stored: (held by the snapshot, reached by no tip and new)."""
     dedup = dropped = 0
-    for oid in by_oid:
+    marks = walk.marks
+    for oid, index in by_oid.items():
         if oid in walk.placed:
             continue
-        known = walk.known.get(oid)
-        if known is False or (known is None and walk.snapshot.contains(oid)):
+        mark = marks[index]
+        if mark == _HELD or (not mark and walk.snapshot.contains(oid)):
             dedup += 1
         else:
             dropped += 1
