@@ -238,7 +238,9 @@ def plan_fetch(
     may have more than we do); a want it lacks raises ``MissingObject``. The shallow
     arguments are those of :func:`plan_shallow`; with a shallow client, both sides
     are walked with the parents of the boundary commits cut, so what lies behind the
-    client's boundary is not taken as had.
+    client's boundary is not taken as had. A fetch on top of the haves takes its
+    objects from the new commits' segments (``View.incremental_closure``), and
+    ``have_ids`` is then the part of the haves' closure that walk met.
     """
     want_ids = [_want_id(view, w) for w in wants]
     have_ids = [h for h in (view.id_of_oid(o) for o in haves) if h is not None]
@@ -257,8 +259,14 @@ def plan_fetch(
         commit = view.commit(u)
         assert commit is not None
         extra_wants.extend(commit.parents)
-    have_closure = _reach(view, have_ids + unshallow, bound.grafts)
-    ids = _reach(view, want_ids + extra_wants, bound.grafts) - have_closure
+    found = None
+    if not bound.grafts and not unshallow and filter is None:
+        found = view.incremental_closure(want_ids, have_ids)  # a fetch on top of the haves
+    if found is None:
+        have_closure = _reach(view, have_ids + unshallow, bound.grafts)
+        ids = _reach(view, want_ids + extra_wants, bound.grafts) - have_closure
+    else:
+        ids, have_closure = found
     if filter is not None:
         given = _given(view, want_ids) - have_closure
         ids = _apply_filter(view, ids, filter, have_closure, given) | given

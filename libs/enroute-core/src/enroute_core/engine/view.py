@@ -41,6 +41,7 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from heapq import heappop, heappush
 from itertools import accumulate
 from operator import lt
 
@@ -656,6 +657,88 @@ class View:
             start = g.parent_starts[rank]
             stack.extend(g.parent_ids[start : start + g.parent_counts[rank]])
         return out
+
+    def new_commits(
+        self, want_commits: Iterable[int], have_commits: Iterable[int]
+    ) -> tuple[list[int], list[int]]:
+        """(the commits reachable from ``want_commits`` and not from ``have_commits``, the
+        have side's commits the walk met: the haves, the parents of the new commits
+        among them, and what it passed), by a walk in generation order that
+        stops once every commit it holds is the have side's (git's ``limit_list``, its
+        ``everybody_uninteresting``). A generation is above every parent's, so a commit
+        leaves the queue after every descendant the walk meets, with its side settled:
+        a fetch of a few commits on top of what the client has walks those commits and
+        the client's tips above them, not the history below (issue 25)."""
+        queue: list[tuple[int, int]] = []
+        have_side: dict[int, bool] = {}
+        layers = self._layers
+        for side, commits in ((True, have_commits), (False, want_commits)):
+            for c in commits:
+                if c not in have_side:
+                    have_side[c] = side
+                    heappush(queue, (-_generation(layers, c), c))
+        wanted = sum(1 for v in have_side.values() if not v)
+        new: list[int] = []
+        while queue and wanted:
+            check_walk()  # a fetch's planning stops when its request goes (cancel.py)
+            _, c = heappop(queue)
+            side = have_side[c]
+            if not side:
+                wanted -= 1
+                new.append(c)
+            for p in self.parents(c):
+                known = have_side.get(p)
+                if known is None:
+                    have_side[p] = side
+                    heappush(queue, (-_generation(layers, p), p))
+                    wanted += not side
+                elif side and not known:  # queued as wanted, reached by the have side too
+                    have_side[p] = True
+                    wanted -= 1
+        return new, [c for c, side in have_side.items() if side]
+
+    def segments(self, commit_ids: Iterable[int]) -> BitMap:
+        """The union of these commits' segments (the objects each introduces)."""
+        out = BitMap()
+        layers = self._layers
+        for c in commit_ids:
+            found = _commit_rank(layers, c)
+            if found is None:
+                raise KeyError(f"id {c} is not a commit of the view")
+            g, rank = found
+            start = g.segment_starts[rank]
+            out.update(g.segment_ids[start : start + g.segment_counts[rank]])
+        return out
+
+    def incremental_closure(
+        self, want_ids: Sequence[int], have_ids: Sequence[int]
+    ) -> tuple[BitMap, BitMap] | None:
+        """``closure(wants) - closure(haves)`` without the haves' closure, with a part of
+        that closure, or None when it cannot be had so (then both closures are walked).
+
+        The objects are the segments of :meth:`new_commits`: every object reachable from
+        the wants and not from the haves is introduced by a commit the haves do not
+        reach. A segment may also name an older object the haves reach (a moved path,
+        a file put back as it was); none can when every id left is past the layer of
+        the newest have, since whatever an object reaches was stored with it or before
+        it, and otherwise both closures are walked. The part of the haves' closure
+        answered is the segments of the have side's commits met (the haves, the new
+        commits' parents): what a thin pack may leave out as a delta base, as git's thin
+        packs take their bases from the edge commits' trees, not the whole history.
+        A 20-commit fetch of the `large` profile walked both closures, 80,000 commits
+        each, for most of its 0.65 s of compute CPU (issue 25)."""
+        if not have_ids:
+            return None
+        wanted, want_commits, want_trees = self.peel(want_ids)
+        had, have_commits, have_trees = self.peel(have_ids)
+        if want_trees or have_trees:
+            return None
+        new, met = self.new_commits(want_commits, have_commits)
+        had |= self.segments(met)
+        ids = (self.segments(new) | wanted) - had
+        if ids and ids.min() < self._layer_at(max(have_ids)).end:
+            return None  # an older object (a path moved, a file put back): maybe had
+        return ids, had
 
     def object_closure(self, object_ids: Iterable[int]) -> BitMap:
         """Everything reachable from any objects: commits by segments, tags peeled,
