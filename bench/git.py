@@ -289,6 +289,7 @@ class Bench:
         start = time.perf_counter()
         done = subprocess.run(
             ["git", *args],
+            check=False,
             cwd=cwd or self.work,
             env=self.env,
             stdout=subprocess.DEVNULL,
