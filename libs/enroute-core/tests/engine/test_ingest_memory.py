@@ -20,7 +20,6 @@ import pytest
 
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import Limits, MiB
-from enroute_core.engine import ingest
 from enroute_core.engine.ingest import ingest_pack
 from enroute_core.engine.snapshot import EMPTY_SNAPSHOT
 from enroute_core.git.delta import create_delta
@@ -30,7 +29,6 @@ from enroute_core.git.pack import parse_entry_header
 from enroute_core.git.packindexer import PackIndexer
 from enroute_core.git.packwrite import PackWriter
 from enroute_core.git.tree import MODE_FILE, Tree, TreeEntry
-from enroute_core.storage.heap import trim_free_heap
 from enroute_core.storage.layer import LayerReader
 from enroute_core.storage.localfile import ScratchFile
 
@@ -223,28 +221,3 @@ def test_a_large_blob_is_ingested_without_being_held(
     finally:
         spool.close()
         layer.close()
-
-
-@pytest.mark.parametrize("threshold_objects", [1, 8, 9])
-def test_the_heap_is_given_back_only_after_an_ingest_over_the_trim_threshold(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, threshold_objects: int
-) -> None:
-    """``malloc_trim`` walks the whole heap; an ingest that held less than glibc keeps free
-    anyway (``heap_trim_threshold_bytes``, at ``INGEST_OBJECT_BYTES`` an object) gives
-    nothing back. The real trim runs, counted (``ingest._give_back``)."""
-    trims: list[None] = []
-
-    def counted() -> None:
-        trims.append(None)
-        trim_free_heap()
-
-    monkeypatch.setattr(ingest, "trim_free_heap", counted)
-    spool, tip = _write_pack(tmp_path, 6, random.Random(seed))  # 8 objects, one commit
-    limits = Limits(heap_trim_threshold_bytes=threshold_objects * ingest.INGEST_OBJECT_BYTES)
-    try:
-        result = ingest_pack(spool, [tip], EMPTY_SNAPSHOT, limits=limits)
-    finally:
-        spool.close()
-    assert result.object_count == 8
-    # after the index, the walk, before the writer grows, when the ingest ends
-    assert len(trims) == (4 if threshold_objects <= 8 else 0)

@@ -156,9 +156,6 @@ _PROGRESS_MASK = PROGRESS_EVERY - 1
 # indexer's delta bases and the body cache (tree bodies for the segment diff among them).
 _CACHE_SHARES = 8
 _RUN_BYTES = 1 << 20  # pack entries planned and handed to the layer writer at once
-INGEST_OBJECT_BYTES = 1024
-"""What an ingest holds per pack object besides its cache, as the compute's memory budget
-counts it (docs/ingest.md, "Memory")."""
 _BASE_SHARE = 3
 _BODY_SHARE = 5
 # Out of the body share: the fsck memo of tree names and modes (fsck.TreeCheckMemo).
@@ -438,7 +435,7 @@ def ingest_pack(
         # What the writer's tables and the steps held is free now: kept by glibc, it would
         # stay in the compute's resident set and count in the next request's peak (a
         # blobless clone after the large push measured 290 MiB of it, docs/ingest.md).
-        _give_back(count, limits)
+        _give_back()
 
 
 def _ingest(
@@ -461,7 +458,7 @@ def _ingest(
     if progress is not None:
         progress(INDEXING, count, count, True)
     source = _held(source, share * _BASE_SHARE)
-    _give_back(count, limits)  # the indexer's bases and bodies
+    _give_back()  # the indexer's bases and bodies
     by_oid, keys = _first_copies(indexed.objects)
     cache.index_spills(by_oid.get, len(keys))
     if fsck is not None and len(by_oid) < len(indexed.objects):
@@ -487,7 +484,7 @@ def _ingest(
     commits = walk.commit_order()
     infos = _segments(walk, commits, progress)
     headers.commits.clear()  # the infos hold what the layer needs of them
-    _give_back(count, limits)
+    _give_back()
     walk.walk_loose_roots()
     order = _storage_order(walk, indexed.objects, by_oid)
     dedup, dropped = _unstored(by_oid, walk)
@@ -537,7 +534,7 @@ def _write_layer(
     # stored whole) needs far less than the walk did.
     cache.shrink(limits.ingest_body_cache_bytes_max // _CACHE_SHARES)
     walk.walked()
-    _give_back(len(order), limits)
+    _give_back()
     parts: list[bytes] = []
     writer = LayerWriter(sink if sink is not None else parts.append, limits=limits)
     externals = _write_entries(
@@ -554,19 +551,13 @@ def _write_layer(
     return sealed, externals, b"".join(parts) if sink is None else None
 
 
-def _give_back(objects: int, limits: Limits) -> None:
+def _give_back() -> None:
     """Give the C heap's free pages back to the system (glibc's ``malloc_trim(0)``;
     nothing elsewhere) where a step has freed what the next does not reuse: what the
     indexer, the commit headers and the walk's trees held is in pieces under the
     compute's mmap threshold (``heap_mmap_threshold_bytes``), which glibc keeps
-    otherwise, so it would count twice in the push's peak (docs/ingest.md, "Memory").
-
-    An ingest of ``objects`` that held less than the allocator keeps free anyway
-    (``heap_trim_threshold_bytes``, at :data:`INGEST_OBJECT_BYTES` an object) skips
-    it: each trim walks the whole heap, 1-3 ms, four times a push of the current
-    benchmark profile (24,268 objects), for memory glibc reuses for the next."""
-    if objects * INGEST_OBJECT_BYTES >= limits.heap_trim_threshold_bytes:
-        trim_free_heap()
+    otherwise, so it would count twice in the push's peak (docs/ingest.md, "Memory")."""
+    trim_free_heap()
 
 
 # -- step 1: index ---------------------------------------------------------------------------
