@@ -271,9 +271,9 @@ class Meter:
 def _show_server_logs(work: Path) -> None:
     """A failed run's working directory is removed on the way out: what the servers logged
     is printed first, so the failure can be told apart from the client's side."""
-    for log in sorted(work.glob("*.stderr")):
+    for log in [*sorted(work.glob("*.stderr")), *sorted(work.glob("*/logs/*.log"))]:
         tail = log.read_text(errors="replace")[-6000:]
-        print(f"--- {log.name} (its end) ---\n{tail}", file=sys.stderr)
+        print(f"--- {log.relative_to(work)} (its end) ---\n{tail}", file=sys.stderr)
 
 
 class Bench:
