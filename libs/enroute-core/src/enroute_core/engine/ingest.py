@@ -741,7 +741,7 @@ class _Walk:
         """Let go of what only the walk reads (the classification of new objects, the
         order by kind) once the storage order is made: writing reads ``placed``,
         ``context`` and ``held``."""
-        self.marks = bytearray()
+        self.marks.clear()  # in place: the visitor holds it too
         for listed in self.order:
             listed.clear()
 
