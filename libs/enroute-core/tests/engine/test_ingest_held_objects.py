@@ -22,13 +22,14 @@ import pytest
 from enroute_core.base.errors import InvalidObject, MissingObject
 from enroute_core.base.ids import ObjectId
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits
+from enroute_core.engine import ingest
 from enroute_core.engine.ingest import IngestResult, ingest_pack
 from enroute_core.engine.snapshot import EMPTY_SNAPSHOT, SnapshotObjects
 from enroute_core.engine.view import View
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.packwrite import write_pack
 from enroute_core.git.source import BytesSource
-from enroute_core.storage.layer import LayerReader
+from enroute_core.storage.layer import CommitInfo, LayerReader
 from enroute_testing.pushed import inline_entry, three_pushes
 from enroute_testing.repogen import RepoSpec, all_objects, generate_repo
 
@@ -353,3 +354,32 @@ def test_the_views_types_and_sizes_are_gits(tmp_path: Path) -> None:
     absent = oid(3, b"not in the repository\n")
     assert view.type_of(absent) is None and view.size_of(absent) is None
     assert not view.contains(absent)
+
+
+# -- what a segment keeps (ingest._Walk.segment) ----------------------------------------------
+
+
+def test_a_segment_keeps_the_pack_s_own_oid_objects(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit's segment holds the oid objects the oid index holds (one bytes object per
+    pack object, however many structures name it: docs/ingest.md, "Memory"), whether
+    every member is the pack's (the first push: mapped at C speed) or one is the
+    snapshot's (``README`` again under a new name: mapped one by one)."""
+    kept: list[tuple[CommitInfo, list[bool]]] = []
+    segment = ingest._Walk.segment
+
+    def recorded(walk: ingest._Walk, commit: ObjectId) -> CommitInfo:
+        info = segment(walk, commit)  # asked now: the oid index goes before the ingest ends
+        indexes = [walk.by_oid.get(m) for m in info.segment]
+        own = [i is None or m is walk.keys[i] for m, i in zip(info.segment, indexes, strict=True)]
+        kept.append((info, own))
+        return info
+
+    monkeypatch.setattr(ingest._Walk, "segment", recorded)
+    repo = Repo()
+    new = oid(3, b"new\n")
+    body = tree((b"100644", b"copy.txt", repo.readme), (b"100644", b"new.txt", new))
+    top = commit(oid(2, body), [repo.commit], b"next\n")
+    repo.push([(2, body), (1, top), (3, b"new\n")], oid(1, top))
+    assert [len(info.segment) for info, _ in kept] == [5, 4]  # the commit, trees, blobs
+    assert repo.readme in kept[1][0].segment  # the snapshot's, a member under its new name
+    assert [own for _, own in kept] == [[True] * 5, [True] * 4]

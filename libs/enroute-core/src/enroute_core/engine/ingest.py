@@ -854,8 +854,14 @@ class _Walk:
         self.members += len(members)
         members_max = self.limits.ingest_segment_members_max
         check_limit("ingest_segment_members_max", self.members, members_max)
-        get, keys = self.by_oid.get, self.keys  # by_oid's own objects, not the diff's copies
-        kept = tuple(m if (i := get(m)) is None else keys[i] for m in members)
+        # by_oid's own objects, not the diff's copies: at C speed while every member is the
+        # pack's (an initial push's are), one by one once one is the snapshot's
+        by_oid, keys = self.by_oid, self.keys
+        try:
+            kept = tuple(map(keys.__getitem__, map(by_oid.__getitem__, members)))
+        except KeyError:
+            get = by_oid.get
+            kept = tuple(m if (i := get(m)) is None else keys[i] for m in members)
         return CommitInfo(commit, head.tree, head.parents, head.time, kept)
 
     def _visitor(self) -> Visit:
