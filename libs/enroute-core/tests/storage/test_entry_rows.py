@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import os
 import random
+import struct
+from collections.abc import Callable
 
 import pytest
 from enroute_native.pack_run import check_rows
 
-from enroute_core.storage.layer.format import RECORD, REF_EXTERNAL, REF_NONE
+from enroute_core.base.errors import CorruptData
+from enroute_core.git.source import BytesSource
+from enroute_core.storage.layer import LayerReader
+from enroute_core.storage.layer.format import RECORD, REF_EXTERNAL, REF_NONE, S_TABLE
 from enroute_core.storage.layer.reader import EntryRows, bad_row
+from enroute_testing.synthlayer import reseal, synthetic_layer
 
 SEED = int(os.environ.get("ENROUTE_SEED") or random.SystemRandom().randrange(2**32))
 ROUNDS = 2000
@@ -45,8 +51,10 @@ def _record(rnd: random.Random, local: int, data_end: int, externals: int, bad: 
             base = local  # itself: not an earlier local
         elif how == 4:
             base = rnd.randrange(local, REF_EXTERNAL)
-        else:
-            base = REF_EXTERNAL | rnd.randrange(externals, REF_EXTERNAL - 1)
+        else:  # an external index at the count, or past it
+            base = REF_EXTERNAL | rnd.choice(
+                [externals, rnd.randrange(externals, REF_EXTERNAL - 1)]
+            )
     oid = rnd.randbytes(20)
     return RECORD.pack(oid, offset, length, rnd.randrange(1 << 40), base, 0, rnd.randrange(50))
 
@@ -97,3 +105,30 @@ def test_a_bad_table_is_refused_whole() -> None:
     a row."""
     with pytest.raises(ValueError, match="out of range"):
         check_rows(b"\0" * (RECORD.size + 1), 0, 10, 0)
+
+
+@pytest.mark.parametrize(
+    ("field_at", "value", "why"),
+    [
+        (28, lambda k, ext: 0, "record points outside the data region"),  # length 0
+        (40, lambda k, ext: k, "invalid delta base ref"),  # its own index as its base
+        (40, lambda k, ext: REF_EXTERNAL | ext, "invalid delta base ref"),  # at the count
+    ],
+)
+def test_a_bad_record_of_a_layer_is_corrupt_data(
+    field_at: int, value: Callable[[int, int], int], why: str
+) -> None:
+    """A layer whose table has one bad record (its checksums made again, so the reader
+    meets the record itself): a slab read that covers it raises ``CorruptData`` of the
+    object table naming the record; a slab that does not is read."""
+    data = synthetic_layer(600)[0]
+    good = LayerReader.open(BytesSource(data))
+    k = 77
+    buf = bytearray(data)
+    new = value(k, len(good.external_oids))
+    struct.pack_into("<I", buf, good._layout.table_off + k * RECORD.size + field_at, new)
+    reader = LayerReader.open(BytesSource(reseal(buf)))
+    with pytest.raises(CorruptData, match=why) as raised:
+        reader.entry_rows(64, 128)
+    assert raised.value.details == {"section": S_TABLE, "local_index": k}
+    assert len(reader.entry_rows(0, 64)) == 64
