@@ -45,7 +45,7 @@ from enroute_core.base.errors import CorruptData, InvalidArgument, MissingObject
 from enroute_core.base.ids import OID_BYTES, ObjectId, oid_to_hex
 from enroute_core.base.limits import DEFAULT_LIMITS, Limits, check_limit
 from enroute_core.engine.cancel import check_walk
-from enroute_core.engine.view import View, ViewCommit
+from enroute_core.engine.view import ScanPages, View, ViewCommit
 from enroute_core.git.pack import (
     OBJ_REF_DELTA,
     encode_pack_header,
@@ -637,6 +637,7 @@ class PackPlanner:
 
     def __init__(self, view: View, plan: PackPlan, intent: Intent = Intent.SCAN) -> None:
         self.view, self.plan, self.intent = view, plan, intent
+        self.pages = ScanPages() if intent is Intent.SCAN else None  # for resolved deltas
         self.object_id = plan.ids.min() if len(plan.ids) else -1
         # the current layer, slab and window
         self.layer_end = -1
@@ -751,7 +752,7 @@ class PackPlanner:
             return Rewrite(raw, plan.ids.rank(base_id) - 1, object_id)
         if in_pack or (plan.thin and base_id is not None and base_id in plan.have_ids):
             return Copy(raw, not in_pack)
-        return Resolved(self.view.full_entry(object_id, self.intent))
+        return Resolved(self.view.full_entry(object_id, self.intent, self.pages))
 
     def _read(self, offset: int, length: int) -> memoryview:
         """The stored bytes ``[offset, offset + length)`` that are not in the window: a
