@@ -94,6 +94,8 @@ RUNTIME_COUNTERS: tuple[tuple[str, str], ...] = (
     ("send_write_s", "enroute_ledger_send_write_seconds"),
     ("snapshots_applied", "enroute_ledger_snapshots_applied"),
     ("snapshots_received", "enroute_ledger_snapshots_received"),
+    ("snapshots_sent", "enroute_ledger_snapshots_sent"),
+    ("snapshots_send_failed", "enroute_ledger_snapshots_send_failed"),
     ("step_s", "enroute_ledger_step_seconds"),
     ("store_commit_s", "enroute_ledger_store_commit_seconds"),
     ("store_queue_s", "enroute_ledger_store_queue_seconds"),
@@ -104,9 +106,10 @@ RUNTIME_COUNTERS: tuple[tuple[str, str], ...] = (
     ("tick_s", "enroute_ledger_tick_seconds"),
     ("wakes", "enroute_ledger_group_wakes"),
 )
-NOT_COUNTERS = frozenset({"blank_id", "trace.ready_t"})
-"""Public numbers on the Runtime that are not counters (a setting, a clock reading): never
-exported."""
+NOT_COUNTERS = frozenset({"blank_id", "founding", "trace.ready_t", "blank_groups", "store_round_s"})
+"""Public numbers on the Runtime that are not counters: a setting or an identity
+(``blank_id``, ``founding``) or a clock reading, never exported; or a number exported in
+another form (``blank_groups`` a gauge, ``store_round_s`` the fsync summary's sum)."""
 
 
 STATUS_GROUPS_MAX = 16
@@ -214,6 +217,11 @@ class LedgerCollector:
             "enroute_ledger_groups_hibernated",
             "idle groups kept as a compact record, rebuilt from the log store on use",
             rt.mr.hibernated_count(),
+        )
+        yield _gauge(
+            "enroute_ledger_groups_blank",
+            "hosted groups where this node is still blank (joined without the group's state)",
+            rt.blank_groups,
         )
         yield _gauge(
             "enroute_ledger_subscriptions_open",

@@ -40,10 +40,13 @@ def with_runtime(tmp_path: Path, check: Callable[[Runtime], None]) -> None:
 
 
 def _numbers(obj: object, prefix: str = "") -> set[str]:
-    """Public numbers of ``obj``: its own and the class-level zeros it has not counted yet."""
+    """Public numbers of ``obj``: its own, the class-level zeros it has not counted yet, and
+    its properties that read a number (``snapshots_sent`` reads the transport's count)."""
+    found = {**vars(type(obj)), **vars(obj)}
+    values = {k: getattr(obj, k) if isinstance(v, property) else v for k, v in found.items()}
     return {
         prefix + k
-        for k, v in {**vars(type(obj)), **vars(obj)}.items()
+        for k, v in values.items()
         if not k.startswith("_")
         and isinstance(v, int | float)
         and not isinstance(v, bool)
