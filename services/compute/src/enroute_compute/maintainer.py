@@ -191,7 +191,6 @@ class Maintainer:
         self._last_trash_scan: int | None = None
         self._slots = asyncio.Semaphore(config.merge_concurrency)
         self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
 
     # -- running ------------------------------------------------------------------------------
 
@@ -253,10 +252,6 @@ class Maintainer:
             with contextlib.suppress(EnrouteError):
                 await m.release(self.clock.now_us())
 
-    def kick(self) -> None:
-        """Start the next pass now (tests; after a burst of pushes)."""
-        self._wake.set()
-
     async def stop(self) -> None:
         """Cancel the loop and let go of every lease, so another compute need not wait."""
         if self._task is not None:
@@ -271,9 +266,7 @@ class Maintainer:
 
     async def _run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.interval_s)
-            self._wake.clear()
+            await asyncio.sleep(self.config.interval_s)
             try:
                 await self.run_once()
             except asyncio.CancelledError:

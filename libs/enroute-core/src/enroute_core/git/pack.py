@@ -118,10 +118,6 @@ class PackEntryHeader:
     def data_offset(self) -> int:
         return self.offset + self.header_length
 
-    @property
-    def is_delta(self) -> bool:
-        return self.type_num >= OBJ_OFS_DELTA
-
 
 @dataclass(frozen=True, slots=True)
 class PackEntry:

@@ -124,10 +124,6 @@ def sample_count(kind_count: int) -> int:
     return ceil_div(kind_count, SAMPLE_EVERY)
 
 
-def is_external(ref: int) -> bool:
-    return ref != REF_NONE and bool(ref & REF_EXTERNAL)
-
-
 def layer_key_name(gen: int, root: bytes) -> str:
     """File name of a stored layer: ``<gen:016x>-<root:32 hex>.layer`` (DESIGN "Object store
     layout"); the first 16 bytes of the BLAKE3 root name it."""
