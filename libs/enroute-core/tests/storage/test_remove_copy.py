@@ -1,5 +1,6 @@
-"""Deleting a local copy of a layer that left every manifest (``LayerService.remove_copy``)
-and publishing the same layer twice (seed 004, "Files and tiers", "Storage service")."""
+"""Deleting a local copy of a layer that left every manifest (``LayerService.remove_copy``),
+publishing the same layer twice (seed 004, "Files and tiers", "Storage service"), and a
+published layer's chunks checked only while their state is unknown (seed 004, "Layers")."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from enroute_core.base.errors import PreconditionFailed
+from enroute_core.base.errors import CorruptData, PreconditionFailed
 from enroute_core.base.ids import ObjectId
+from enroute_core.storage.diskbudget import CHUNK_BYTES
 from enroute_core.storage.layer import Kind, LayerEntry, SealedLayer, write_layer
+from enroute_core.storage.layer.reader import LayerReader
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore.file import FileStore
 
@@ -34,13 +37,13 @@ def _header(size: int) -> bytes:
     return bytes(out)
 
 
-def make_layer(seed: int) -> tuple[bytes, SealedLayer]:
+def make_layer(seed: int, count: int = 8, size: int = 3000) -> tuple[bytes, SealedLayer]:
     rng = random.Random(seed)
     entries = []
-    for _ in range(8):
-        body = rng.randbytes(3000)
+    for _ in range(count):
+        body = rng.randbytes(size)
         entry = _header(len(body)) + body
-        entries.append(LayerEntry(ObjectId(rng.randbytes(20)), Kind.BLOB, entry, 3000, None, 0))
+        entries.append(LayerEntry(ObjectId(rng.randbytes(20)), Kind.BLOB, entry, size, None, 0))
     return write_layer(entries)
 
 
@@ -150,5 +153,54 @@ def test_close_layer_keeps_the_copy_and_a_reopen_loads_metadata_only(
         pins.release()
         assert service.close_layer("r", "repos/r/layers/never-opened")
         await service.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("linked", [True, False])
+def test_a_layer_published_here_is_read_without_checking_its_data_chunks_again(
+    tmp_path: Path, shm_dir: Path, linked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunk hashes check "bytes read by range from the object store, and chunks of a
+    local copy of unknown state (after a restart), before first use" (seed 004,
+    "Layers"). A layer this process published is neither: its first reads check no
+    data chunk (a SHA-256 of every byte of the first clone after a push, before). After
+    a restart the linked copy is the stored file of unknown state: a byte changed in it
+    is found on the first read."""
+    data, sealed = make_layer(4, count=40, size=100_000)  # 4 MB: chunks 0-3 hold data only
+    local = tmp_path / "node" if linked else shm_dir / "node"
+    data_chunks = set(range((sealed.file_size - sealed.meta_size) // CHUNK_BYTES))
+    assert len(data_chunks) >= 3
+    checked: list[int] = []
+    check = LayerReader._verify_chunk
+
+    def counted(reader: LayerReader, chunk: int) -> None:
+        checked.append(chunk)
+        check(reader, chunk)
+
+    monkeypatch.setattr(LayerReader, "_verify_chunk", counted)
+
+    async def run() -> None:
+        service = LayerService(FileStore(tmp_path / "store"), local)
+        await service.publish("r", KEY, data)
+        opened = await service.open_layer("r", KEY, sealed.file_size, sealed.meta_size)
+        assert opened.linked is linked
+        bodies = [opened.reader.entry_bytes(i) for i in range(sealed.object_count)]
+        assert not data_chunks & set(checked), checked
+        await service.close()
+        if not linked:
+            return  # a restart's copy is unchecked: loads check it (test_budget_service)
+        stored = service.path_of(service.name_of("r", KEY))  # the stored file's inode
+        with open(stored, "r+b") as f:
+            f.seek(CHUNK_BYTES + 10)
+            f.write(bytes([f.read(1)[0] ^ 0xFF]))
+        restarted = LayerService(FileStore(tmp_path / "store"), local)
+        again = await restarted.open_layer("r", KEY, sealed.file_size, sealed.meta_size)
+        assert again.linked
+        assert again.reader.entry_bytes(0) == bodies[0]
+        with pytest.raises(CorruptData, match="chunk 1 fails its SHA-256"):
+            for i in range(sealed.object_count):
+                again.reader.entry_bytes(i)
+        await restarted.close()
 
     asyncio.run(run())

@@ -63,6 +63,10 @@ from enroute_core.storage.pool import DEFAULT_PAGE_CACHE_BYTES, BufferPool, Inte
 
 log = logging.getLogger(__name__)
 
+_PUBLISHED_KEPT = 4096
+"""Names LayerService keeps of linked layers it published and has not opened (about 100
+bytes each): enough for the pushes between a publish and the view's open of it."""
+
 LOAD_KIND: contextvars.ContextVar[str] = contextvars.ContextVar("load_kind", default="other")
 """The kind of request whose reads load chunks (fetch, plan, refs, push, api): what
 ``/status`` and the metrics count loads by. Set by the request's driver; tasks it
@@ -185,6 +189,10 @@ class LayerService:
         self._hydrating: set[asyncio.Task[None]] = set()
         self._linking = True
         self._links = 0
+        self._published: dict[str, None] = {}
+        """Linked layers this process published and has not opened since: their stored
+        file holds bytes written here (LocalCopy.known). The first open takes the name
+        out; the oldest goes past _PUBLISHED_KEPT (a layer another compute serves)."""
         self._hydrations = 0
         self._closed = 0
         self.loaded_chunks: Counter[str] = Counter()
@@ -262,6 +270,8 @@ class LayerService:
 
     def _linked(self, name: str, path: str, size: int) -> LocalCopy:
         copy = LocalCopy.open_linked(path, size)
+        copy.known = name in self._published
+        self._published.pop(name, None)
         if self.budget is not None:  # outside the budget ("Linked local copies")
             self.budget.register(name, path, size, linked=True)
         return copy
@@ -492,6 +502,7 @@ class LayerService:
         path = self.path_of(name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         size = len(sealed) if isinstance(sealed, bytes) else os.stat(sealed).st_size
+        wrote = False
         try:
             if isinstance(sealed, bytes):
                 await self._store.put(key, sealed, if_none_match=True)
@@ -504,7 +515,13 @@ class LayerService:
             found = await self._store.head(key)
             if found is None or found.size != size:
                 raise
+        else:
+            wrote = True
         if self._linking and await self._link(name, key, path, size):
+            if wrote:  # the stored file holds the bytes written here
+                self._published[name] = None
+                if len(self._published) > _PUBLISHED_KEPT:
+                    del self._published[next(iter(self._published))]
             with contextlib.suppress(FileNotFoundError):
                 if not isinstance(sealed, bytes):
                     os.unlink(sealed)

@@ -37,6 +37,16 @@ class LocalCopy:
         self._file = file
         self._size = size
         self.linked = linked
+        self.known = not linked
+        """Every chunk it answers is of known state: this process wrote it, or a load
+        checked it against its hash before it became readable (seed 004, "Layers": chunk
+        hashes check "bytes read by range from the object store, and chunks of a local
+        copy of unknown state ... before first use"), so a reader need not check it
+        again. A copy's chunks become readable only so (:meth:`open_existing` keeps a
+        previous run's chunks unchecked until a load checks them), except the metadata
+        a remote open fetches, which the reader checks as it opens. A linked copy is the
+        stored file itself, of unknown state unless this process published it
+        (``LayerService.publish``)."""
         self.chunk_count = chunk_count_of(size)
         self._present = bytearray(self.chunk_count)
         self._unchecked = bytearray(self.chunk_count)
