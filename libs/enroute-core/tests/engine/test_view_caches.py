@@ -17,7 +17,7 @@ import pytest
 
 from enroute_core.config import load_config
 from enroute_core.engine import view as view_module
-from enroute_core.engine.view import View
+from enroute_core.engine.view import ScanPages, View
 from enroute_core.state.model import LayerEntry
 from enroute_core.storage.layer import Kind, LayerReader
 from enroute_core.storage.layer.format import REF_NONE
@@ -183,10 +183,12 @@ def test_a_large_tree_walk_reads_a_page_once(
         reads.append((id(self), offset))
         return data_bytes(self, offset, length, intent)
 
-    monkeypatch.setattr(LayerReader, "data_bytes", counted)
+    plain = View(layers)
+    trees = list(plain.kind_ids(Kind.TREE))
+    expected = plain.tree_closure(trees)
     view, _, _ = _pooled(layers)
-    trees = list(View(layers).kind_ids(Kind.TREE))
-    assert view.tree_closure(trees) == View(layers).tree_closure(trees)
+    monkeypatch.setattr(LayerReader, "data_bytes", counted)
+    assert view.tree_closure(trees) == expected
     pages = {(reader, offset // (64 * KiB)) for reader, offset in reads}
     assert len(reads) <= 2 * len(pages) + 3 < len(trees) // 4, (len(reads), len(trees))
 
@@ -212,3 +214,30 @@ def test_a_full_entry_read_as_a_scan_keeps_the_entry_only(
         assert point.full_entry(object_id) == plain.full_entry(object_id)
     assert point_caches.objects.used_bytes > 0 and point_pool.stats().read_through_bytes == 0
     assert pool.stats().page_bytes < point_pool.stats().page_bytes
+
+
+def test_a_packs_resolved_deltas_read_their_pages_once(
+    layers: list[tuple[LayerEntry, LayerReader]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deltas a large pack resolves read their chains through the writer's own pages
+    (``PackPlanner.pages``, a ``ScanPages``): a page per read, not a pread per entry of
+    every chain, and the entries are the same."""
+    plain = View(layers)
+    located = {i: plain.locate(i) for i in _ids(plain)}
+    deltas = [i for i, (r, local) in located.items() if r.entry_row(local)[2] != REF_NONE]
+    expected = {i: plain.full_entry(i) for i in deltas}
+    reads: list[tuple[int, int]] = []  # (reader, offset)
+    data_bytes = LayerReader.data_bytes
+
+    def counted(self: LayerReader, offset: int, length: int, intent: Intent | None = None) -> bytes:
+        reads.append((id(self), offset))
+        return data_bytes(self, offset, length, intent)
+
+    view, _, caches = _pooled(layers)
+    monkeypatch.setattr(LayerReader, "data_bytes", counted)
+    pages = ScanPages()
+    for object_id in deltas:
+        assert view.full_entry(object_id, Intent.SCAN, pages) == expected[object_id]
+    assert caches.objects.used_bytes == 0
+    kept = {(reader, offset // (64 * KiB)) for reader, offset in reads}
+    assert len(reads) <= 2 * len(kept) + 3 < len(deltas), (len(reads), len(deltas))
