@@ -47,6 +47,14 @@ def unmoved(tmp_path_factory: pytest.TempPathFactory) -> GeneratedRepo:
     return generate_repo(tmp_path_factory.mktemp("unmoved") / "r.git", spec)
 
 
+@pytest.fixture
+def rng() -> random.Random:
+    """Drawn pairs of commits; ``ENROUTE_SEED=`` replays a failing draw."""
+    seed = int(os.environ.get("ENROUTE_SEED", random.SystemRandom().randrange(2**32)))
+    print(f"ENROUTE_SEED={seed}")
+    return random.Random(seed)
+
+
 def _commits(repo: GeneratedRepo) -> list[str]:
     return run_git(["rev-list", "--all"], cwd=repo.path).decode().split()
 
@@ -61,12 +69,9 @@ def _oids(view: View, ids: object) -> set[ObjectId]:
     return {view.oid_of_id(i) for i in ids}  # type: ignore[attr-defined]
 
 
-def test_new_commits_are_rev_list_not(repo: GeneratedRepo, view: View) -> None:
+def test_new_commits_are_rev_list_not(repo: GeneratedRepo, view: View, rng: random.Random) -> None:
     """``new_commits(wants, haves)`` is ``git rev-list <wants> --not <haves>``, and the have
     side's commits it met are commits the haves reach."""
-    seed = int(os.environ.get("ENROUTE_SEED", random.SystemRandom().randrange(2**32)))
-    print(f"ENROUTE_SEED={seed}")
-    rng = random.Random(seed)
     commits = _commits(repo)
     for _ in range(_PAIRS):
         wants = rng.sample(commits, rng.randint(1, 2))
@@ -80,14 +85,13 @@ def test_new_commits_are_rev_list_not(repo: GeneratedRepo, view: View) -> None:
             assert {view.oid_of_id(c).hex() for c in met} <= reached
 
 
-def test_plans_on_top_of_the_haves_are_exact(repo: GeneratedRepo, view: View) -> None:
+def test_plans_on_top_of_the_haves_are_exact(
+    repo: GeneratedRepo, view: View, rng: random.Random
+) -> None:
     """Whichever way a plan is made (from the new commits when their objects all lie past
     the newest have's layer, else from both closures), its objects are ``git rev-list
     --objects <wants> --not <haves>``, and what it takes the client to have is a part of
     what the haves reach."""
-    seed = int(os.environ.get("ENROUTE_SEED", random.SystemRandom().randrange(2**32)))
-    print(f"ENROUTE_SEED={seed}")
-    rng = random.Random(seed)
     commits = _commits(repo)
     for _ in range(_PAIRS):
         wants = rng.sample(commits, rng.randint(1, 2))

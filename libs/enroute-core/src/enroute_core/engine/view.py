@@ -451,6 +451,14 @@ def _generation(layers: Sequence[_Layer], commit_id: int) -> int:
     return graph.generations[rank]
 
 
+def _commit_of(layers: Sequence[_Layer], commit_id: int) -> tuple[CommitGraph, int]:
+    """:func:`_commit_rank` of an id that must be a commit (``KeyError`` otherwise)."""
+    found = _commit_rank(layers, commit_id)
+    if found is None:
+        raise KeyError(f"id {commit_id} is not a commit of the view")
+    return found
+
+
 def _commit_rank(layers: Sequence[_Layer], commit_id: int) -> tuple[CommitGraph, int] | None:
     lo, hi = 0, len(layers)
     while lo < hi:  # the layer whose range holds the id
@@ -664,10 +672,8 @@ class View:
 
     def parents(self, commit_id: int) -> Sequence[int]:
         """A commit's parent ids (``KeyError`` for an id that is no commit of the view)."""
-        found = _commit_rank(self._layers, commit_id)
-        if found is None:
-            raise KeyError(f"id {commit_id} is not a commit of the view")
-        return found[0].parents(found[1])
+        g, rank = _commit_of(self._layers, commit_id)
+        return g.parents(rank)
 
     @property
     def commit_count(self) -> int:
@@ -685,14 +691,9 @@ class View:
                 continue
             check_walk()  # a fetch's planning stops when its request goes (cancel.py)
             seen.add(c)
-            found = _commit_rank(layers, c)
-            if found is None:
-                raise KeyError(f"id {c} is not a commit of the view")
-            g, rank = found
-            start = g.segment_starts[rank]
-            out.update(g.segment_ids[start : start + g.segment_counts[rank]])
-            start = g.parent_starts[rank]
-            stack.extend(g.parent_ids[start : start + g.parent_counts[rank]])
+            g, rank = _commit_of(layers, c)
+            out.update(g.segment(rank))
+            stack.extend(g.parents(rank))
         return out
 
     def new_commits(
@@ -739,12 +740,8 @@ class View:
         out = BitMap()
         layers = self._layers
         for c in commit_ids:
-            found = _commit_rank(layers, c)
-            if found is None:
-                raise KeyError(f"id {c} is not a commit of the view")
-            g, rank = found
-            start = g.segment_starts[rank]
-            out.update(g.segment_ids[start : start + g.segment_counts[rank]])
+            g, rank = _commit_of(layers, c)
+            out.update(g.segment(rank))
         return out
 
     def incremental_closure(
