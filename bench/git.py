@@ -49,7 +49,16 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from bench.report import CLK_TCK, ROOT, Series, cpu_ticks, fmt3, write_section
+from bench.report import (
+    CLK_TCK,
+    ROOT,
+    Series,
+    children_of,
+    cpu_ticks,
+    fmt3,
+    hwm_kib,
+    write_section,
+)
 from enroute_testing.gitcli import git_env
 from enroute_testing.repogen import (
     PROFILES,
@@ -112,16 +121,6 @@ def _start(name: str, argv: list[str], marker: str, log: Path | None = None) -> 
     raise RuntimeError(f"{name} not ready after {READY_TIMEOUT_S} s")
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except FileNotFoundError:  # the thread ended between the listing and the read
-            continue
-    return found
-
-
 REAP_WAIT_S = 5.0
 
 
@@ -132,10 +131,10 @@ def _server_cpu_s(s: Server) -> float:
     if s.name == "git":
         # A CGI process ends after its response: wait until the bridge has reaped it.
         deadline = time.monotonic() + REAP_WAIT_S
-        while _children(pid) and time.monotonic() < deadline:
+        while children_of(pid) and time.monotonic() < deadline:
             time.sleep(0.01)
         return cpu_ticks(pid, reaped=True) / CLK_TCK
-    return sum(cpu_ticks(p) for p in [pid, *_children(pid)]) / CLK_TCK
+    return sum(cpu_ticks(p) for p in [pid, *children_of(pid)]) / CLK_TCK
 
 
 def _tree(pid: int) -> list[int]:
@@ -144,12 +143,8 @@ def _tree(pid: int) -> list[int]:
     while todo:
         found.append(todo.pop())
         with contextlib.suppress(OSError, ValueError):  # a process that ended meanwhile
-            todo += _children(found[-1])
+            todo += children_of(found[-1])
     return found
-
-
-def _hwm_kib(pid: int) -> int:
-    return _status_kib(pid).get("VmHWM", 0)
 
 
 def _status_kib(pid: int) -> dict[str, int]:
@@ -171,7 +166,7 @@ def _roles(s: Server) -> dict[str, int]:
     if not s.name.startswith("enroute"):
         return {}
     found = {"dev": s.proc.pid}
-    for pid in _children(s.proc.pid):
+    for pid in children_of(s.proc.pid):
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         for role in ROLES[1:]:
             if f"enroute_{role}".encode() in argv:
@@ -236,7 +231,7 @@ class Meter:
         total = 0
         for pid in _tree(self.server.proc.pid):
             with contextlib.suppress(OSError, ValueError):  # ended since it was listed
-                total += _hwm_kib(pid)
+                total += hwm_kib(pid)
         self.rss_kib = max(self.rss_kib, total)
 
     def _role_ticks(self) -> dict[str, int]:
@@ -263,7 +258,7 @@ class Meter:
         self.cpu_s += _server_cpu_s(self.server)
         ticks = self._role_ticks()
         self.roles = tuple(
-            (role, (ticks[role] - self.role_cpu[role]) / CLK_TCK, _hwm_kib(pid))
+            (role, (ticks[role] - self.role_cpu[role]) / CLK_TCK, hwm_kib(pid))
             for role, pid in self.role_pids.items()
         )
 

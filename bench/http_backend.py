@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import IO, cast
 from urllib.parse import unquote
 
+from bench.report import children_of, hwm_kib
+
 CHUNK_BYTES = 64 * 1024
 SAMPLE_S = 0.02
 CONFIG = {"http.receivepack": "true", "uploadpack.allowFilter": "true", "safe.directory": "*"}
@@ -129,25 +131,18 @@ def _env() -> dict[str, str]:
 def _tree_kib(pid: int) -> int:
     """VmHWM summed over ``pid`` and its descendants (0 for processes already gone)."""
     try:
-        status = Path(f"/proc/{pid}/status").read_text()
-        kib = sum(int(ln.split()[1]) for ln in status.splitlines() if ln.startswith("VmHWM:"))
-        kids = [
-            k
-            for t in Path(f"/proc/{pid}/task").iterdir()
-            for k in (t / "children").read_text().split()
-        ]
+        kib, kids = hwm_kib(pid), children_of(pid)
     except (OSError, ValueError):
         return 0
-    return kib + sum(_tree_kib(int(k)) for k in kids)
+    return kib + sum(_tree_kib(k) for k in kids)
 
 
 def _sample_cgi_peaks() -> None:
     me = os.getpid()
     while True:
         with contextlib.suppress(OSError):  # each handler thread lists its own children
-            for task in Path(f"/proc/{me}/task").iterdir():
-                for kid in (task / "children").read_text().split():
-                    Bridge.peak_kib = max(Bridge.peak_kib, _tree_kib(int(kid)))
+            for kid in children_of(me):
+                Bridge.peak_kib = max(Bridge.peak_kib, _tree_kib(kid))
         time.sleep(SAMPLE_S)
 
 
