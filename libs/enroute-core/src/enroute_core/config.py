@@ -551,6 +551,8 @@ def _limits_section(value: object) -> object:
         parsed = parse_bytes(raw)
         if not isinstance(parsed, int) or isinstance(parsed, bool) or parsed < 0:
             raise ValueError(f"limit {key} must be a non-negative integer or size")
+        if key == "serve_deflate_level" and parsed > 9:
+            raise ValueError(f"limit serve_deflate_level {parsed} is not a zlib level (0-9)")
         if key == "gitattributes_bytes_max" and parsed > GIT_ATTR_FILE_BYTES_MAX:
             raise ValueError(
                 f"limit gitattributes_bytes_max {parsed} is over git's {GIT_ATTR_FILE_BYTES_MAX}"

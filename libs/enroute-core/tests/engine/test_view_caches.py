@@ -11,13 +11,16 @@ read with ``os.pread``.
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 
 import pytest
 
+from enroute_core.base.limits import Limits
 from enroute_core.config import load_config
 from enroute_core.engine import view as view_module
 from enroute_core.engine.view import ScanPages, View
+from enroute_core.git.pack import parse_entry_header
 from enroute_core.state.model import LayerEntry
 from enroute_core.storage.layer import Kind, LayerReader
 from enroute_core.storage.layer.format import REF_NONE
@@ -241,3 +244,24 @@ def test_a_packs_resolved_deltas_read_their_pages_once(
     assert caches.objects.used_bytes == 0
     kept = {(reader, offset // (64 * KiB)) for reader, offset in reads}
     assert len(reads) <= 2 * len(kept) + 3 < len(deltas), (len(reads), len(deltas))
+
+
+def test_a_resolved_delta_is_deflated_at_the_serve_level(
+    layers: list[tuple[LayerEntry, LayerReader]],
+) -> None:
+    """A stored delta a fetch sends whole is deflated at ``serve_deflate_level``: nearly all
+    of a depth-1 clone's CPU (docs/serving.md, "Rewritten deltas"). RFC 1950 section 2.2:
+    a stream's second byte carries FLEVEL (0 fastest, 2 zlib's default, 6), so the
+    level shows in the entry; each inflates to the object's body either way."""
+    plain = View(layers)
+    located = {i: plain.locate(i) for i in _ids(plain)}
+    deltas = [i for i, (r, local) in located.items() if r.entry_row(local)[2] != REF_NONE]
+    assert deltas, "the layers hold deltas"
+    for level, flevel in ((None, 0), (1, 0), (6, 2), (9, 3)):
+        limits = Limits() if level is None else Limits(serve_deflate_level=level)
+        view = View(layers, limits=limits)
+        for object_id in deltas:
+            entry = view.full_entry(object_id, Intent.SCAN)
+            hlen = parse_entry_header(entry, 0, 0)[2]
+            assert entry[hlen + 1] >> 6 == flevel, (level, entry[hlen : hlen + 2].hex())
+            assert zlib.decompress(entry[hlen:]) == plain.read_id(object_id)

@@ -934,7 +934,10 @@ class View:
         if scan:
             self._bodies.drop(scan)
         kind = TYPE_OF_KIND[self.kind_of(object_id)]
-        entry = encode_entry_header(int(kind), len(body)) + deflate(body)
+        # Deflating is nearly all of a depth-1 clone's CPU (issue 25, docs/serving.md,
+        # "Rewritten deltas"): at a fast level by default, git's pack default when set.
+        level = self._limits.serve_deflate_level
+        entry = encode_entry_header(int(kind), len(body)) + deflate(body, level)
         self._bodies.put_entry(object_id, entry)
         return entry
 
