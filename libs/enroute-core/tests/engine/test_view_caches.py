@@ -20,11 +20,12 @@ from enroute_core.base.limits import Limits
 from enroute_core.config import load_config
 from enroute_core.engine import view as view_module
 from enroute_core.engine.view import ScanPages, View
+from enroute_core.git import zstream
 from enroute_core.git.pack import parse_entry_header
 from enroute_core.state.model import LayerEntry
 from enroute_core.storage.layer import Kind, LayerReader
 from enroute_core.storage.layer.format import REF_NONE
-from enroute_core.storage.pool import BufferPool, Intent, NodeCaches
+from enroute_core.storage.pool import BufferPool, EntrySpill, Intent, NodeCaches
 from enroute_testing.pushed import three_pushes
 from enroute_testing.repogen import GeneratedRepo, RepoSpec, generate_repo
 
@@ -265,3 +266,43 @@ def test_a_resolved_delta_is_deflated_at_the_serve_level(
             hlen = parse_entry_header(entry, 0, 0)[2]
             assert entry[hlen + 1] >> 6 == flevel, (level, entry[hlen : hlen + 2].hex())
             assert zlib.decompress(entry[hlen:]) == plain.read_id(object_id)
+
+
+def test_a_repeated_large_fetch_reads_its_rewritten_entries_from_the_spill(
+    layers: list[tuple[LayerEntry, LayerReader]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The deltas a large pack resolves (a scan) are deflated once: a later view of the
+    lineage, or of a new one built whole again, reads the same entries from the node's
+    spill while the entry cache is too small to hold them (a repeated depth-1 clone of
+    the `large` profile: 11 s of compute CPU, then 0.9 s; docs/serving.md). A point read
+    does not write the spill."""
+    plain = View(layers)
+    located = {i: plain.locate(i) for i in _ids(plain)}
+    deltas = [i for i, (r, local) in located.items() if r.entry_row(local)[2] != REF_NONE]
+    expected = {i: plain.full_entry(i) for i in deltas}
+    deflates: list[int] = []
+    deflate = zstream.deflate
+
+    def counted(data: bytes | memoryview, level: int = 6) -> bytes:
+        deflates.append(len(data))
+        return deflate(data, level)
+
+    monkeypatch.setattr(view_module, "deflate", counted)
+    spill = EntrySpill(str(tmp_path / "rewrites"), 64 * MiB)
+    caches = NodeCaches(BufferPool(8 * MiB), 0, spill)  # no entry cache at all
+    point = View(layers, caches=caches)
+    for object_id in deltas:
+        assert point.full_entry(object_id) == expected[object_id]
+    assert len(deflates) == len(deltas) and spill.stats()["entries"] == 0
+    view = View(layers, caches=caches)
+    for object_id in deltas:
+        assert view.full_entry(object_id, Intent.SCAN) == expected[object_id]
+    assert len(deflates) == 2 * len(deltas) and spill.stats()["entries"] == len(deltas)
+    again = View(layers, caches=caches)  # a new scope reads its own keys
+    for _ in range(2):
+        for object_id in deltas:
+            assert again.full_entry(object_id, Intent.SCAN) == expected[object_id]
+        assert len(deflates) == 3 * len(deltas)
+    assert spill.stats()["hits"] == len(deltas)

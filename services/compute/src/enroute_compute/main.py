@@ -39,7 +39,7 @@ from enroute_core.drain import Drain
 from enroute_core.storage.heap import tune_heap
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import ObjectStore, open_store
-from enroute_core.storage.pool import BufferPool, NodeCaches
+from enroute_core.storage.pool import BufferPool, EntrySpill, NodeCaches
 from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2_grpc
 from enroute_proto.logs import bind_metadata, configure_logging
@@ -298,7 +298,9 @@ def _node_storage(config: Config, store: ObjectStore) -> tuple[LayerService, Nod
     """The layers on this node's disk, and its one buffer pool: pages, and the object
     and entry caches charged to it."""
     pool = BufferPool(config.node.pool_bytes)
-    caches = NodeCaches(pool, config.node.cache)
+    spill_bytes = config.resource_limits().serve_entry_spill_bytes_max
+    spill = EntrySpill(os.path.join(config.node.data_dir, "rewrites"), spill_bytes)
+    caches = NodeCaches(pool, config.node.cache, spill if spill_bytes else None)
     data_dir = os.path.join(config.node.data_dir, "layers")
     layers = LayerService(store, data_dir, disk_budget_bytes=config.node.disk_cache, pool=pool)
     return layers, caches

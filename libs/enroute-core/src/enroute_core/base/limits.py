@@ -118,6 +118,11 @@ class Limits:
     # inflated, in 14 s at zlib's default (6, git's pack.compression) and in 3 s at 1,
     # for a pack 13% larger (docs/serving.md, "Rewritten deltas")
     serve_deflate_level: int = 1
+    # storage/pool.py EntrySpill: bytes of such full entries a large fetch (a scan) keeps
+    # in one file under node.data_dir for the next fetch of the same tips; past it the
+    # file starts afresh (0: none kept). A repeated depth-1 clone of the `large` profile
+    # reads its 155 MB of them instead of deflating them again.
+    serve_entry_spill_bytes_max: int = 1 * GiB
     # enroute_ledger.machine: request ids a group remembers, by log index, so that a
     # re-proposed copy of an entry applies once (docs/raft.md, "Applying each id once").
     # Part of the replicated state: every voter must use the same value.

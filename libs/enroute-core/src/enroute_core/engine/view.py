@@ -112,11 +112,12 @@ class _Bodies:
     Used from the fetch threads at once: the caches lock, and so does the memo.
     """
 
-    __slots__ = ("_entries", "_lock", "_objects", "_put", "_scope", "_trees")
+    __slots__ = ("_entries", "_lock", "_objects", "_put", "_scope", "_spill", "_trees")
 
     def __init__(self, caches: NodeCaches) -> None:
         self._objects = caches.objects
         self._entries = caches.entries
+        self._spill = caches.spill
         self._scope = caches.new_scope()
         self._lock = threading.Lock()
         self._trees: OrderedDict[tuple[int, ...], BitMap] = OrderedDict()
@@ -162,6 +163,14 @@ class _Bodies:
         key = (self._scope, object_id)
         if self._entries.put(key, entry):
             self._remember(key)
+
+    def spilled_entry(self, object_id: int) -> bytes | None:
+        """A full entry a large fetch rewrote before, from the node's disk, if kept."""
+        return None if self._spill is None else self._spill.get((self._scope, object_id))
+
+    def spill_entry(self, object_id: int, entry: bytes) -> None:
+        if self._spill is not None:
+            self._spill.put((self._scope, object_id), entry)
 
     def _remember(self, key: tuple[int, int]) -> None:
         with self._lock:
@@ -927,6 +936,8 @@ class View:
         object cache that no later read hit (issue 25); its chains are read from
         ``pages``, the writer's own, when given."""
         cached = self._bodies.entry(object_id)
+        if cached is None:
+            cached = self._bodies.spilled_entry(object_id)
         if cached is not None:
             return cached
         scan: list[int] | None = [] if intent is Intent.SCAN else None
@@ -939,6 +950,10 @@ class View:
         level = self._limits.serve_deflate_level
         entry = encode_entry_header(int(kind), len(body)) + deflate(body, level)
         self._bodies.put_entry(object_id, entry)
+        if scan is not None:
+            # More than the entry cache holds, for the next fetch of the same tips
+            # (an LRU under this scan kept none of them: docs/serving.md).
+            self._bodies.spill_entry(object_id, entry)
         return entry
 
     def read_id(self, object_id: int) -> bytes:

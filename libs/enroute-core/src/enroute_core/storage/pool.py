@@ -42,13 +42,15 @@ from __future__ import annotations
 
 import enum
 import itertools
+import os
+import tempfile
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Generic, Protocol, TypeVar
+from typing import IO, Generic, Protocol, TypeVar
 
 from enroute_core.base.errors import CorruptData, Timeout
 from enroute_core.base.limits import KiB, MiB
@@ -1054,6 +1056,87 @@ class ByteCache(Generic[_K]):
             }
 
 
+class EntrySpill:
+    """Full pack entries a large fetch rewrote, kept in one file on the node's disk.
+
+    A depth-1 clone of the `large` profile rewrites 9,949 stored deltas whose bases it
+    does not send, 155 MB of entries: more than the entry cache holds, so an LRU under
+    that scan gave a repeated clone no hit, and it deflated all of them again, most of
+    its CPU (issue 25, docs/serving.md, "Rewritten deltas"). Here they stay on disk
+    (the kernel's page cache, not the process's memory) for the next fetch of the same
+    tips. The file is append-only and unlinked at creation (``TemporaryFile``: nothing
+    is left behind by a crash); when an entry would take it past ``cap_bytes`` it is
+    started afresh, empty. Keys are those of :class:`NodeCaches`. A reader holds the
+    file it looked the entry up in, so a restart under it reads the old file's bytes.
+    """
+
+    __slots__ = ("_cap", "_dir", "_end", "_file", "_hits", "_index", "_lock", "_misses", "_resets")
+
+    def __init__(self, directory: str, cap_bytes: int) -> None:
+        assert cap_bytes >= 0, cap_bytes
+        self._dir = directory
+        self._cap = cap_bytes
+        self._lock = threading.Lock()
+        self._file: IO[bytes] | None = None
+        self._index: dict[tuple[int, int], tuple[int, int]] = {}
+        self._end = 0
+        self._hits = 0
+        self._misses = 0
+        self._resets = 0
+
+    def get(self, key: tuple[int, int]) -> bytes | None:
+        with self._lock:
+            where = self._index.get(key)
+            held = self._file
+            if where is None or held is None:
+                self._misses += 1
+                return None
+            self._hits += 1
+        offset, length = where
+        return os.pread(held.fileno(), length, offset)
+
+    def put(self, key: tuple[int, int], entry: bytes) -> None:
+        n = len(entry)
+        if n > self._cap:
+            return
+        with self._lock:
+            if key in self._index:
+                return
+            if self._file is None or self._end + n > self._cap:
+                if self._file is not None:
+                    self._resets += 1
+                os.makedirs(self._dir, exist_ok=True)
+                self._file = tempfile.TemporaryFile(dir=self._dir)  # noqa: SIM115 (held)
+                self._index.clear()
+                self._end = 0
+            held, offset = self._file, self._end
+            self._end += n
+        try:
+            written = 0
+            while written < n:
+                written += os.pwrite(held.fileno(), memoryview(entry)[written:], offset + written)
+        except OSError:
+            return  # a full disk costs the memo, never the fetch
+        with self._lock:
+            if self._file is held:
+                self._index[key] = (offset, n)
+
+    def discard(self, key: tuple[int, int]) -> None:
+        with self._lock:
+            self._index.pop(key, None)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "cap_bytes": self._cap,
+                "used_bytes": self._end,
+                "entries": len(self._index),
+                "hits": self._hits,
+                "misses": self._misses,
+                "resets": self._resets,
+            }
+
+
 class NodeCaches:
     """The node's object cache (3/4 of ``node.cache``) and entry cache (1/4), one of each.
 
@@ -1067,14 +1150,16 @@ class NodeCaches:
     scope, and the old scope's entries age out of the LRU.
     """
 
-    __slots__ = ("_scopes", "entries", "objects")
+    __slots__ = ("_scopes", "entries", "objects", "spill")
 
-    def __init__(self, pool: BufferPool, cache_bytes: int) -> None:
+    def __init__(self, pool: BufferPool, cache_bytes: int, spill: EntrySpill | None = None) -> None:
         object_bytes, entry_bytes = split_node_cache(cache_bytes)
         self.objects: ByteCache[tuple[int, int]] = ByteCache(pool, "objects", object_bytes)
         """Inflated bodies (delta chains applied) by (scope, object id)."""
         self.entries: ByteCache[tuple[int, int]] = ByteCache(pool, "entries", entry_bytes)
         """Full pack entries (header and zlib stream) of stored deltas, by (scope, object id)."""
+        self.spill = spill
+        """Full entries a large fetch rewrote, on disk (:class:`EntrySpill`), if any."""
         self._scopes = itertools.count(1)
 
     def new_scope(self) -> int:
@@ -1087,4 +1172,7 @@ class NodeCaches:
 
     def stats(self) -> dict[str, dict[str, int]]:
         """``/status`` ``caches``: each cache's cap, bytes, entries, hits, misses, refusals."""
-        return {"objects": self.objects.stats(), "entries": self.entries.stats()}
+        out = {"objects": self.objects.stats(), "entries": self.entries.stats()}
+        if self.spill is not None:
+            out["spill"] = self.spill.stats()
+        return out

@@ -1,0 +1,55 @@
+"""The node's spill of rewritten full entries (storage/pool.py ``EntrySpill``).
+
+A depth-1 clone of the `large` profile rewrites 155 MB of stored deltas whose bases
+it does not send, more than the entry cache holds (issue 25, docs/serving.md,
+"Rewritten deltas"): the spill keeps them in one unlinked file under the node's data
+directory, bounded by ``serve_entry_spill_bytes_max``, started afresh when full. Every
+byte goes through a real file in ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from enroute_core.storage.pool import EntrySpill
+
+
+def test_an_entry_put_is_read_back_and_leaves_no_file_name(tmp_path: Path) -> None:
+    spill = EntrySpill(str(tmp_path / "rewrites"), 1000)
+    assert spill.get((1, 5)) is None
+    spill.put((1, 5), b"a" * 100)
+    spill.put((1, 6), b"b" * 200)
+    spill.put((2, 5), b"c" * 50)  # another lineage's id 5
+    assert spill.get((1, 5)) == b"a" * 100
+    assert spill.get((1, 6)) == b"b" * 200
+    assert spill.get((2, 5)) == b"c" * 50
+    assert os.listdir(tmp_path / "rewrites") == [], "the file is unlinked: a crash leaves none"
+    s = spill.stats()
+    assert (s["used_bytes"], s["entries"], s["hits"], s["misses"]) == (350, 3, 3, 1)
+
+
+def test_past_its_cap_the_file_starts_afresh(tmp_path: Path) -> None:
+    """A bounded disk: an entry that would pass the cap empties the spill first; one larger
+    than the cap is not kept; a reader that looked an entry up before the restart still
+    reads its bytes (it holds the old file)."""
+    spill = EntrySpill(str(tmp_path), 300)
+    spill.put((1, 1), b"x" * 200)
+    spill.put((1, 2), b"y" * 100)
+    assert spill.stats()["used_bytes"] == 300
+    spill.put((1, 3), b"z" * 10)
+    assert spill.get((1, 1)) is None and spill.get((1, 2)) is None
+    assert spill.get((1, 3)) == b"z" * 10
+    spill.put((1, 4), b"w" * 301)
+    assert spill.get((1, 4)) is None
+    s = spill.stats()
+    assert (s["used_bytes"], s["entries"], s["resets"]) == (10, 1, 1)
+
+
+def test_a_discarded_key_is_gone_and_a_second_put_keeps_the_first(tmp_path: Path) -> None:
+    spill = EntrySpill(str(tmp_path), 1000)
+    spill.put((1, 1), b"first")
+    spill.put((1, 1), b"other")
+    assert spill.get((1, 1)) == b"first"
+    spill.discard((1, 1))
+    assert spill.get((1, 1)) is None
