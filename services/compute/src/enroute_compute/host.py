@@ -522,17 +522,17 @@ class RepositoryHost:
     async def _wait_until(self, repo: _Repo, done: Callable[[], bool], what: str) -> None:
         """Until ``done()`` holds for the view, or it is dropped (NotFound or its error)."""
 
-        async def reached() -> None:
-            async with repo.changed:
-                await repo.changed.wait_for(lambda: repo.dead or done())
-
-        repo.waiters += 1
-        try:
-            await asyncio.wait_for(reached(), self.wait_s)
-        except TimeoutError:
-            raise Unavailable(f"view of {repo.name} did not reach {what}", name=repo.name) from None
-        finally:
-            repo.waiters -= 1
+        if not (repo.dead or done()):  # a view already there (most reads) waits for nothing
+            repo.waiters += 1
+            try:
+                async with asyncio.timeout(self.wait_s), repo.changed:
+                    await repo.changed.wait_for(lambda: repo.dead or done())
+            except TimeoutError:
+                raise Unavailable(
+                    f"view of {repo.name} did not reach {what}", name=repo.name
+                ) from None
+            finally:
+                repo.waiters -= 1
         if repo.evicted:
             raise _Evicted(f"view of {repo.name} was evicted", name=repo.name)
         if repo.dead:

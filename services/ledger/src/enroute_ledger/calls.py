@@ -39,7 +39,8 @@ async def _until(rt: Runtime, g: Group, at: float) -> None:
     if wait_s <= 0:
         return
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(g.changed.wait(), wait_s)
+        async with asyncio.timeout(wait_s):  # no task per wait, unlike wait_for
+            await g.changed.wait()
 
 
 async def propose(rt: Runtime, g: Group, entry: bytes, rid: bytes, timeout_s: float) -> Applied:

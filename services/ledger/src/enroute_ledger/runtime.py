@@ -536,8 +536,11 @@ class Runtime:
                 next_tick = now + interval if late else next_tick + interval
                 continue
             self._wake.clear()
+            # asyncio.timeout, not wait_for: no task per tick (an idle ledger waits here
+            # ten times a second; docs/services.md, "The fixed cost of a request")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), next_tick - now)
+                async with asyncio.timeout(next_tick - now):
+                    await self._wake.wait()
 
     def tick(self) -> None:
         """One tick of every group; held commit indexes that no batch carried for a whole
