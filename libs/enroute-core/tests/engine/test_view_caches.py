@@ -290,7 +290,7 @@ def test_a_repeated_large_fetch_reads_its_rewritten_entries_from_the_spill(
         return deflate(data, level)
 
     monkeypatch.setattr(view_module, "deflate", counted)
-    spill = EntrySpill(str(tmp_path / "rewrites"), 64 * MiB)
+    spill = EntrySpill(str(tmp_path / "rewrites"), 64 * MiB, entry_bytes_min=1)
     caches = NodeCaches(BufferPool(8 * MiB), 0, spill)  # no entry cache at all
     point = View(layers, caches=caches)
     for object_id in deltas:
@@ -306,3 +306,8 @@ def test_a_repeated_large_fetch_reads_its_rewritten_entries_from_the_spill(
             assert again.full_entry(object_id, Intent.SCAN) == expected[object_id]
         assert len(deflates) == 3 * len(deltas)
     assert spill.stats()["hits"] == len(deltas)
+    again.forget_cached()  # a lineage gone takes the keys it remembers out of the spill
+    kept = spill.stats()["entries"]
+    assert len(deltas) <= kept < 2 * len(deltas)
+    assert again.full_entry(deltas[0]) == expected[deltas[0]]
+    assert spill.stats()["entries"] == kept  # a point read does not spill

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from enroute_core.storage.pool import EntrySpill
+from enroute_core.storage.pool import SPILL_ENTRY_BYTES_MIN, EntrySpill
 
 
 def test_an_entry_put_is_read_back_and_leaves_no_file_name(tmp_path: Path) -> None:
-    spill = EntrySpill(str(tmp_path / "rewrites"), 1000)
+    spill = EntrySpill(str(tmp_path / "rewrites"), 1000, entry_bytes_min=1)
     assert spill.get((1, 5)) is None
     spill.put((1, 5), b"a" * 100)
     spill.put((1, 6), b"b" * 200)
@@ -33,7 +33,7 @@ def test_past_its_cap_the_file_starts_afresh(tmp_path: Path) -> None:
     """A bounded disk: an entry that would pass the cap empties the spill first; one larger
     than the cap is not kept; a reader that looked an entry up before the restart still
     reads its bytes (it holds the old file)."""
-    spill = EntrySpill(str(tmp_path), 300)
+    spill = EntrySpill(str(tmp_path), 300, entry_bytes_min=1)
     spill.put((1, 1), b"x" * 200)
     spill.put((1, 2), b"y" * 100)
     assert spill.stats()["used_bytes"] == 300
@@ -47,9 +47,20 @@ def test_past_its_cap_the_file_starts_afresh(tmp_path: Path) -> None:
 
 
 def test_a_discarded_key_is_gone_and_a_second_put_keeps_the_first(tmp_path: Path) -> None:
-    spill = EntrySpill(str(tmp_path), 1000)
+    spill = EntrySpill(str(tmp_path), 1000, entry_bytes_min=1)
     spill.put((1, 1), b"first")
     spill.put((1, 1), b"other")
     assert spill.get((1, 1)) == b"first"
     spill.discard((1, 1))
     assert spill.get((1, 1)) is None
+
+
+def test_small_entries_count_as_the_minimum_so_the_index_stays_small(tmp_path: Path) -> None:
+    """The index is in memory: entries smaller than ``SPILL_ENTRY_BYTES_MIN`` are charged
+    that much, so a cap of four minimums keeps at most four entries whatever their size."""
+    spill = EntrySpill(str(tmp_path), 4 * SPILL_ENTRY_BYTES_MIN)
+    for i in range(10):
+        assert spill.put((1, i), b"e" * 10)
+    s = spill.stats()
+    assert (s["entries"], s["used_bytes"], s["resets"]) == (2, 20, 2)
+    assert spill.get((1, 9)) == b"e" * 10 and spill.get((1, 7)) is None

@@ -169,8 +169,9 @@ class _Bodies:
         return None if self._spill is None else self._spill.get((self._scope, object_id))
 
     def spill_entry(self, object_id: int, entry: bytes) -> None:
-        if self._spill is not None:
-            self._spill.put((self._scope, object_id), entry)
+        key = (self._scope, object_id)
+        if self._spill is not None and self._spill.put(key, entry):
+            self._remember(key)
 
     def _remember(self, key: tuple[int, int]) -> None:
         with self._lock:
@@ -183,9 +184,11 @@ class _Bodies:
         with self._lock:
             put, self._put = self._put, None
             self._trees.clear()
-        for key in put or ():  # one key space for both caches: a key not there is a no-op
+        for key in put or ():  # one key space for the caches: a key not there is a no-op
             self._objects.discard(key)
             self._entries.discard(key)
+            if self._spill is not None:
+                self._spill.discard(key)
 
 
 def private_caches(limits: Limits) -> NodeCaches:
