@@ -88,3 +88,14 @@ def test_limits_section_refuses_unknown_and_negative_limits() -> None:
         load_config("limits:\n  protocol_haves_max: -1\n", {})
     env = {"ENROUTE_LIMITS__PROTOCOL_WANTS_MAX": "7"}
     assert load_config(None, env).resource_limits().protocol_wants_max == 7
+
+
+def test_limits_section_refuses_a_deflate_level_zlib_lacks() -> None:
+    """zlib's levels are 0-9 (zlib.h, ``deflateInit``): a larger one would fail the first
+    fetch that rewrites a delta, so the configuration is refused instead."""
+    assert (
+        load_config("limits:\n  serve_deflate_level: 9\n", {}).resource_limits().serve_deflate_level
+        == 9
+    )
+    with pytest.raises(InvalidArgument, match="not a zlib level"):
+        load_config("limits:\n  serve_deflate_level: 10\n", {})
