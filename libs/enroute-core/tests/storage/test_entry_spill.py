@@ -9,8 +9,11 @@ byte goes through a real file in ``tmp_path``.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+
+import pytest
 
 from enroute_core.storage.pool import SPILL_ENTRY_BYTES_MIN, EntrySpill
 
@@ -29,7 +32,9 @@ def test_an_entry_put_is_read_back_and_leaves_no_file_name(tmp_path: Path) -> No
     assert (s["used_bytes"], s["entries"], s["hits"], s["misses"]) == (350, 3, 3, 1)
 
 
-def test_past_its_cap_the_file_starts_afresh(tmp_path: Path) -> None:
+def test_past_its_cap_the_file_starts_afresh(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A bounded disk: an entry that would pass the cap empties the spill first; one larger
     than the cap is not kept; a reader that looked an entry up before the restart still
     reads its bytes (it holds the old file)."""
@@ -37,7 +42,9 @@ def test_past_its_cap_the_file_starts_afresh(tmp_path: Path) -> None:
     spill.put((1, 1), b"x" * 200)
     spill.put((1, 2), b"y" * 100)
     assert spill.stats()["used_bytes"] == 300
-    spill.put((1, 3), b"z" * 10)
+    with caplog.at_level(logging.INFO, logger="enroute_core.storage.pool"):
+        spill.put((1, 3), b"z" * 10)
+    assert "spill full (2 entries, 300 bytes, cap 300): started afresh" in caplog.text
     assert spill.get((1, 1)) is None and spill.get((1, 2)) is None
     assert spill.get((1, 3)) == b"z" * 10
     spill.put((1, 4), b"w" * 301)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import logging
 import os
 import tempfile
 import threading
@@ -54,6 +55,8 @@ from typing import IO, Generic, Protocol, TypeVar
 
 from enroute_core.base.errors import CorruptData, Timeout
 from enroute_core.base.limits import KiB, MiB
+
+log = logging.getLogger(__name__)
 
 META_PAGE_BYTES = 4 * KiB
 DATA_PAGE_BYTES = 64 * KiB
@@ -1130,6 +1133,13 @@ class EntrySpill:
             if self._file is None or self._charged + charge > self._cap:
                 if self._file is not None:
                     self._resets += 1
+                    log.info(
+                        "rewritten-entry spill full (%d entries, %d bytes, cap %d): started "
+                        "afresh (limits.serve_entry_spill_bytes_max)",
+                        len(self._index),
+                        self._end,
+                        self._cap,
+                    )
                 os.makedirs(self._dir, exist_ok=True)
                 self._file = tempfile.TemporaryFile(dir=self._dir)  # noqa: SIM115 (held)
                 self._index.clear()
