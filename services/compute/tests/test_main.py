@@ -16,7 +16,7 @@ from enroute_testing.ready import START_TIMEOUT_S, read_ready
 def test_process_serves_ops_endpoints_and_stops_on_sigterm(tmp_path: Path) -> None:
     config = tmp_path / "compute.yaml"
     config.write_text(
-        f"node:\n  id: c1\n  data_dir: {tmp_path / 'data'}\n"
+        f"node:\n  id: c1\n  data_dir: {tmp_path / 'data'}\n  disk_cache: 8MiB\n"
         f"store:\n  url: file://{tmp_path / 'store'}\n"
         "ledger:\n  members: ['127.0.0.1:1']\n"
         "listen:\n  grpc: 127.0.0.1:0\n  http: 127.0.0.1:0\n"
@@ -39,6 +39,8 @@ def test_process_serves_ops_endpoints_and_stops_on_sigterm(tmp_path: Path) -> No
             status = json.load(r)
         assert status["role"] == "compute" and status["node_id"] == "c1"
         assert {"links", "hydrations", "loads_in_flight"} <= set(status["layers"])
+        # Under a disk budget the rewritten-entry spill takes a quarter of it, not 1 GiB.
+        assert status["caches"]["spill"]["cap_bytes"] == 2 * 1024 * 1024
         with urllib.request.urlopen(f"http://{http}/metrics", timeout=5) as r:
             assert b"enroute_compute_pushes_total 0.0" in r.read()
         proc.send_signal(signal.SIGTERM)

@@ -294,11 +294,19 @@ async def serve(config: Config) -> None:
     await store.close()  # its HTTP sessions: an exit without it logs "Unclosed client session"
 
 
+SPILL_SHARE_OF_DISK_BUDGET = 4
+"""Under ``node.disk_cache``, the rewritten-entry spill takes at most this fraction of it."""
+
+
 def _node_storage(config: Config, store: ObjectStore) -> tuple[LayerService, NodeCaches]:
     """The layers on this node's disk, and its one buffer pool: pages, and the object
     and entry caches charged to it."""
     pool = BufferPool(config.node.pool_bytes)
     spill_bytes = config.resource_limits().serve_entry_spill_bytes_max
+    if config.node.disk_cache is not None:
+        # A node under a disk budget keeps its rewrites within a share of it: the budget
+        # is what an operator sized the disk by (docs/serving.md, "Rewritten deltas").
+        spill_bytes = min(spill_bytes, config.node.disk_cache // SPILL_SHARE_OF_DISK_BUDGET)
     spill = EntrySpill(os.path.join(config.node.data_dir, "rewrites"), spill_bytes)
     caches = NodeCaches(pool, config.node.cache, spill if spill_bytes else None)
     data_dir = os.path.join(config.node.data_dir, "layers")

@@ -121,7 +121,8 @@ class Limits:
     # storage/pool.py EntrySpill: bytes of such full entries a large fetch (a scan) keeps
     # in one file under node.data_dir for the next fetch of the same tips; past it the
     # file starts afresh (0: none kept). A repeated depth-1 clone of the `large` profile
-    # reads its 155 MB of them instead of deflating them again.
+    # reads its 155 MB of them instead of deflating them again. Under node.disk_cache the
+    # compute keeps it within a quarter of that budget.
     serve_entry_spill_bytes_max: int = 1 * GiB
     # enroute_ledger.machine: request ids a group remembers, by log index, so that a
     # re-proposed copy of an entry applies once (docs/raft.md, "Applying each id once").
