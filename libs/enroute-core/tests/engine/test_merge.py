@@ -38,7 +38,7 @@ from enroute_core.state.model import LayerEntry as ManifestEntry
 from enroute_core.state.model import LayerKind as ManifestKind
 from enroute_core.storage.layer import CommitInfo, Kind, LayerEntry, LayerReader, write_layer
 from enroute_testing.gitcli import run_git
-from enroute_testing.pushed import inline_entry
+from enroute_testing.pushed import inline_entry, merge
 
 Layer = tuple[ManifestEntry, LayerReader]
 REF_DELTA = 7
@@ -163,27 +163,6 @@ def make_history(seed: int, pushes: int) -> History:
         lag = rng.choice([0, 0, 1, 2])  # snapshot behind the log: a concurrent push
         h.add(make_push(h, rng, n, max(0, len(h.layers) - lag), pool))
     return h
-
-
-def merge(layers: list[Layer], start: int, stop: int) -> tuple[MergedLayer, Layer]:
-    parts: list[bytes] = []
-    view = View(layers)
-    merged = merge_layers(layers[start:stop], parts.append, older=ViewBefore(view, start))
-    data = b"".join(parts)
-    assert len(data) == merged.sealed.file_size
-    reader = LayerReader.open(BytesSource(data), meta_size=merged.sealed.meta_size)
-    entry = ManifestEntry(
-        kind=ManifestKind.STORED,
-        first_id=merged.first_id,
-        id_count=merged.id_count,
-        object_count=merged.object_count,
-        upload_gen=1,
-        file_size=merged.sealed.file_size,
-        meta_size=merged.sealed.meta_size,
-        root=merged.sealed.root,
-        pin=LogIndex(0),
-    )
-    return merged, (entry, reader)
 
 
 def assert_same_repository(before: View, after: View, bodies: dict[bytes, bytes]) -> None:

@@ -20,7 +20,13 @@ from enroute_core.base.ids import ObjectId, oid_from_hex
 from enroute_core.engine.serve import plan_fetch
 from enroute_core.engine.view import View
 from enroute_testing.gitcli import run_git
-from enroute_testing.pushed import history_cuts, rev_list_objects, rev_parse, three_pushes
+from enroute_testing.pushed import (
+    history_cuts,
+    merge,
+    rev_list_objects,
+    rev_parse,
+    three_pushes,
+)
 from enroute_testing.repogen import GeneratedRepo, RepoSpec, generate_repo
 
 pytestmark = pytest.mark.interop
@@ -38,6 +44,15 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> GeneratedRepo:
 @pytest.fixture(scope="module")
 def view(repo: GeneratedRepo) -> View:
     return View(three_pushes(repo))
+
+
+@pytest.fixture(scope="module")
+def merged_view(repo: GeneratedRepo) -> View:
+    """The same pushes with the second and third merged into one layer, as geometric
+    compaction rolls up the last small pushes."""
+    layers = three_pushes(repo)
+    _, stored = merge(layers, 1, 3)
+    return View([layers[0], stored])
 
 
 @pytest.fixture(scope="module")
@@ -85,13 +100,15 @@ def test_new_commits_are_rev_list_not(repo: GeneratedRepo, view: View, rng: rand
             assert {view.oid_of_id(c).hex() for c in met} <= reached
 
 
+@pytest.mark.parametrize("layers", ["view", "merged_view"])
 def test_plans_on_top_of_the_haves_are_exact(
-    repo: GeneratedRepo, view: View, rng: random.Random
+    repo: GeneratedRepo, layers: str, request: pytest.FixtureRequest, rng: random.Random
 ) -> None:
     """Whichever way a plan is made (from the new commits when their objects all lie past
-    the newest have's layer, else from both closures), its objects are ``git rev-list
-    --objects <wants> --not <haves>``, and what it takes the client to have is a part of
-    what the haves reach."""
+    the newest have's pushed range, else from both closures), its objects are ``git
+    rev-list --objects <wants> --not <haves>``, and what it takes the client to have is a
+    part of what the haves reach; also when pushes were merged into one layer."""
+    view: View = request.getfixturevalue(layers)
     commits = _commits(repo)
     for _ in range(_PAIRS):
         wants = rng.sample(commits, rng.randint(1, 2))
@@ -121,3 +138,27 @@ def test_a_fetch_past_the_haves_walks_no_closure(
     assert _oids(view, plan.ids) == expected
     root = view.commit(_id(view, old.hex()))
     assert root is not None and root.tree_id in plan.have_ids
+
+
+def test_a_fetch_past_the_haves_in_a_merged_layer_walks_no_closure(
+    unmoved: GeneratedRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same fetch after the second and third pushes were merged into one layer, as
+    geometric compaction rolls up the last small pushes: the have's pushed range still
+    ends where the new commits' begins (``View._source_end``), so no closure is walked.
+    With the merged layer's end as the bound, every fetch on top of a push that a
+    compaction had rolled up walked both whole closures."""
+    layers = three_pushes(unmoved)
+    _, stored = merge(layers, 1, 3)
+    view = View([layers[0], stored])
+    old = rev_parse(unmoved.path, history_cuts(unmoved.path)[1])
+    new = rev_parse(unmoved.path, "main")
+    assert view.layer_of(_id(view, old.hex()))[:2] == view.layer_of(_id(view, new.hex()))[:2]
+    expected = rev_list_objects(unmoved.path, new.hex(), "--not", old.hex())
+
+    def no_closure(self: View, commit_ids: object) -> None:
+        raise AssertionError("a closure was walked")
+
+    monkeypatch.setattr(View, "closure", no_closure)
+    plan = plan_fetch(view, [new], [old], thin=True)
+    assert _oids(view, plan.ids) == expected

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from enroute_core.base.ids import LogIndex, ObjectId, oid_from_hex
 from enroute_core.engine.ingest import ingest_pack
+from enroute_core.engine.merge import MergedLayer, ViewBefore, merge_layers
 from enroute_core.engine.view import View
 from enroute_core.git.source import BytesSource
 from enroute_core.state.model import LayerEntry, LayerKind
@@ -87,3 +88,28 @@ def three_pushes(repo: GeneratedRepo) -> Layers:
         layers.append((entry, reader))
         next_id = entry.end_id
     return layers
+
+
+def merge(
+    layers: Layers, start: int, stop: int
+) -> tuple[MergedLayer, tuple[LayerEntry, LayerReader]]:
+    """``layers[start:stop]`` merged into one stored layer, as a flush or compaction writes
+    it (``merge_layers``), with the manifest entry that replaces them."""
+    parts: list[bytes] = []
+    view = View(layers)
+    merged = merge_layers(layers[start:stop], parts.append, older=ViewBefore(view, start))
+    data = b"".join(parts)
+    assert len(data) == merged.sealed.file_size
+    reader = LayerReader.open(BytesSource(data), meta_size=merged.sealed.meta_size)
+    entry = LayerEntry(
+        kind=LayerKind.STORED,
+        first_id=merged.first_id,
+        id_count=merged.id_count,
+        object_count=merged.object_count,
+        upload_gen=1,
+        file_size=merged.sealed.file_size,
+        meta_size=merged.sealed.meta_size,
+        root=merged.sealed.root,
+        pin=LogIndex(0),
+    )
+    return merged, (entry, reader)
