@@ -17,7 +17,7 @@ import random
 import pytest
 
 from enroute_core.base.ids import ObjectId, oid_from_hex
-from enroute_core.engine.serve import plan_fetch
+from enroute_core.engine.serve import plan_fetch, ready_to_pack
 from enroute_core.engine.view import View
 from enroute_testing.gitcli import run_git
 from enroute_testing.pushed import (
@@ -162,3 +162,28 @@ def test_a_fetch_past_the_haves_in_a_merged_layer_walks_no_closure(
     monkeypatch.setattr(View, "closure", no_closure)
     plan = plan_fetch(view, [new], [old], thin=True)
     assert _oids(view, plan.ids) == expected
+
+
+def test_ready_is_upload_packs_ok_to_give_up(
+    repo: GeneratedRepo, view: View, rng: random.Random
+) -> None:
+    """``ready_to_pack`` says ready exactly when every want reaches a common have or a
+    parent of one (upload-pack.c ``ok_to_give_up``, ``got_oid`` marking THEY_HAVE),
+    checked against ``git rev-list`` on drawn wants and haves."""
+    commits = _commits(repo)
+    answers = set()
+    for _ in range(_PAIRS):
+        wants = rng.sample(commits, rng.randint(1, 2))
+        haves = rng.sample(commits, rng.randint(0, 3))
+        marked = set(haves)
+        for h in haves:
+            marked.update(run_git(["rev-parse", f"{h}^@"], cwd=repo.path).decode().split())
+        expected = bool(haves) and all(
+            marked & set(run_git(["rev-list", w], cwd=repo.path).decode().split()) for w in wants
+        )
+        got = ready_to_pack(
+            view, [oid_from_hex(w) for w in wants], [oid_from_hex(h) for h in haves]
+        )
+        assert got == expected, (wants, haves)
+        answers.add(got)
+    assert answers == {True, False}  # both answers were drawn

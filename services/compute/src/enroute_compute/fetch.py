@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Generic, TypeVar
@@ -188,7 +188,9 @@ class Fetcher:
                 yield _failed(name, exc, response_started=False, sideband=False)
                 return
             common = tuple(h for h in request.haves if snap.view.contains(h))
-            ready = bool(common) or not request.haves
+            ready = not request.haves or (
+                not request.done and bool(common) and await self._ready(snap, wants, common)
+            )
             plan: serve.PackPlan | None = None
             reply = pfetch.FetchReply(common, ready, wanted_refs=tuple(wanted_refs))
             head_sent = False
@@ -333,6 +335,14 @@ class Fetcher:
             deepen_not=_deepen_not_oids(refs, deepen.not_refs),
         )
 
+    async def _ready(
+        self, snap: Snapshot, wants: Sequence[ObjectId], common: Sequence[ObjectId]
+    ) -> bool:
+        """``serve.ready_to_pack`` off the event loop: a walk of the wants' history."""
+        return await self.host.run_read(
+            snap.view, partial(serve.ready_to_pack, snap.view, wants, common), kind="plan"
+        )
+
     async def _pack(
         self,
         snap: Snapshot,
@@ -436,9 +446,8 @@ class Fetcher:
             assert request is not None and snap is not None
             common = [h for h in event.haves if snap.view.contains(h)]
             haves.extend(common)
-            acks = pfetch.encode_v0_acks(
-                request, event, frozenset(haves), ready=bool(haves) or event.done
-            )
+            ready = event.done or (bool(haves) and await self._ready(snap, request.wants, haves))
+            acks = pfetch.encode_v0_acks(request, event, frozenset(haves), ready=ready)
             yield acks.data
             if not acks.send_pack:
                 continue

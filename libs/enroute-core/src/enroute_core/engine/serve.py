@@ -315,6 +315,25 @@ def _not_ours(oid: ObjectId) -> MissingObject:
     return MissingObject(f"upload-pack: not our ref {hex_oid}", oid=hex_oid)
 
 
+def ready_to_pack(view: View, wants: Iterable[ObjectId], common: Iterable[ObjectId]) -> bool:
+    """Whether a negotiation may end at these common haves (``ready``, ``ACK ... ready``):
+    every wanted commit reaches one of them or a parent of one. This is upload-pack's
+    ``ok_to_give_up``: a want must reach a commit marked ``THEY_HAVE``, which ``got_oid``
+    sets on each have and its parents; a want that peels to no commit counts as reached.
+
+    Ready at the first common have stopped a client before it named the tip a fetch
+    builds on whenever its 16 newest-dated refs were other branches not below the wants
+    (git sends haves by commit date): the plan then took everything above their fork
+    points as new and sent again what the client had."""
+    targets: set[int] = set()
+    for oid in common:
+        found = view.id_of_oid(oid)
+        if found is not None and view.kind_of(found) == Kind.COMMIT:
+            targets.add(found)
+            targets.update(view.parents(found))
+    return view.all_reach(_want_commits(view, wants), targets)
+
+
 def _want_id(view: View, oid: ObjectId) -> int:
     found = view.id_of_oid(oid)
     if found is None:

@@ -39,7 +39,7 @@ import zlib
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from itertools import accumulate
@@ -759,6 +759,33 @@ class View:
                     have_side[p] = True
                     wanted -= 1
         return new, [c for c, side in have_side.items() if side]
+
+    def all_reach(self, starts: Iterable[int], targets: Collection[int]) -> bool:
+        """Whether every commit of ``starts`` reaches one of ``targets`` (commits).
+
+        Each start is walked down to the lowest target's generation and no further: a
+        commit below it is the ancestor of no target (the bound git's
+        ``can_all_from_reach_with_flag`` takes from commit dates). The first start that
+        reaches none ends the answer."""
+        layers = self._layers
+        if not targets:
+            return False
+        floor = min(_generation(layers, t) for t in targets)
+        for start in starts:
+            seen: set[int] = set()
+            stack = [start]
+            while stack:
+                c = stack.pop()
+                if c in targets:
+                    break
+                if c in seen:
+                    continue
+                check_walk()  # a fetch's negotiation stops when its request goes
+                seen.add(c)
+                stack.extend(p for p in self.parents(c) if _generation(layers, p) >= floor)
+            else:
+                return False
+        return True
 
     def segments(self, commit_ids: Iterable[int]) -> BitMap:
         """The union of these commits' segments (the objects each introduces)."""
