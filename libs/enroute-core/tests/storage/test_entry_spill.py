@@ -71,3 +71,13 @@ def test_small_entries_count_as_the_minimum_so_the_index_stays_small(tmp_path: P
     s = spill.stats()
     assert (s["entries"], s["used_bytes"], s["resets"]) == (2, 20, 2)
     assert spill.get((1, 9)) == b"e" * 10 and spill.get((1, 7)) is None
+
+
+def test_a_spill_with_no_room_for_its_file_refuses_instead_of_failing(tmp_path: Path) -> None:
+    """A directory that cannot be made (here a file stands in its way; in production a
+    full or read-only disk) costs the memo, never the fetch that wanted to keep it."""
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_bytes(b"x")
+    spill = EntrySpill(str(blocker / "rewrites"), 1000, entry_bytes_min=1)
+    assert spill.put((1, 5), b"a" * 100) is False
+    assert spill.get((1, 5)) is None

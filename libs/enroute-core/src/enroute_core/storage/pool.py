@@ -1131,6 +1131,11 @@ class EntrySpill:
                 return True
             charge = max(n, self._min)
             if self._file is None or self._charged + charge > self._cap:
+                try:
+                    os.makedirs(self._dir, exist_ok=True)
+                    fresh = tempfile.TemporaryFile(dir=self._dir)  # noqa: SIM115 (held)
+                except OSError:
+                    return False  # no room for a file: the memo goes, never the fetch
                 if self._file is not None:
                     self._resets += 1
                     log.info(
@@ -1140,8 +1145,7 @@ class EntrySpill:
                         self._end,
                         self._cap,
                     )
-                os.makedirs(self._dir, exist_ok=True)
-                self._file = tempfile.TemporaryFile(dir=self._dir)  # noqa: SIM115 (held)
+                self._file = fresh
                 self._index.clear()
                 self._end = self._charged = 0
             held, offset = self._file, self._end
