@@ -118,16 +118,26 @@ def test_plans_on_top_of_the_haves_are_exact(
         assert _oids(view, plan.have_ids) <= rev_list_objects(repo.path, *haves)
 
 
+@pytest.mark.parametrize("merged", [False, True], ids=["pushed", "merged"])
 def test_a_fetch_past_the_haves_walks_no_closure(
-    unmoved: GeneratedRepo, monkeypatch: pytest.MonkeyPatch
+    unmoved: GeneratedRepo, merged: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The last layer's main on top of the second layer's main, in a history that moves no
     path: no closure is walked (a walk of the whole history on the `large` profile),
     the objects are rev-list's, and the have side answered holds the old root tree, the
-    base a thin pack's new root tree leans on."""
-    view = View(three_pushes(unmoved))
+    base a thin pack's new root tree leans on. Also with the second and third pushes
+    merged into one layer, as geometric compaction rolls up the last small pushes: the
+    have's pushed range still ends where the new commits' begins (``View._source_end``);
+    with the merged layer's end as the bound, every fetch on top of a push that a
+    compaction had rolled up walked the closures."""
+    layers = three_pushes(unmoved)
+    if merged:
+        layers = [layers[0], merge(layers, 1, 3)[1]]
+    view = View(layers)
     old = rev_parse(unmoved.path, history_cuts(unmoved.path)[1])
     new = rev_parse(unmoved.path, "main")
+    same_layer = view.layer_of(_id(view, old.hex()))[:2] == view.layer_of(_id(view, new.hex()))[:2]
+    assert same_layer == merged
     expected = rev_list_objects(unmoved.path, new.hex(), "--not", old.hex())
 
     def no_closure(self: View, commit_ids: object) -> None:
@@ -138,30 +148,6 @@ def test_a_fetch_past_the_haves_walks_no_closure(
     assert _oids(view, plan.ids) == expected
     root = view.commit(_id(view, old.hex()))
     assert root is not None and root.tree_id in plan.have_ids
-
-
-def test_a_fetch_past_the_haves_in_a_merged_layer_walks_no_closure(
-    unmoved: GeneratedRepo, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same fetch after the second and third pushes were merged into one layer, as
-    geometric compaction rolls up the last small pushes: the have's pushed range still
-    ends where the new commits' begins (``View._source_end``), so no closure is walked.
-    With the merged layer's end as the bound, every fetch on top of a push that a
-    compaction had rolled up walked both whole closures."""
-    layers = three_pushes(unmoved)
-    _, stored = merge(layers, 1, 3)
-    view = View([layers[0], stored])
-    old = rev_parse(unmoved.path, history_cuts(unmoved.path)[1])
-    new = rev_parse(unmoved.path, "main")
-    assert view.layer_of(_id(view, old.hex()))[:2] == view.layer_of(_id(view, new.hex()))[:2]
-    expected = rev_list_objects(unmoved.path, new.hex(), "--not", old.hex())
-
-    def no_closure(self: View, commit_ids: object) -> None:
-        raise AssertionError("a closure was walked")
-
-    monkeypatch.setattr(View, "closure", no_closure)
-    plan = plan_fetch(view, [new], [old], thin=True)
-    assert _oids(view, plan.ids) == expected
 
 
 def test_ready_is_upload_packs_ok_to_give_up(
