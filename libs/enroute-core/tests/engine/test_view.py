@@ -20,7 +20,6 @@ from pyroaring import BitMap
 from enroute_core.base.errors import CorruptData, InvalidArgument
 from enroute_core.base.ids import LogIndex, ObjectId, oid_from_hex
 from enroute_core.engine.ingest import ingest_pack
-from enroute_core.engine.merge import ViewBefore, merge_layers
 from enroute_core.engine.serve import PackPlan, plan_fetch, write_pack
 from enroute_core.engine.view import View, _first_graph, _resolved_graph
 from enroute_core.git.object_type import ObjectType
@@ -31,6 +30,7 @@ from enroute_core.storage.layer import Kind, LayerReader
 from enroute_testing.gitcli import run_git
 from enroute_testing.pushed import (
     history_cuts,
+    merge,
     push_layer,
     rev_list_objects,
     rev_parse,
@@ -267,21 +267,7 @@ def test_appending_layers_matches_a_full_build(
 def test_swapping_a_stretch_for_its_merge_rebuilds_nothing_else(
     repo: GeneratedRepo, layers: list[tuple[LayerEntry, LayerReader]], view: View
 ) -> None:
-    parts: list[bytes] = []
-    merged = merge_layers(layers[:2], parts.append, older=ViewBefore(view, 0))
-    data = b"".join(parts)
-    reader = LayerReader.open(BytesSource(data), meta_size=merged.sealed.meta_size)
-    entry = LayerEntry(
-        kind=ManifestKind.INLINE,
-        first_id=merged.first_id,
-        id_count=merged.id_count,
-        object_count=merged.object_count,
-        upload_gen=0,
-        file_size=merged.sealed.file_size,
-        meta_size=merged.sealed.meta_size,
-        root=merged.sealed.root,
-        pin=LogIndex(9),
-    )
+    _, (entry, reader) = merge(layers, 0, 2)
     swapped = view.with_layers([e for e, _ in layers[:2]], [(entry, reader)])
     assert [e for e, _ in swapped.layers] == [entry, layers[2][0]]
     assert swapped._layers[1] is view._layers[2], "the newer layer's view was rebuilt"
