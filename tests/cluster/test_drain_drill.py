@@ -141,6 +141,23 @@ def wait_in_flight(
     raise AssertionError(f"the transfers never were in flight together: {seen}")
 
 
+def wait_receiving(clone_dir: Path, clone: subprocess.Popen[bytes]) -> None:
+    """Wait until the clone reads its pack: index-pack has made its ``tmp_pack_*``.
+
+    A call of the clone in flight on the compute may still be its ``ls-refs``: stopped
+    then, gitproto has closed its port before the clone asks for the pack, which is
+    refused (one gitproto here; an ingress would send it to another).
+    """
+    deadline = time.monotonic() + IN_FLIGHT_WAIT_S
+    while time.monotonic() < deadline:
+        if any(clone_dir.glob(".git/objects/pack/tmp_pack_*")):
+            return
+        if clone.poll() is not None:
+            raise AssertionError(f"the clone ended before the drill: {finish(clone)}")
+        time.sleep(0.05)
+    raise AssertionError(f"the clone read no pack within {IN_FLIGHT_WAIT_S} s")
+
+
 def stopping_line(cluster: Cluster, name: str) -> dict[str, object]:
     """The JSON log line in which ``name`` said it stops taking work (this start's)."""
     member = cluster.members[name]
@@ -188,9 +205,10 @@ def drill(cluster: Cluster, throttled: str, tmp_path: Path, role: str, seed: int
     push = start_git(["push", "--porcelain", url, "main"], src)
     serving = wait_in_flight(cluster, [push])  # its body arrives at the pace of the proxy
     clone = start_git(["clone", "-q", url, str(tmp_path / "clone")], tmp_path)
+    wait_receiving(tmp_path / "clone", clone)
     # the clone's pack may pass whole into the buffers between the compute and the
     # proxy: then it is in flight on gitproto alone (as it is on the client)
-    both = wait_in_flight(cluster, [push, clone], wait_s=5.0)
+    both = wait_in_flight(cluster, [push, clone], wait_s=1.0)
     assert push.poll() is None and clone.poll() is None, "a transfer ended before SIGTERM"
     victim = {"gitproto": GITPROTO, "compute": serving}.get(role) or cluster.leader_of(repo)
     assert victim is not None, f"no leader of {repo}"
