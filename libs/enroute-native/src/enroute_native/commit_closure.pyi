@@ -3,8 +3,15 @@ from array import array
 def closure(
     graphs: tuple[
         tuple[
-            int, int, array[int], array[int], array[int], array[int], array[int], array[int],
-            array[int]
+            int,
+            int,
+            array[int],
+            array[int],
+            array[int],
+            array[int],
+            array[int],
+            array[int],
+            array[int],
         ],
         ...,
     ],
