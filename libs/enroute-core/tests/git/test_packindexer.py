@@ -394,7 +394,11 @@ class _Calls(list[tuple[int, ObjectId, int, bytes | None]]):
 
 
 def _both(
-    pack: bytes, limits: Limits, external_base: ExternalBaseFn | None = None
+    pack: bytes,
+    limits: Limits,
+    external_base: ExternalBaseFn | None = None,
+    *,
+    threads: int | None = None,
 ) -> PackIndexResult:
     """Index with the compiled pass alone and with the reference alone: the same result and
     the same ``on_object`` calls; the compiled pass must not have given up."""
@@ -407,6 +411,7 @@ def _both(
             external_base=external_base,
             on_object=seen.append_call,
             compiled=compiled,
+            threads=threads,
         )
         result = indexer._run_compiled() if compiled else indexer.run()
         assert result is not None, "the compiled pass gave up on a usual pack"
@@ -432,6 +437,20 @@ def test_the_compiled_pass_indexes_git_packs_as_the_reference(tmp_path: Path, ca
     thin = pack_objects(repo.path, revs=["main"], exclude=["main~20"], thin=True)
     result = _both(thin, limits, store.get)
     assert result.external_bases, "the thin pack left no base out"
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("threads", [2, 4])
+def test_a_pack_of_ref_deltas_goes_on_serially_and_agrees(tmp_path: Path, threads: int) -> None:
+    """A pack without OFS_DELTA (``--no-delta-base-offset``; libgit2's pack builder writes
+    such packs): each REF_DELTA's lookup waits for the workers, so past a share of them
+    the compiled pass stops its workers and goes on in the calling thread
+    (``pipe_serial``, docs/native.md). The result and the calls stay the reference's."""
+    repo = generate_repo(tmp_path / "r.git", _GIT_SPEC)
+    pack = pack_objects(repo.path, ofs_delta=False)
+    result = _both(pack, Limits(), threads=threads)
+    refs = sum(1 for o in result.objects if o.entry_type == OBJ_REF_DELTA)
+    assert refs >= 64 and refs * 8 > len(result.objects), refs  # past pipe_serial's bounds
 
 
 # -- large blobs, streamed (git's index-pack above core.bigFileThreshold) ---------------------
