@@ -19,7 +19,7 @@ import pytest
 
 from enroute_core.base.ids import ObjectId, oid_from_hex
 from enroute_core.base.limits import DEFAULT_LIMITS
-from enroute_core.engine.bodies import BodyCache, ObjectBodies
+from enroute_core.engine.bodies import _SPILL_WRITE_BYTES, BodyCache, ObjectBodies
 from enroute_core.engine.ingest import ingest_pack
 from enroute_core.engine.snapshot import EMPTY_SNAPSHOT
 from enroute_core.git.object_type import ObjectType
@@ -68,6 +68,31 @@ def test_a_dropped_tree_is_read_back_from_the_spill(tmp_path: Path) -> None:
     assert cache.get(ObjectId(b"d" * 20)) is None  # only the spill had it
     cache.put(ObjectId(b"e" * 20), ObjectType.TREE, b"v" * 200)
     assert len(made) == 1  # no spill is made after close
+
+
+def test_spilled_trees_are_written_in_large_writes_and_read_from_file_and_buffer(
+    tmp_path: Path,
+) -> None:
+    """Trees go to the file a write of about ``_SPILL_WRITE_BYTES`` at a time (one write per
+    tree was 277,265 system calls on the large profile): a tree is read back from the file
+    once its write is done and from the buffer before."""
+    made: list[ScratchFile] = []
+
+    def spill() -> ScratchFile:
+        made.append(ScratchFile(tmp_path, "trees"))
+        return made[-1]
+
+    cache = BodyCache(100, spill)
+    bodies = {ObjectId(i.to_bytes(20, "big")): os.urandom(9000 + i) for i in range(300)}
+    for oid, body in bodies.items():  # each over the bound: straight to the spill
+        cache.put(oid, ObjectType.TREE, body)
+    total = sum(map(len, bodies.values()))
+    written = made[0].size
+    assert 0 < written < total and total - written < _SPILL_WRITE_BYTES
+    assert written >= _SPILL_WRITE_BYTES and cache.spilled_bytes == total
+    for oid, body in reversed(bodies.items()):  # the buffered ones first, then the file's
+        assert cache.get(oid) == (ObjectType.TREE, body)
+    cache.close()
 
 
 def test_without_a_spill_nothing_is_written() -> None:

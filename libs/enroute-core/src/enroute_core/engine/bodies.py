@@ -43,7 +43,7 @@ class SpillFile(Protocol):
     @property
     def size(self) -> int: ...
 
-    def append(self, data: bytes) -> None: ...
+    def append(self, data: bytes | bytearray) -> None: ...
 
     def read_at(self, offset: int, length: int) -> bytes: ...
 
@@ -52,6 +52,10 @@ class SpillFile(Protocol):
 
 _SPILL_LENGTH_BITS = 32  # a spilled tree's place: offset << 32 | length (one int per tree)
 _SPILL_MASK = (1 << _SPILL_LENGTH_BITS) - 1
+_SPILL_WRITE_BYTES = 1 << 20
+"""Spilled trees are appended to the file in writes of about this size: one write per tree
+was 277,265 ``pwrite`` calls on the large profile's push (1.84 GiB of trees), several
+seconds of system time."""
 
 
 class BodyCache:
@@ -70,6 +74,7 @@ class BodyCache:
         "_index_of",
         "_items",
         "_max",
+        "_pending",
         "_places",
         "_spill",
         "_spilled",
@@ -88,11 +93,17 @@ class BodyCache:
         # (0: not spilled), the dict keeping only trees from elsewhere.
         self._index_of: Callable[[ObjectId], int | None] | None = None
         self._places = array("q")
+        self._pending = bytearray()
+        """Spilled trees not written yet: the file's next bytes (_SPILL_WRITE_BYTES)."""
 
     @property
     def spilled_bytes(self) -> int:
         """Bytes of trees written to the spill file (0 without one)."""
-        return self._spilled_bytes if self._file is None else self._file.size
+        return self._spilled_bytes if self._file is None else self._spill_end()
+
+    def _spill_end(self) -> int:
+        assert self._file is not None
+        return self._file.size + len(self._pending)
 
     def get(self, oid: ObjectId) -> tuple[ObjectType, bytes] | None:
         found = self._items.get(oid)
@@ -102,7 +113,12 @@ class BodyCache:
         place = self._place(oid)
         if not place or self._file is None:
             return None
-        body = self._file.read_at(place >> _SPILL_LENGTH_BITS, place & _SPILL_MASK)
+        offset, length = place >> _SPILL_LENGTH_BITS, place & _SPILL_MASK
+        written = self._file.size  # a tree is wholly in the file or wholly pending
+        if offset < written:
+            body = self._file.read_at(offset, length)
+        else:
+            body = bytes(self._pending[offset - written : offset - written + length])
         self.put(oid, ObjectType.TREE, body)
         return ObjectType.TREE, body
 
@@ -138,8 +154,9 @@ class BodyCache:
         self._items.clear()
         self._bytes = 0
         if file is not None:
-            self._spilled_bytes = file.size
+            self._spilled_bytes = file.size + len(self._pending)
             file.close()
+        self._pending = bytearray()
 
     def reader(
         self, type_: ObjectType, miss: Callable[[ObjectId], bytes]
@@ -193,13 +210,17 @@ class BodyCache:
         if file is None:
             assert self._spill is not None
             file = self._file = self._spill()
-        place = file.size << _SPILL_LENGTH_BITS | len(body)
+        place = self._spill_end() << _SPILL_LENGTH_BITS | len(body)
         index = None if self._index_of is None else self._index_of(oid)
         if index is None:
             self._spilled[oid] = place
         else:
             self._places[index] = place
-        file.append(body)
+        pending = self._pending
+        pending += body
+        if len(pending) >= _SPILL_WRITE_BYTES:
+            file.append(pending)
+            pending.clear()
 
 
 class ObjectBodies:
