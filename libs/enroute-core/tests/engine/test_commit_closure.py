@@ -59,33 +59,11 @@ def test_every_start_gives_the_reference_set(pushed: Layers, merged: bool) -> No
 
 
 def _graph(rows: list[tuple[int, list[int], list[int]]]) -> CommitGraph:
-    g = CommitGraph(*(array("q" if name == "times" else "I") for name in _FIELDS))
+    g = CommitGraph.empty()
     for commit_id, parents, segment in sorted(rows):
-        g.commit_ids.append(commit_id)
-        g.tree_ids.append(commit_id)
-        g.generations.append(1)
-        g.times.append(0)
-        g.parent_starts.append(len(g.parent_ids))
-        g.parent_counts.append(len(parents))
-        g.parent_ids.extend(parents)
-        g.segment_starts.append(len(g.segment_ids))
-        g.segment_counts.append(len(segment))
-        g.segment_ids.extend(segment)
+        g.append(commit_id, tree_id=commit_id, generation=1, time=0, parents=parents,
+                 segment=segment)  # fmt: skip
     return g
-
-
-_FIELDS = (
-    "commit_ids",
-    "tree_ids",
-    "generations",
-    "times",
-    "parent_starts",
-    "parent_counts",
-    "segment_starts",
-    "segment_counts",
-    "parent_ids",
-    "segment_ids",
-)
 
 
 def _view(bounds: list[tuple[int, int]], graphs: list[CommitGraph]) -> View:

@@ -443,29 +443,10 @@ def _resolved_graph(older: Sequence[_Layer], entry: LayerEntry, reader: LayerRea
         segment = BitMap(map(resolve, rec.segment_refs))
         rows.append((commit_id, resolve(rec.tree_ref), rec.time, parents, segment))
     rows.sort(key=lambda r: r[0])
-    g = CommitGraph(
-        commit_ids=array("I"),
-        tree_ids=array("I"),
-        generations=array("I"),
-        times=array("q"),
-        parent_starts=array("I"),
-        parent_counts=array("I"),
-        segment_starts=array("I"),
-        segment_counts=array("I"),
-        parent_ids=array("I"),
-        segment_ids=array("I"),
-    )
+    g = CommitGraph.empty()
     for commit_id, tree_id, time, parents, segment in rows:
-        g.commit_ids.append(commit_id)
-        g.tree_ids.append(tree_id)
-        g.generations.append(own[commit_id])
-        g.times.append(time)
-        g.parent_starts.append(len(g.parent_ids))
-        g.parent_counts.append(len(parents))
-        g.parent_ids.extend(parents)
-        g.segment_starts.append(len(g.segment_ids))
-        g.segment_counts.append(len(segment))
-        g.segment_ids.extend(segment)
+        g.append(commit_id, tree_id=tree_id, generation=own[commit_id], time=time,
+                 parents=parents, segment=segment)  # fmt: skip
     return g
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from enroute_core.base.errors import CorruptData, InvalidArgument
@@ -118,6 +118,33 @@ class CommitGraph:
     segment_counts: array[int]
     parent_ids: array[int]
     segment_ids: array[int]
+
+    @classmethod
+    def empty(cls) -> CommitGraph:
+        """A graph of no commit, to :meth:`append` to in ascending commit id."""
+        return cls(**{f: array("q" if f == "times" else "I") for f in cls.__dataclass_fields__})
+
+    def append(
+        self,
+        commit_id: int,
+        *,
+        tree_id: int,
+        generation: int,
+        time: int,
+        parents: Iterable[int],
+        segment: Iterable[int],
+    ) -> None:
+        """One more commit, above every commit id the graph holds; ``segment`` ascending."""
+        self.commit_ids.append(commit_id)
+        self.tree_ids.append(tree_id)
+        self.generations.append(generation)
+        self.times.append(time)
+        self.parent_starts.append(len(self.parent_ids))
+        self.parent_ids.extend(parents)
+        self.parent_counts.append(len(self.parent_ids) - self.parent_starts[-1])
+        self.segment_starts.append(len(self.segment_ids))
+        self.segment_ids.extend(segment)
+        self.segment_counts.append(len(self.segment_ids) - self.segment_starts[-1])
 
     def __len__(self) -> int:
         return len(self.commit_ids)
