@@ -67,7 +67,10 @@ CUT_SHORT = "transfer closed with outstanding read data remaining"
 """curl's error 18: the response ended without its last chunk, which gitproto does when a
 compute fails after the answer started (githttp.py, rule 4). index-pack then reports the
 truncated pack ("early EOF", "invalid index-pack output"): a failed read, not a bad pack."""
-MISSING_REPO = ("not found", "404", "does not exist")
+MISSING_REPO = ("not found", "error: 404", "does not exist")
+"""What git prints for a repository that is not there. A bare "404" matched the port of
+a failed read's gRPC error ("UNAVAILABLE: ipv4:127.0.0.1:40431"), which then counted as
+a read of an empty repository and made a correct history illegal."""
 
 
 @dataclass(frozen=True, slots=True)
