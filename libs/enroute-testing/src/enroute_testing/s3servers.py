@@ -132,7 +132,6 @@ def seaweedfs_server(
     owned = data_dir is None
     directory = tempfile.mkdtemp(prefix="enroute-weed-") if owned else os.fspath(data_dir or "")
     os.makedirs(directory, exist_ok=True)
-    ports = {name: free_port() for name in _SEAWEED_PORTS}
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": directory,
@@ -141,32 +140,73 @@ def seaweedfs_server(
         "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
     }
     log_path = os.path.join(directory, "weed.log")
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            seaweedfs_command(weed_binary(), directory, ports),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    deadline = time.monotonic() + start_timeout_s
+    try:
+        proc, ports = _start_weed(directory, env, log_path, deadline)
+    except BaseException:
+        if owned:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
     try:
         endpoint = S3Endpoint(
             "seaweedfs", "127.0.0.1", ports["s3.port"], ACCESS_KEY_ID, SECRET_ACCESS_KEY
         )
-        deadline = time.monotonic() + start_timeout_s
-        _wait_http(endpoint.url, proc, deadline, log_path)
         for bucket in buckets:
             create_bucket(endpoint, bucket, timeout_s=max(1.0, deadline - time.monotonic()))
         yield endpoint
     finally:
         _stop(proc, graceful=graceful, timeout_s=stop_timeout_s)
-        for port in ports.values():
-            for sock in glob.glob(f"/tmp/seaweedfs-*-{port}.sock"):
-                with contextlib.suppress(OSError):
-                    os.unlink(sock)
+        _remove_sockets(ports)
         if owned:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+_START_TRIES = 3
+"""Starts of ``weed mini`` on new ports when one of its ports was taken meanwhile."""
+_PORT_TAKEN = ("address already in use", "is not available")
+"""How ``weed mini`` says a port was taken: when a server binds it, or when its own check
+before starting finds it bound ("Port allocation failed: port N ... is not available")."""
+
+
+def _start_weed(
+    directory: str, env: dict[str, str], log_path: str, deadline: float
+) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
+    """``weed mini`` started and answering on its S3 port. Its ten ports are chosen free,
+    but another test's process may bind one before it does (it then exits with "address
+    already in use"): it is started again on other ports, at most ``_START_TRIES`` times."""
+    for attempt in range(1, _START_TRIES + 1):
+        ports = {name: free_port() for name in _SEAWEED_PORTS}
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                seaweedfs_command(weed_binary(), directory, ports),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            _wait_http(f"http://127.0.0.1:{ports['s3.port']}", proc, deadline, log_path)
+            return proc, ports
+        except RuntimeError:
+            _stop(proc, graceful=False, timeout_s=10.0)
+            _remove_sockets(ports)
+            tail = _tail(log_path)
+            if attempt == _START_TRIES or not any(m in tail for m in _PORT_TAKEN):
+                raise
+        except BaseException:
+            _stop(proc, graceful=False, timeout_s=10.0)
+            _remove_sockets(ports)
+            raise
+    raise AssertionError("unreachable")
+
+
+def _remove_sockets(ports: dict[str, int]) -> None:
+    """The unix sockets ``weed mini`` always puts in /tmp, named by port."""
+    for port in ports.values():
+        for sock in glob.glob(f"/tmp/seaweedfs-*-{port}.sock"):
+            with contextlib.suppress(OSError):
+                os.unlink(sock)
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes], deadline: float, log_path: str) -> None:
