@@ -188,16 +188,13 @@ def _start_weed(
         try:
             _wait_http(f"http://127.0.0.1:{ports['s3.port']}", proc, deadline, log_path)
             return proc, ports
-        except RuntimeError:
+        except BaseException as exc:
             _stop(proc, graceful=False, timeout_s=10.0)
             _remove_sockets(ports)
-            tail = _tail(log_path)
-            if attempt == _START_TRIES or not any(m in tail for m in _PORT_TAKEN):
+            # it exited (RuntimeError) saying a port was taken: again, on other ports
+            taken = isinstance(exc, RuntimeError) and any(m in _tail(log_path) for m in _PORT_TAKEN)
+            if attempt == _START_TRIES or not taken:
                 raise
-        except BaseException:
-            _stop(proc, graceful=False, timeout_s=10.0)
-            _remove_sockets(ports)
-            raise
     raise AssertionError("unreachable")
 
 
