@@ -16,13 +16,14 @@ import subprocess
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from enroute_native.entry_plan import bases_first
 
 from enroute_core.base.errors import EnrouteError, LimitExceeded, MissingObject
 from enroute_core.base.ids import ObjectId, oid_from_hex
-from enroute_core.base.limits import Limits
+from enroute_core.base.limits import DEFAULT_LIMITS, Limits
 from enroute_core.engine.ingest import IngestResult, _bases_first, ingest_pack
 from enroute_core.engine.snapshot import EMPTY_SNAPSHOT, SnapshotObjects
 from enroute_core.git.commit import Commit, Identity
@@ -578,9 +579,15 @@ def test_tiny_body_cache_gives_the_same_layer(repo: GeneratedRepo) -> None:
 
 
 def _both_plans(
-    monkeypatch: pytest.MonkeyPatch, pack: bytes, tips: list[ObjectId], snapshot: SnapshotObjects
+    monkeypatch: pytest.MonkeyPatch,
+    pack: bytes,
+    tips: list[ObjectId],
+    snapshot: SnapshotObjects,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> IngestResult:
-    """Ingest ``pack`` with ``entry_plan.plan_run`` and with ``_Plan.run``; the same layer."""
+    """Ingest ``pack`` with ``entry_plan.plan_run`` over the pack held in memory, with it
+    reading the entries through the source's ``read_at``, and with ``_Plan.run``
+    (``_write_entries_reference``); the same layer, the same questions asked."""
     import enroute_core.engine.ingest as ingest_module
 
     calls = 0
@@ -591,7 +598,7 @@ def _both_plans(
         calls += 1
         return compiled(*args)  # type: ignore[arg-type]
 
-    asked: list[list[ObjectId]] = [[], []]
+    asked: list[list[ObjectId]] = [[], [], []]
 
     class Asked:
         """``snapshot``, noting what ``contains`` is asked: both plans ask the same."""
@@ -615,14 +622,18 @@ def _both_plans(
 
     with monkeypatch.context() as m:
         m.setattr(ingest_module, "plan_run", counted)
-        fast = ingest_pack(BytesSource(pack), tips, Asked(asked[0]))
-    assert calls > 0 or fast.sealed is None
-    with monkeypatch.context() as m:
+        held = ingest_pack(BytesSource(pack), tips, Asked(asked[0]), limits=limits)
+        held_calls, calls = calls, 0
         m.setattr(ingest_module, "_held_pack", lambda source: None)
+        read = ingest_pack(BytesSource(pack), tips, Asked(asked[1]), limits=limits)
+    assert (held_calls > 0 and calls > 0) or held.sealed is None
+    with monkeypatch.context() as m:
+        m.setattr(ingest_module, "_write_entries", ingest_module._write_entries_reference)
         m.setattr(ingest_module, "plan_run", None)
-        slow = ingest_pack(BytesSource(pack), tips, Asked(asked[1]))
-    assert fast == slow and asked[0] == asked[1]
-    return fast
+        slow = ingest_pack(BytesSource(pack), tips, Asked(asked[2]), limits=limits)
+    assert held == slow and read == slow
+    assert asked[0] == asked[2] and asked[1] == asked[2]
+    return held
 
 
 @pytest.mark.interop
@@ -652,6 +663,24 @@ def test_compiled_plan_matches_the_reference(
     assert _both_plans(monkeypatch, dropped, [cid], EMPTY_SNAPSHOT).dropped == 1
     snapshot = MapSnapshot({ida: (ObjectType.BLOB, a)})
     assert _both_plans(monkeypatch, dropped, [cid], snapshot).external_oids == (ida,)
+    # Full entries over pack_stream_threshold_bytes end their runs and are copied in pieces.
+    import enroute_core.engine.ingest as ingest_module
+
+    copied = 0
+    copy_entry = ingest_module._copy_entry
+
+    def counted(*args: Any) -> None:
+        nonlocal copied
+        copied += 1
+        copy_entry(*args)
+
+    monkeypatch.setattr(ingest_module, "_copy_entry", counted)
+    streamed = Limits(pack_stream_threshold_bytes=64)
+    pack = pack_objects(repo.path)
+    whole = _both_plans(monkeypatch, pack, tips, EMPTY_SNAPSHOT)
+    assert copied == 0
+    assert _both_plans(monkeypatch, pack, tips, EMPTY_SNAPSHOT, streamed) == whole
+    assert copied > 0
 
 
 def test_compiled_bases_first_matches_the_reference() -> None:

@@ -5,9 +5,11 @@
  * context, until the run's pack entries reach ``run_bytes_max``.
  *
  * enroute_core.engine.ingest._Plan.run is the reference, and this is its loop
- * step for step over a pack held in memory: the same decisions, the same
- * updates of ``depths`` and ``externals``, the same calls of
- * ``contains`` in the same order. Two entries it does not make itself: a
+ * step for step, over a pack held in memory or read entry by entry through the
+ * source's ``read_at`` (a pack larger than the indexer's share stays on disk): the
+ * same decisions, the same updates of ``depths`` and ``externals``, the same calls
+ * of ``contains`` in the same order, the same end of a run at a full entry over
+ * ``stream_bytes`` (copied in pieces by the caller). Two entries it does not make itself: a
  * delta whose base is not kept (deflated whole by the reference's
  * _full_entry) and a kept OFS_DELTA whose header it does not read as usual;
  * their places in the entries column hold None and their run positions are
@@ -75,8 +77,10 @@ typedef struct {
     int *depths; /* the planned depth by pack index, -1 while not planned */
     Cols cols;
     long depth_max;
-    const unsigned char *pack;
+    long long stream_bytes; /* a full entry longer than this ends the run, not read */
+    const unsigned char *pack; /* the pack held in memory, or NULL: entries through read */
     Py_ssize_t pack_len;
+    PyObject *read; /* read_at(offset, length) of the pack's source when it is not held */
 } Plan;
 
 /* Where entry ``i`` lies in the pack: 0, or -1 with an error when it lies outside. */
@@ -85,21 +89,31 @@ entry_span(const Plan *p, Py_ssize_t i, long long *offset, long long *length)
 {
     *offset = p->cols.offsets[i];
     *length = p->cols.lengths[i];
-    if (*offset < 0 || *length <= 0 || *offset > p->pack_len || *length > p->pack_len - *offset) {
+    if (*offset < 0 || *length <= 0 ||
+        (p->read == NULL && (*offset > p->pack_len || *length > p->pack_len - *offset))) {
         PyErr_SetString(PyExc_ValueError, "a pack entry lies outside the pack");
         return -1;
     }
     return 0;
 }
 
-/* The entry's bytes as the pack holds them. */
+/* The entry's bytes as the pack holds them: a copy of the held pack's, or what ``read``
+ * answers (checked to be that many bytes). */
 static PyObject *
 pack_slice(const Plan *p, Py_ssize_t i)
 {
     long long offset, length;
     if (entry_span(p, i, &offset, &length) < 0)
         return NULL;
-    return PyBytes_FromStringAndSize((const char *)p->pack + offset, (Py_ssize_t)length);
+    if (p->read == NULL)
+        return PyBytes_FromStringAndSize((const char *)p->pack + offset, (Py_ssize_t)length);
+    PyObject *got = PyObject_CallFunction(p->read, "LL", offset, length);
+    if (got != NULL && (!PyBytes_Check(got) || PyBytes_GET_SIZE(got) != length)) {
+        Py_DECREF(got);
+        PyErr_SetString(PyExc_ValueError, "read_at did not answer the entry's bytes");
+        return NULL;
+    }
+    return got;
 }
 
 /* A kept OFS_DELTA as a REF_DELTA on ``base`` (packfmt.h's ofs_as_ref_delta, as
@@ -113,8 +127,16 @@ ref_delta(const Plan *p, Py_ssize_t i, PyObject *base)
     Py_ssize_t header_length = p->cols.hlens[i];
     if (!PyBytes_Check(base) || PyBytes_GET_SIZE(base) != OID_BYTES)
         Py_RETURN_NONE;
-    return ofs_as_ref_delta(p->pack + offset, (Py_ssize_t)length, header_length,
-                            (const unsigned char *)PyBytes_AS_STRING(base));
+    const unsigned char *oid = (const unsigned char *)PyBytes_AS_STRING(base);
+    if (p->read == NULL)
+        return ofs_as_ref_delta(p->pack + offset, (Py_ssize_t)length, header_length, oid);
+    PyObject *raw = pack_slice(p, i);
+    if (raw == NULL)
+        return NULL;
+    PyObject *out = ofs_as_ref_delta((const unsigned char *)PyBytes_AS_STRING(raw),
+                                     (Py_ssize_t)length, header_length, oid);
+    Py_DECREF(raw);
+    return out;
 }
 
 /* The reference's test of a base outside the layer: not placed, and thin, in the
@@ -144,7 +166,8 @@ static int plan_base(const Plan *p, Py_ssize_t i, PyObject *kind, PyObject *base
                      PyObject **base_out, long *depth_out, PyObject **entry_out);
 
 /* Base, depth and entry of one object: new references in *base_out and *entry_out
- * (*entry_out None where the caller fills it in). 0, or -1 on error. */
+ * (*entry_out None where the caller fills it in). 0, or -1 on error; 1 (nothing in the
+ * outs) for a full entry over ``stream_bytes``, which is not read. */
 static int
 plan_one(const Plan *p, Py_ssize_t i, PyObject *kind, PyObject **base_out, long *depth_out,
          PyObject **entry_out)
@@ -205,6 +228,8 @@ plan_base(const Plan *p, Py_ssize_t i, PyObject *kind, PyObject *base, PyObject 
     PyObject *entry;
     if (!keep) {
         depth = 0;
+        if (base == Py_None && p->cols.lengths[i] > p->stream_bytes)
+            return 1; /* the reference's ``large``: copied in pieces after the run */
         entry = base == Py_None ? pack_slice(p, i) : (Py_INCREF(Py_None), Py_None);
     }
     else {
@@ -222,28 +247,36 @@ plan_base(const Plan *p, Py_ssize_t i, PyObject *kind, PyObject *base, PyObject 
 
 PyDoc_STRVAR(plan_run_doc,
 "plan_run(pack, order, start, run_bytes_max, by_oid, columns, placed, context, thin,\n"
-"         held, contains, depth_max, depths, externals)\n"
+"         held, contains, depth_max, depths, externals, stream_bytes)\n"
 "--\n\n"
-"``(stop, (oids, kinds, entries, sizes, bases, depths, contexts), redo)`` for\n"
-"``order[start:stop]``: ingest._Plan.run over the pack held in ``pack``. ``redo``\n"
-"lists the run positions whose entry is None: a delta stored whole (its base\n"
-"is None) or a kept OFS_DELTA with a header this does not read as usual.");
+"``(stop, (oids, kinds, entries, sizes, bases, depths, contexts), redo, large)`` for\n"
+"``order[start:stop]``: ingest._Plan.run over the pack held in ``pack`` (bytes), or\n"
+"read entry by entry through ``pack`` (a source's ``read_at(offset, length)``).\n"
+"``redo`` lists the run positions whose entry is None: a delta stored whole (its\n"
+"base is None) or a kept OFS_DELTA with a header this does not read as usual.\n"
+"``large`` is True when ``order[stop - 1]`` is a full entry over ``stream_bytes``,\n"
+"outside the run, for the caller to copy in pieces.");
 
 static PyObject *
 plan_run(PyObject *self, PyObject *args)
 {
     (void)self;
-    Py_buffer pack, depths;
-    PyObject *order, *columns;
+    Py_buffer pack = {0}, depths;
+    PyObject *pack_or_read, *order, *columns;
     Py_ssize_t start;
     long long run_bytes_max;
     Plan p;
-    if (!PyArg_ParseTuple(args, "y*O!nLO!O!O!O!O!O!Olw*O!:plan_run", &pack, &PyList_Type, &order,
-                          &start, &run_bytes_max, &PyDict_Type, &p.by_oid, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "OO!nLO!O!O!O!O!O!Olw*O!L:plan_run", &pack_or_read, &PyList_Type,
+                          &order, &start, &run_bytes_max, &PyDict_Type, &p.by_oid, &PyTuple_Type,
                           &columns, &PyDict_Type, &p.placed, &PyDict_Type, &p.context,
                           &PySet_Type, &p.thin, &PyDict_Type, &p.held, &p.contains, &p.depth_max,
-                          &depths, &PySet_Type, &p.externals))
+                          &depths, &PySet_Type, &p.externals, &p.stream_bytes))
         return NULL;
+    p.read = PyCallable_Check(pack_or_read) ? pack_or_read : NULL;
+    if (p.read == NULL && PyObject_GetBuffer(pack_or_read, &pack, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&depths);
+        return NULL;
+    }
     if (read_cols(columns, &p.cols) < 0 || depths.len != p.cols.n * (Py_ssize_t)sizeof(int) ||
         depths.itemsize != (Py_ssize_t)sizeof(int)) {
         if (!PyErr_Occurred())
@@ -264,7 +297,8 @@ plan_run(PyObject *self, PyObject *args)
     Py_ssize_t n = PyList_GET_SIZE(order);
     Py_ssize_t stop = start < 0 ? 0 : start;
     long long run_bytes = 0;
-    while (ok && stop < n && run_bytes < run_bytes_max) {
+    int large = 0;
+    while (ok && !large && stop < n && run_bytes < run_bytes_max) {
         ok = 0;
         PyObject *oid = PyList_GET_ITEM(order, stop);
         Py_INCREF(oid);
@@ -283,9 +317,13 @@ plan_run(PyObject *self, PyObject *args)
             found = 1;
         PyObject *base = NULL, *entry = NULL, *depth_obj = NULL, *ctx = NULL, *size = NULL;
         long depth = 0;
-        if (found && plan_one(&p, i, kind, &base, &depth, &entry) == 0 &&
-            (depth_obj = PyLong_FromLong(depth)) != NULL &&
-            (size = PyLong_FromUnsignedLongLong(p.cols.object_sizes[i])) != NULL) {
+        int planned = found ? plan_one(&p, i, kind, &base, &depth, &entry) : -1;
+        if (planned == 1) {
+            p.depths[i] = 0;
+            ok = large = 1;
+        }
+        else if (planned == 0 && (depth_obj = PyLong_FromLong(depth)) != NULL &&
+                 (size = PyLong_FromUnsignedLongLong(p.cols.object_sizes[i])) != NULL) {
             ctx = PyDict_GetItemWithError(p.context, oid);
             if (ctx == NULL && !PyErr_Occurred())
                 ctx = Py_None;
@@ -316,13 +354,13 @@ plan_run(PyObject *self, PyObject *args)
                 PyTuple_SET_ITEM(run, c, cols[c]);
                 cols[c] = NULL;
             }
-            result = Py_BuildValue("(nNO)", stop, run, redo);
+            result = Py_BuildValue("(nNOO)", stop, run, redo, large ? Py_True : Py_False);
         }
     }
     for (int c = 0; c < 7; c++)
         Py_XDECREF(cols[c]);
     Py_XDECREF(redo);
-    PyBuffer_Release(&pack);
+    PyBuffer_Release(&pack); /* nothing when the pack is read through read_at */
     PyBuffer_Release(&depths);
     return result;
 }

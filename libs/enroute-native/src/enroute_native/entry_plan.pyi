@@ -7,7 +7,7 @@ _Oid = TypeVar("_Oid", bound=bytes)
 _Kind = TypeVar("_Kind")
 
 def plan_run(
-    pack: bytes,
+    pack: bytes | Callable[[int, int], bytes],
     order: list[_Oid],
     start: int,
     run_bytes_max: int,
@@ -21,6 +21,7 @@ def plan_run(
     depth_max: int,
     depths: array[int],
     externals: set[_Oid],
+    stream_bytes: int,
     /,
 ) -> tuple[
     int,
@@ -34,6 +35,7 @@ def plan_run(
         list[_Oid | None],
     ],
     list[int],
+    bool,
 ]: ...
 def bases_first(
     order: list[_Oid],
