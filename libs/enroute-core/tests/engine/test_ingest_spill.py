@@ -70,6 +70,31 @@ def test_a_dropped_tree_is_read_back_from_the_spill(tmp_path: Path) -> None:
     assert len(made) == 1  # no spill is made after close
 
 
+def test_a_tree_read_back_is_dropped_again_without_asking_where_it_was_spilled(
+    tmp_path: Path,
+) -> None:
+    """The segment diff reads spilled trees back by the hundred thousand and drops them
+    again: a drop of one read back writes nothing and asks no oid index (the large
+    profile's push paid a second for those questions)."""
+    a, b, c = (ObjectId(x * 20) for x in (b"a", b"b", b"c"))
+    asked: list[ObjectId] = []
+
+    def index_of(oid: ObjectId) -> int | None:
+        asked.append(oid)
+        return {a: 0, b: 1, c: 2}.get(oid)
+
+    cache = BodyCache(100, lambda: ScratchFile(tmp_path, "trees"))
+    cache.index_spills(index_of, 3)
+    cache.put(a, ObjectType.TREE, b"x" * 60)
+    cache.put(b, ObjectType.TREE, b"y" * 60)  # drops a: spilled
+    assert cache.get(a) == (ObjectType.TREE, b"x" * 60)  # drops b: spilled; a read back
+    asked.clear()
+    cache.put(c, ObjectType.TREE, b"z" * 60)  # drops a again
+    assert a not in asked and cache.spilled_bytes == 120
+    assert cache.get(a) == (ObjectType.TREE, b"x" * 60)  # still in the spill
+    cache.close()
+
+
 def test_spilled_trees_are_written_in_large_writes_and_read_from_file_and_buffer(
     tmp_path: Path,
 ) -> None:
