@@ -257,3 +257,28 @@ def test_the_count_waits_for_the_bytes_it_claims() -> None:
     source.end()
     assert done.wait(5)
     assert "claims 1000 entries" in str(raised[0])
+
+
+def test_reads_after_the_end_take_no_lock_and_a_cut_still_stops_them() -> None:
+    """Ingest's later steps read the spool an entry at a time once the body is in: those
+    reads do not wait on the lock the receive loop writes under; a cut still raises."""
+    spool = _Spool()
+    source = GrowingSpool(spool)
+    spool.data += bytes(range(50))
+    source.grew(50)
+    source.end()
+
+    class NoLock:
+        def __enter__(self) -> None:
+            raise AssertionError("a read after the end took the lock")
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    lock, source._changed = source._changed, NoLock()  # type: ignore[assignment]
+    assert source.read_at(10, 5) == bytes(range(10, 15))
+    assert source.read_at(45, 100) == bytes(range(45, 50))
+    source._changed = lock
+    source.cut("the push was cancelled")
+    with pytest.raises(BodyCut):
+        source.read_at(10, 5)

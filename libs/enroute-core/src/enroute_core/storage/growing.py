@@ -96,7 +96,13 @@ class GrowingSpool(GrowingSource):
                 self._wanted = 0
 
     def read_at(self, offset: int, length: int) -> bytes:
-        """``length`` bytes at ``offset``, fewer only at the pack's end."""
+        """``length`` bytes at ``offset``, fewer only at the pack's end.
+
+        Once the body is all in (and not cut) nothing can change but a cut, so no lock is
+        taken: ingest's later steps read the spool an entry at a time (504,433 reads on the
+        large profile's push), and the wait's lock was 0.4 s of them."""
+        if self._ended and self._cut is None:
+            return self._read(offset, min(length, self._arrived - offset))
         arrived = self.wait_for(offset + length)
         return self._read(offset, min(length, arrived - offset))
 
