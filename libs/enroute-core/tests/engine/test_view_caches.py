@@ -311,3 +311,43 @@ def test_a_repeated_large_fetch_reads_its_rewritten_entries_from_the_spill(
     assert len(deltas) <= kept < 2 * len(deltas)
     assert again.full_entry(deltas[0]) == expected[deltas[0]]
     assert spill.stats()["entries"] == kept  # a point read does not spill
+
+
+def test_a_fetchs_names_and_tag_targets_are_remembered_within_a_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``named_id`` answers as ``id_of_oid`` and asks the layers once per oid; a tag's
+    target is parsed once; both memos stay within ``_MEMO_MAX``."""
+    spec = RepoSpec(seed=9, commits=12, files=6, file_bytes=200, annotated_tags=3)
+    repo = generate_repo(tmp_path / "r.git", spec)
+    view = View(three_pushes(repo))
+    oids = [view.oid_of_id(i) for i in _ids(view)]
+    asked: list[bytes] = []
+    lookup = view_module._lookup
+
+    def counted(layers: object, oid: bytes, kind: Kind | None = None) -> int | None:
+        asked.append(oid)
+        return lookup(layers, oid, kind)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(view_module, "_lookup", counted)
+    for _ in range(2):
+        assert [view.named_id(o) for o in oids] == [view.id_of_oid(o) for o in oids]
+    assert view.named_id(b"\x01" * 20) is None and view.named_id(b"\x01" * 20) is None
+    named = len(oids) + 1
+    assert len(asked) == named + 2 * len(oids)  # named_id once per oid; id_of_oid each time
+    tags = list(view.kind_ids(Kind.TAG))
+    assert tags
+    reads: list[int] = []
+    read_id = View.read_id
+
+    def read(self: View, object_id: int) -> bytes:
+        reads.append(object_id)
+        return read_id(self, object_id)
+
+    monkeypatch.setattr(View, "read_id", read)
+    targets = [view.tag_target(t) for t in tags]
+    assert [view.tag_target(t) for t in tags] == targets and len(reads) == len(tags)
+    monkeypatch.setattr(view_module, "_MEMO_MAX", len(view._ids) + 4)
+    for i in range(10):  # ids of oids the view lacks, remembered too, never over the bound
+        assert view.named_id(bytes([i + 2]) * 20) is None
+        assert len(view._ids) <= len(oids) + 5

@@ -295,7 +295,7 @@ def check_wants(
     """
     wants = list(wants)
     for oid in wants:
-        if view.id_of_oid(oid) is None:
+        if view.named_id(oid) is None:
             raise _not_ours(oid)
     if tips is None:
         return
@@ -335,7 +335,7 @@ def ready_to_pack(view: View, wants: Iterable[ObjectId], common: Iterable[Object
 
 
 def _want_id(view: View, oid: ObjectId) -> int:
-    found = view.id_of_oid(oid)
+    found = view.named_id(oid)
     if found is None:
         raise MissingObject(f"want {oid_to_hex(oid)} is not our object", oid=oid_to_hex(oid))
     return found
@@ -553,10 +553,10 @@ def _included_tags(view: View, tags: Iterable[ObjectId], ids: BitMap, have: BitM
     out = BitMap()
     for oid in tags:
         chain: list[int] = []
-        current = view.id_of_oid(oid)
+        current = view.named_id(oid)
         while current is not None and view.kind_of(current) == Kind.TAG:
             chain.append(current)
-            current = view.id_of_oid(view.tag_target(current))
+            current = view.named_id(view.tag_target(current))
         if current is not None and (current in ids or current in out):
             out.update(t for t in chain if t not in have and t not in ids)
     return out
