@@ -1629,28 +1629,77 @@ static void get_base_oid(const Run *r, int i, unsigned char *o)
         memset(o, 0, OID_BYTES);
 }
 
+#define FREE_FIELD(field)                                                                      \
+    do {                                                                                       \
+        PyMem_Free(r->field);                                                                  \
+        r->field = NULL;                                                                       \
+    } while (0)
+
+/* What the columns are not made of, let go before they are made: the base cache's bodies,
+ * the window and the scan's tables (issue 25: on the large profile the columns' 42 MiB
+ * came on top of them, the indexing step's peak). */
+static void
+drop_scan_state(Run *r)
+{
+    if (r->bodies != NULL)
+        for (int i = 0; i < r->count; i++)
+            Py_CLEAR(r->bodies[i]);
+    for (int i = 0; i < r->stack_n; i++)
+        Py_CLEAR(r->stack[i].base_body);
+    r->stack_n = 0;
+    Py_CLEAR(r->win);
+    FREE_FIELD(bodies);
+    FREE_FIELD(next);
+    FREE_FIELD(wait_head);
+    FREE_FIELD(wait_tail);
+    FREE_FIELD(lru_prev);
+    FREE_FIELD(lru_next);
+    FREE_FIELD(scratch);
+    FREE_FIELD(by_oid);
+    FREE_FIELD(wait_table);
+    FREE_FIELD(waits);
+    FREE_FIELD(stack);
+    FREE_FIELD(has_base_oid);
+}
+
 /* The entries as columns, in pack order (enroute_core.git.packindexer.PackObjects): no
  * Python object per entry, as index-pack keeps its entries in arrays. Native byte order:
  * offsets, sizes, object sizes, lengths in the pack (int64/uint64); oids (20 bytes each);
  * types; depths (int32); base oids (20 bytes each, zeros without a base); has a base (0/1);
- * entry types; header lengths (int32). */
+ * entry types; header lengths (int32). Each array is freed once its last column is made,
+ * so the columns replace the arrays rather than double them; the Run is spent after. */
 static PyObject *
 results(Run *r)
 {
-    PyObject *oids = PyBytes_FromStringAndSize((const char *)r->oids, (Py_ssize_t)r->count * OID_BYTES);
-    PyObject *cols[] = {
-        column(r, 8, get_offset),   oids,
-        column(r, 1, get_type),     column(r, 8, get_size),
-        column(r, 8, get_object_size), column(r, 8, get_length),
-        column(r, 4, get_depth),    column(r, OID_BYTES, get_base_oid),
-        column(r, 1, get_has_base), column(r, 1, get_entry_type),
-        column(r, 4, get_hlen),
-    };
-    const Py_ssize_t n = (Py_ssize_t)(sizeof(cols) / sizeof(cols[0]));
-    PyObject *out = PyTuple_New(n);
-    for (Py_ssize_t c = 0; c < n; c++) {
-        if (out != NULL && cols[c] == NULL)
-            Py_CLEAR(out);
+    enum { OFFSETS, OIDS, TYPES, SIZES, OBJECT_SIZES, LENGTHS, DEPTHS, BASE_OIDS, HAS_BASE,
+           ENTRY_TYPES, HLENS, N_COLS };
+    PyObject *cols[N_COLS] = {NULL};
+    drop_scan_state(r);
+    int ok = (cols[OIDS] = PyBytes_FromStringAndSize(
+                  (const char *)r->oids, (Py_ssize_t)r->count * OID_BYTES)) != NULL;
+    FREE_FIELD(oids);
+    ok = ok && (cols[OFFSETS] = column(r, 8, get_offset)) != NULL &&
+         (cols[LENGTHS] = column(r, 8, get_length)) != NULL;
+    FREE_FIELD(offsets);
+    FREE_FIELD(ends);
+    ok = ok && (cols[TYPES] = column(r, 1, get_type)) != NULL;
+    FREE_FIELD(types);
+    ok = ok && (cols[SIZES] = column(r, 8, get_size)) != NULL;
+    FREE_FIELD(sizes);
+    ok = ok && (cols[OBJECT_SIZES] = column(r, 8, get_object_size)) != NULL;
+    FREE_FIELD(object_sizes);
+    ok = ok && (cols[DEPTHS] = column(r, 4, get_depth)) != NULL;
+    FREE_FIELD(depths);
+    ok = ok && (cols[BASE_OIDS] = column(r, OID_BYTES, get_base_oid)) != NULL &&
+         (cols[HAS_BASE] = column(r, 1, get_has_base)) != NULL;
+    FREE_FIELD(base_oids);
+    FREE_FIELD(bases);
+    ok = ok && (cols[ENTRY_TYPES] = column(r, 1, get_entry_type)) != NULL;
+    FREE_FIELD(entry_types);
+    ok = ok && (cols[HLENS] = column(r, 4, get_hlen)) != NULL;
+    FREE_FIELD(hlens);
+    PyObject *out = ok ? PyTuple_New(N_COLS) : NULL;
+    for (int c = 0; c < N_COLS; c++) {
         if (out != NULL)
             PyTuple_SET_ITEM(out, c, cols[c]);
         else
