@@ -699,6 +699,9 @@ def test_compiled_bases_first_matches_the_reference() -> None:
         )
         by_oid = {oid: i for i, oid in enumerate(oids)}
         members = set(rng.sample(oids, rng.randrange(n + 1)))
+        # the others placed with another kind, or not placed: neither is a member
+        placed = {o: Kind.TREE if o in members else Kind.BLOB for o in oids if rng.random() < 0.8}
+        placed.update(dict.fromkeys(members, Kind.TREE))
         order = [o for o in oids if o in members]
         rng.shuffle(order)
         if order and rng.random() < 0.2:
@@ -706,4 +709,5 @@ def test_compiled_bases_first_matches_the_reference() -> None:
 
         bases = {oid: info.base_oid for oid, info in zip(oids, objects, strict=True)}
         want = _bases_first(order, bases.__getitem__, members.__contains__)
-        assert bases_first(order, by_oid, PackObjects.from_infos(objects).columns, members) == want
+        columns = PackObjects.from_infos(objects).columns
+        assert bases_first(order, by_oid, columns, placed, Kind.TREE) == want

@@ -365,27 +365,27 @@ plan_run(PyObject *self, PyObject *args)
     return result;
 }
 
-/* The base oid of ``oid``'s entry (new reference), Py_None, or NULL with an error. */
-static PyObject *
-base_of(PyObject *by_oid, const Cols *cols, PyObject *oid)
+/* The pack index of ``oid`` (by ``by_oid``), or -1 with an error. */
+static Py_ssize_t
+index_of(PyObject *by_oid, const Cols *cols, PyObject *oid)
 {
     PyObject *index = PyDict_GetItemWithError(by_oid, oid);
     if (index == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetObject(PyExc_KeyError, oid);
-        return NULL;
+        return -1;
     }
     Py_ssize_t i = PyLong_AsSsize_t(index);
     if (i == -1 && PyErr_Occurred())
-        return NULL;
+        return -1;
     if (i < 0 || i >= cols->n) {
         PyErr_SetString(PyExc_IndexError, "an object index outside the pack");
-        return NULL;
+        return -1;
     }
-    return base_oid(cols, i);
+    return i;
 }
 
-/* 1 when ``oid`` equals an item of ``chain[:n]``, 0 if not, -1 on error. */
+/* 1 when ``oid`` equals an item of ``chain``, 0 if not, -1 on error. */
 static int
 in_chain(PyObject *chain, PyObject *oid)
 {
@@ -397,50 +397,66 @@ in_chain(PyObject *chain, PyObject *oid)
     return 0;
 }
 
+/* 1 when ``oid`` is placed with ``kind``, 0 if not, -1 on error. */
+static int
+of_kind(PyObject *placed, PyObject *kind, PyObject *oid)
+{
+    PyObject *found = PyDict_GetItemWithError(placed, oid);
+    if (found == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    return PyObject_RichCompareBool(found, kind, Py_EQ);
+}
+
 PyDoc_STRVAR(bases_first_doc,
-"bases_first(order, by_oid, columns, members)\n"
+"bases_first(order, by_oid, columns, placed, kind)\n"
 "--\n\n"
-"``order`` with each delta's chain of bases in ``members`` not yet placed moved\n"
-"just before it; otherwise unchanged. ingest._bases_first is the reference.");
+"``order`` with each delta's chain of bases of ``kind`` (``placed[base] == kind``)\n"
+"not yet placed moved just before it; otherwise unchanged. ingest._bases_first is\n"
+"the reference. What is placed is marked in a byte per pack entry, not a set of\n"
+"oids (on the large profile the two sets of trees were the storage order's peak).");
 
 static PyObject *
 bases_first(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *order, *by_oid, *columns, *members;
+    PyObject *order, *by_oid, *columns, *placed, *kind;
     Cols cols;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!:bases_first", &PyList_Type, &order, &PyDict_Type,
-                          &by_oid, &PyTuple_Type, &columns, &PySet_Type, &members))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O:bases_first", &PyList_Type, &order, &PyDict_Type,
+                          &by_oid, &PyTuple_Type, &columns, &PyDict_Type, &placed, &kind))
         return NULL;
     if (read_cols(columns, &cols) < 0)
         return NULL;
-    PyObject *emitted = PySet_New(NULL);
+    unsigned char *emitted = PyMem_Calloc(cols.n ? (size_t)cols.n : 1, 1);
     PyObject *out = PyList_New(0);
     PyObject *chain = PyList_New(0);
     int ok = emitted != NULL && out != NULL && chain != NULL;
+    if (emitted == NULL)
+        PyErr_NoMemory();
     for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(order); i++) {
         PyObject *oid = PyList_GET_ITEM(order, i);
-        int seen = PySet_Contains(emitted, oid);
-        if (seen != 0) {
-            ok = seen > 0;
-            continue;
+        Py_ssize_t at = index_of(by_oid, &cols, oid);
+        if (at < 0) {
+            ok = 0;
+            break;
         }
+        if (emitted[at])
+            continue;
         ok = PyList_SetSlice(chain, 0, PyList_GET_SIZE(chain), NULL) == 0 &&
              PyList_Append(chain, oid) == 0;
-        PyObject *base = ok ? base_of(by_oid, &cols, oid) : NULL;
+        PyObject *base = ok ? base_oid(&cols, at) : NULL;
         ok = base != NULL;
         while (ok && base != Py_None) {
-            int member = PySet_Contains(members, base);
-            int placed = member > 0 ? PySet_Contains(emitted, base) : 0;
-            int again = member > 0 && placed == 0 ? in_chain(chain, base) : 0;
-            if (member < 0 || placed < 0 || again < 0) {
+            int member = of_kind(placed, kind, base);
+            Py_ssize_t b = member > 0 ? index_of(by_oid, &cols, base) : 0;
+            int again = member > 0 && b >= 0 && !emitted[b] ? in_chain(chain, base) : 0;
+            if (member < 0 || b < 0 || again < 0) {
                 ok = 0;
                 break;
             }
-            if (!member || placed || again)
+            if (!member || emitted[b] || again)
                 break;
             ok = PyList_Append(chain, base) == 0;
-            PyObject *next = ok ? base_of(by_oid, &cols, base) : NULL;
+            PyObject *next = ok ? base_oid(&cols, b) : NULL;
             Py_DECREF(base);
             base = next;
             ok = ok && base != NULL;
@@ -448,10 +464,13 @@ bases_first(PyObject *self, PyObject *args)
         Py_XDECREF(base);
         for (Py_ssize_t k = PyList_GET_SIZE(chain) - 1; ok && k >= 0; k--) {
             PyObject *item = PyList_GET_ITEM(chain, k);
-            ok = PySet_Add(emitted, item) == 0 && PyList_Append(out, item) == 0;
+            Py_ssize_t j = index_of(by_oid, &cols, item);
+            ok = j >= 0 && PyList_Append(out, item) == 0;
+            if (ok)
+                emitted[j] = 1;
         }
     }
-    Py_XDECREF(emitted);
+    PyMem_Free(emitted);
     Py_XDECREF(chain);
     if (!ok) {
         Py_XDECREF(out);

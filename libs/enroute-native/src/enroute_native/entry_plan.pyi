@@ -41,6 +41,7 @@ def bases_first(
     order: list[_Oid],
     by_oid: dict[_Oid, int],
     columns: tuple[bytes, ...],
-    members: set[_Oid],
+    placed: dict[_Oid, _Kind],
+    kind: _Kind,
     /,
 ) -> list[_Oid]: ...

@@ -1125,7 +1125,7 @@ def _storage_order(
     (compiled, ``entry_plan.bases_first``; :func:`_bases_first` is its reference)."""
     out = list(walk.order[Kind.COMMIT])
     for kind in (Kind.TREE, Kind.BLOB):
-        out.extend(bases_first(walk.order[kind], by_oid, objects.columns, set(walk.order[kind])))
+        out.extend(bases_first(walk.order[kind], by_oid, objects.columns, walk.placed, kind))
     out.extend(walk.order[Kind.TAG])
     return out
 
