@@ -1756,16 +1756,9 @@ nomem:
 static void
 release(Run *r)
 {
-    if (r->bodies != NULL)
-        for (int i = 0; i < r->count; i++)
-            Py_XDECREF(r->bodies[i]);
-    for (int i = 0; i < r->stack_n; i++)
-        Py_XDECREF(r->stack[i].base_body);
-    Py_XDECREF(r->win);
-    void *blocks[] = {r->offsets, r->ends, r->sizes, r->object_sizes, r->hlens, r->depths,
-                      r->bases, r->next, r->types, r->entry_types, r->has_base_oid, r->oids,
-                      r->base_oids, r->wait_head, r->wait_tail, r->bodies, r->lru_prev,
-                      r->lru_next, r->scratch, r->by_oid, r->wait_table, r->waits, r->stack};
+    drop_scan_state(r); /* nothing left of it after results() */
+    void *blocks[] = {r->offsets, r->ends,        r->sizes, r->object_sizes, r->hlens, r->depths,
+                      r->bases,   r->entry_types, r->types, r->oids,         r->base_oids};
     for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++)
         PyMem_Free(blocks[i]);
 }
