@@ -98,10 +98,11 @@ class BodyCache:
         self._pending = bytearray()
         """Spilled trees not written yet: the file's next bytes (_SPILL_WRITE_BYTES)."""
         self._on_disk: set[ObjectId] = set()
-        self._keep_read_backs = True
         """Trees in the LRU read back from the spill: dropped again, they write nothing. The
         segment diff reads 326,000 trees back on the large profile's push; asking each
         dropped one where it was spilled (the oid index, then the places) cost a second."""
+        self._keep_read_backs = True
+        """False once :meth:`shrink` was told ``read_backs=False``."""
 
     @property
     def spilled_bytes(self) -> int:
