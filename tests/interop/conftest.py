@@ -9,11 +9,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from enroute_testing.devserver import running_dev
+from enroute_testing.devserver import DevServer, running_dev
 
 
 @pytest.fixture(scope="session")
-def enroute_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Base URL (`http://HOST:PORT`, no trailing slash) of a running `enroute dev`."""
+def enroute_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    """The session's running `enroute dev`; its data lies beside its log (``ROOT/data``)."""
     with running_dev(tmp_path_factory.mktemp("enroute-dev")) as dev:
-        yield dev.url
+        yield dev
+
+
+@pytest.fixture(scope="session")
+def enroute_url(enroute_dev: DevServer) -> str:
+    """Base URL (`http://HOST:PORT`, no trailing slash) of a running `enroute dev`."""
+    return enroute_dev.url

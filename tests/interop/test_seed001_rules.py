@@ -43,6 +43,7 @@ from enroute_core.storage.objectstore import open_store
 from enroute_proto import find_error_detail
 from enroute_proto.gen.enroute.common.v1 import common_pb2
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2
+from enroute_testing.devserver import DevServer
 from enroute_testing.gitcli import GitFailed, run_git
 from enroute_testing.ledgers import LedgerProc, write_config
 from enroute_testing.waiting import wait_for_value, wait_until
@@ -158,14 +159,11 @@ class Work:
 
 
 @pytest.fixture(scope="module")
-def dev_store(enroute_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dev_store(enroute_dev: DevServer) -> Path:
     """The file store of the `enroute dev` of this session (``--data DIR`` -> DIR/store)."""
-    found = sorted(
-        {p.resolve() for p in tmp_path_factory.getbasetemp().glob("enroute-dev*/data/store")}
-    )
-    if len(found) != 1:
-        pytest.skip(f"the dev store is not where the fixture puts it: {found}")
-    return found[0]
+    store = enroute_dev.log_path.parent / "data" / "store"
+    assert store.is_dir(), f"no store at {store}"
+    return store
 
 
 def store_get(store: Path, key: str) -> bytes | None:
