@@ -387,3 +387,34 @@ async def test_a_large_fetch_gives_its_memory_back(
         await layers.close()
     released = [r.getMessage() for r in caplog.records if "after a fetch" in r.getMessage()]
     assert len(released) == (1 if large else 0), released
+
+
+@pytest.mark.asyncio
+async def test_building_a_new_layers_view_gives_its_memory_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 25: building the view of a pushed layer (its commit graph's temporaries,
+    ``VIEW_OBJECT_BYTES`` a layer object) is followed by a collection and a trim, as a
+    push's ingest is; asked while another release runs, a release runs once more after
+    it (the push's trim runs while its commit goes to the ledger, before the view is
+    built), so each of them is logged."""
+    if release_free_heap() is None:
+        pytest.skip("no malloc_trim in this C library")
+    with caplog.at_level("INFO", logger="enroute_compute.host"):
+        host, layers, _tips = await stored_hosting(tmp_path, [])
+        try:
+            host.limits = dataclasses.replace(host.limits, heap_trim_threshold_bytes=1024)
+            repo = generate_repo(tmp_path / "a.git", RepoSpec(seed=3, commits=4, files=4))
+            tip = repo.refs[b"refs/heads/main"].decode()
+            line = f"{'0' * 40} {tip} refs/heads/main\x00report-status ofs-delta\n".encode()
+            body = pkt_line(line) + FLUSH_PKT + pack_objects(repo.path)
+            report = b"".join([p async for p in Pusher(host).receive_pack("a", _once(body))])
+            assert b"ok refs/heads/main" in report, report
+            await host.read("a")
+            await host.close()  # waits for the releases in flight
+        finally:
+            await host.close()
+            await layers.close()
+    said = [r.getMessage() for r in caplog.records if "free memory back" in r.getMessage()]
+    assert any("after a push" in m for m in said), said
+    assert any("after a view" in m for m in said), said

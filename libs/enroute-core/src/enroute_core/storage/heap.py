@@ -1,4 +1,4 @@
-"""The C heap's thresholds for the processes that stream pack bytes (issue 25).
+"""The C heap's thresholds and arenas for the processes that stream pack bytes (issue 25).
 
 A clone passes every byte of a pack through a compute and a gitproto in pieces of
 256 to 512 KiB: a piece, its side-band frames, its gRPC message, its HTTP chunk,
@@ -32,15 +32,26 @@ log = logging.getLogger(__name__)
 
 M_TRIM_THRESHOLD = -1  # glibc malloc.h
 M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
 
 
 def tune_heap(limits: Limits) -> bool:
-    """Fix glibc's mmap and trim thresholds at ``limits``' values (0 leaves one as glibc
-    sets it); True when both were applied. Call it once, before the process starts its
-    threads; a value glibc refuses is logged and left as it was."""
+    """Fix glibc's mmap and trim thresholds and its arena count at ``limits``' values (0
+    leaves one as glibc sets it); True when all were applied. Call it once, before the
+    process starts its threads (a thread keeps the arena it took); a value glibc
+    refuses is logged and left as it was.
+
+    Arenas: a thread that finds the arenas busy takes a new one, up to 8 per core, and
+    every arena keeps its free pages and up to the trim threshold at its top; a worker
+    thread's long-lived allocations (a view it built) keep the pages around them. Two
+    arenas left the compute 92 MiB resident after the `large` profile's push where
+    glibc's count left 136-145 MiB, and the next push's peak 452 MiB against 497-514,
+    in the same push time (issue 25, docs/ingest.md, "Memory"): Python allocates under
+    its interpreter lock, so threads seldom contend for an arena."""
     wanted = [
         (M_MMAP_THRESHOLD, "heap_mmap_threshold_bytes", limits.heap_mmap_threshold_bytes),
         (M_TRIM_THRESHOLD, "heap_trim_threshold_bytes", limits.heap_trim_threshold_bytes),
+        (M_ARENA_MAX, "heap_arenas_max", limits.heap_arenas_max),
     ]
     wanted = [w for w in wanted if w[2] > 0]
     if not wanted:
