@@ -37,6 +37,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -1629,7 +1630,59 @@ static void get_base_oid(const Run *r, int i, unsigned char *o)
         memset(o, 0, OID_BYTES);
 }
 
+/* -- the per-entry tables ----------------------------------------------------------------------
+ *
+ * A table of one slot per pack entry is mapped afresh when it is TABLE_MAP_MIN bytes or more:
+ * its zero pages become resident as the pass fills them, and unmapping gives them back at
+ * once. From the C heap, a table that reuses a block freed before is zeroed whole when it is
+ * allocated: the second push of a process touched all its tables (about 130 bytes an entry,
+ * 65 MiB on the `large` profile) at its first object, so they were resident under the moment
+ * the indexing step peaks, a streamed blob inflated whole, where the first push had filled a
+ * fifth of them (issue 25, docs/ingest.md "Memory"). Each table's length is kept in a
+ * header before it, so freeing one needs only its address.
+ */
+#define TABLE_MAP_MIN ((size_t)1 << 20)
+#define TABLE_HEADER ((size_t)16) /* keeps the table 16-byte aligned */
+
+static void *
+table_alloc(size_t n, size_t size)
+{
+    if (size != 0 && n > (SIZE_MAX - TABLE_HEADER) / size)
+        return NULL;
+    size_t bytes = n * size + TABLE_HEADER;
+    unsigned char *base;
+    if (bytes >= TABLE_MAP_MIN) {
+        base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base == MAP_FAILED)
+            return NULL;
+    }
+    else if ((base = PyMem_Calloc(1, bytes)) == NULL)
+        return NULL;
+    memcpy(base, &bytes, sizeof(bytes));
+    return base + TABLE_HEADER;
+}
+
+static void
+table_free(void *table)
+{
+    if (table == NULL)
+        return;
+    unsigned char *base = (unsigned char *)table - TABLE_HEADER;
+    size_t bytes;
+    memcpy(&bytes, base, sizeof(bytes));
+    if (bytes >= TABLE_MAP_MIN)
+        munmap(base, bytes);
+    else
+        PyMem_Free(base);
+}
+
 #define FREE_FIELD(field)                                                                      \
+    do {                                                                                       \
+        table_free(r->field);                                                                  \
+        r->field = NULL;                                                                       \
+    } while (0)
+
+#define FREE_GROWN(field) /* a list grown by grow() */                                         \
     do {                                                                                       \
         PyMem_Free(r->field);                                                                  \
         r->field = NULL;                                                                       \
@@ -1657,8 +1710,8 @@ drop_scan_state(Run *r)
     FREE_FIELD(scratch);
     FREE_FIELD(by_oid);
     FREE_FIELD(wait_table);
-    FREE_FIELD(waits);
-    FREE_FIELD(stack);
+    FREE_GROWN(waits);
+    FREE_GROWN(stack);
     FREE_FIELD(has_base_oid);
 }
 
@@ -1710,7 +1763,7 @@ results(Run *r)
 
 #define ALLOC(field, n)                                                                        \
     do {                                                                                       \
-        r->field = PyMem_Calloc((size_t)(n), sizeof(*r->field));                               \
+        r->field = table_alloc((size_t)(n), sizeof(*r->field));                                \
         if (r->field == NULL)                                                                  \
             goto nomem;                                                                        \
     } while (0)
@@ -1760,7 +1813,7 @@ release(Run *r)
     void *blocks[] = {r->offsets, r->ends,        r->sizes, r->object_sizes, r->hlens, r->depths,
                       r->bases,   r->entry_types, r->types, r->oids,         r->base_oids};
     for (size_t i = 0; i < sizeof(blocks) / sizeof(blocks[0]); i++)
-        PyMem_Free(blocks[i]);
+        table_free(blocks[i]);
 }
 
 PyDoc_STRVAR(index_pack_doc,
