@@ -64,7 +64,8 @@ import ctypes, sys, threading
 from enroute_core.base.limits import Limits
 from enroute_core.storage.heap import tune_heap
 if sys.argv[1] == "tuned":
-    assert tune_heap(Limits(heap_mmap_threshold_bytes=0, heap_trim_threshold_bytes=0))
+    limits = Limits(heap_mmap_threshold_bytes=0, heap_trim_threshold_bytes=0, heap_arenas_max=2)
+    assert tune_heap(limits)
 started = threading.Barrier(8)
 def work():
     started.wait()  # all alive at once: each takes an arena at its first allocation

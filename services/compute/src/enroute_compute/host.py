@@ -110,10 +110,11 @@ INGEST_OBJECT_BYTES = 1024
 """What an ingest holds per pack object, as its budget counts it (docs/ingest.md, "Memory")."""
 VIEW_OBJECT_BYTES = 128
 """What building the view of a new layer leaves free in the C heap per layer object (the
-commit graph's temporaries: its columns read whole, their orders and lists), for
-:meth:`RepositoryHost.release_after`'s threshold. The view of the `large` profile's
-504,433-object push holds about 6 MiB; building it took 58 MiB more in one process, and
-the compute gave 9-10 MiB back after it (issue 25)."""
+commit section's columns read whole; over older layers, the ref-by-ref graph's lists),
+for :meth:`RepositoryHost.release_after`'s threshold. The view of the `large` profile's
+504,433-object push holds about 6 MiB; building it took 12 MiB more in one process (58
+MiB with the graph mapped in Python), and the compute gave 9-20 MiB back after it
+(issue 25)."""
 PLAN_OBJECT_BYTES = 256
 """What a fetch holds per planned object while it plans and writes (a walk's oids met, the
 pack writer's offsets), for :meth:`RepositoryHost.release_after_fetch`'s threshold: a

@@ -94,11 +94,11 @@ class Limits:
     # second of free memory stays at a heap's top.
     heap_mmap_threshold_bytes: int = 4 * MiB
     heap_trim_threshold_bytes: int = 32 * MiB
-    # glibc's malloc arenas (0: glibc's own, 8 per core): each thread that allocates
-    # may take an arena of its own, and each keeps its free pages and up to the trim
-    # threshold at its top. A large push left 50 MiB more in the compute's arenas
-    # with glibc's count than with 2 (docs/ingest.md, "Memory").
-    heap_arenas_max: int = 2
+    # glibc's malloc arenas (0: glibc's own, 8 per core). Fewer keep less free memory
+    # around what threads leave alive, and make the threads wait on each other's
+    # arenas: with 2, a compute kept 92-116 MiB after the large profile's push instead
+    # of 136-145, and spent 8% more CPU on a large clone (docs/ingest.md, "Memory").
+    heap_arenas_max: int = 0
     # engine/view.py: the object and entry caches of a view built outside a host (a
     # compute's views share the node's, sized by node.cache: docs/buffer-pool.md)
     view_body_cache_bytes_max: int = 64 * MiB

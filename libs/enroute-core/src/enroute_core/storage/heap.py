@@ -41,13 +41,14 @@ def tune_heap(limits: Limits) -> bool:
     process starts its threads (a thread keeps the arena it took); a value glibc
     refuses is logged and left as it was.
 
-    Arenas: a thread that finds the arenas busy takes a new one, up to 8 per core, and
-    every arena keeps its free pages and up to the trim threshold at its top; a worker
-    thread's long-lived allocations (a view it built) keep the pages around them. Two
-    arenas left the compute 92 MiB resident after the `large` profile's push where
-    glibc's count left 136-145 MiB, and the next push's peak 452 MiB against 497-514,
-    in the same push time (issue 25, docs/ingest.md, "Memory"): Python allocates under
-    its interpreter lock, so threads seldom contend for an arena."""
+    Arenas (``heap_arenas_max``, glibc's own count by default): a thread that finds the
+    arenas busy takes a new one, up to 8 per core, and every arena keeps its free pages
+    and up to the trim threshold at its top around what threads leave alive (a view a
+    worker built). Two arenas left the compute 92-116 MiB resident after the `large`
+    profile's push where glibc's count left 136-145 MiB, but a large clone's writer and
+    gRPC threads then waited on each other's arenas: the compute's CPU per clone
+    0.72 -> 0.78 s and gitproto's 0.39 -> 0.41 (five clones each, issue 25,
+    docs/ingest.md "Memory"). The push's peak no longer needs it."""
     wanted = [
         (M_MMAP_THRESHOLD, "heap_mmap_threshold_bytes", limits.heap_mmap_threshold_bytes),
         (M_TRIM_THRESHOLD, "heap_trim_threshold_bytes", limits.heap_trim_threshold_bytes),
