@@ -322,7 +322,7 @@ def _pushed_graph(older: Sequence[_Layer], entry: LayerEntry, reader: LayerReade
 def _first_graph_compiled(first: int, c: CommitColumns) -> CommitGraph | None:
     """:func:`_first_graph` in one compiled call, or None where the reference decides.
 
-    The reference cost about 250 ms on the `large` profile's 80,006 commits, the wait of
+    The reference took about 180 ms on the `large` profile's 80,006 commits, the wait of
     the first read after the push, and 31 MiB of Python objects the compute kept as free
     heap afterwards (issue 25)."""
     got = native_first_graph(
