@@ -427,10 +427,12 @@ bases_first(PyObject *self, PyObject *args)
     if (read_cols(columns, &cols) < 0)
         return NULL;
     unsigned char *emitted = PyMem_Calloc(cols.n ? (size_t)cols.n : 1, 1);
+    /* chain_at[k]: the pack index of chain[k], found as the chain grows */
+    Py_ssize_t *chain_at = PyMem_Malloc((cols.n ? (size_t)cols.n : 1) * sizeof(Py_ssize_t));
     PyObject *out = PyList_New(0);
     PyObject *chain = PyList_New(0);
-    int ok = emitted != NULL && out != NULL && chain != NULL;
-    if (emitted == NULL)
+    int ok = emitted != NULL && chain_at != NULL && out != NULL && chain != NULL;
+    if (emitted == NULL || chain_at == NULL)
         PyErr_NoMemory();
     for (Py_ssize_t i = 0; ok && i < PyList_GET_SIZE(order); i++) {
         PyObject *oid = PyList_GET_ITEM(order, i);
@@ -443,6 +445,7 @@ bases_first(PyObject *self, PyObject *args)
             continue;
         ok = PyList_SetSlice(chain, 0, PyList_GET_SIZE(chain), NULL) == 0 &&
              PyList_Append(chain, oid) == 0;
+        chain_at[0] = at;
         PyObject *base = ok ? base_oid(&cols, at) : NULL;
         ok = base != NULL;
         while (ok && base != Py_None) {
@@ -455,6 +458,12 @@ bases_first(PyObject *self, PyObject *args)
             }
             if (!member || emitted[b] || again)
                 break;
+            if (PyList_GET_SIZE(chain) >= cols.n) { /* only if by_oid names one entry twice */
+                PyErr_SetString(PyExc_ValueError, "bases_first: a chain longer than the pack");
+                ok = 0;
+                break;
+            }
+            chain_at[PyList_GET_SIZE(chain)] = b;
             ok = PyList_Append(chain, base) == 0;
             PyObject *next = ok ? base_oid(&cols, b) : NULL;
             Py_DECREF(base);
@@ -463,14 +472,13 @@ bases_first(PyObject *self, PyObject *args)
         }
         Py_XDECREF(base);
         for (Py_ssize_t k = PyList_GET_SIZE(chain) - 1; ok && k >= 0; k--) {
-            PyObject *item = PyList_GET_ITEM(chain, k);
-            Py_ssize_t j = index_of(by_oid, &cols, item);
-            ok = j >= 0 && PyList_Append(out, item) == 0;
+            ok = PyList_Append(out, PyList_GET_ITEM(chain, k)) == 0;
             if (ok)
-                emitted[j] = 1;
+                emitted[chain_at[k]] = 1;
         }
     }
     PyMem_Free(emitted);
+    PyMem_Free(chain_at);
     Py_XDECREF(chain);
     if (!ok) {
         Py_XDECREF(out);

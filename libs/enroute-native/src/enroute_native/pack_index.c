@@ -1676,17 +1676,13 @@ table_free(void *table)
         PyMem_Free(base);
 }
 
-#define FREE_FIELD(field)                                                                      \
+#define FREE_WITH(release, field)                                                              \
     do {                                                                                       \
-        table_free(r->field);                                                                  \
+        release(r->field);                                                                     \
         r->field = NULL;                                                                       \
     } while (0)
-
-#define FREE_GROWN(field) /* a list grown by grow() */                                         \
-    do {                                                                                       \
-        PyMem_Free(r->field);                                                                  \
-        r->field = NULL;                                                                       \
-    } while (0)
+#define FREE_FIELD(field) FREE_WITH(table_free, field) /* a table_alloc table */
+#define FREE_GROWN(field) FREE_WITH(PyMem_Free, field) /* a list grown by grow() */
 
 /* What the columns are not made of, let go before they are made: the base cache's bodies,
  * the window and the scan's tables (issue 25: on the large profile the columns' 42 MiB
