@@ -81,8 +81,13 @@ def _work(url: str, name: str, tmp_path: Path) -> Path:
     return work
 
 
-def _stored_pushes(url: str, name: str, work: Path, count: int) -> None:
-    """``count`` pushes of 40 KiB of random bytes each: stored layers (inline_max 16 KiB)."""
+def _stored_pushes(compute: Any, url: str, name: str, work: Path, count: int) -> None:
+    """``count`` pushes of 40 KiB of random bytes each: stored layers (inline_max 16 KiB).
+
+    A push answers before the compute's view applies it (``Pusher``, "read-your-writes"),
+    so they end with a read behind a barrier: a maintainer started next starts from a
+    view that holds every push, and the last push's state cannot arrive during its first
+    pass, where it is a change and brings a second visit."""
     rng = random.Random(SEED)
     print(f"ENROUTE_SEED={SEED}")
     for i in range(count):
@@ -90,6 +95,7 @@ def _stored_pushes(url: str, name: str, work: Path, count: int) -> None:
         run_git(["add", "."], cwd=work)
         run_git(["commit", "-q", "-m", f"blob {i}"], cwd=work)
         run_git(["push", "-q", f"{url}/{name}.git", "main"], cwd=work)
+    _on_loop(compute, lambda: compute.host.read(name))
 
 
 def _copy_path(compute: Any, name: str, key: str) -> Path:
@@ -116,7 +122,7 @@ def test_local_copies_of_merged_layers_go_once_unpinned_and_past_the_retention(
     name = f"copies-{uuid.uuid4().hex[:8]}"
     url = f"http://127.0.0.1:{git_bridge(compute.address).server_address[1]}"
     work = _work(url, name, tmp_path)
-    _stored_pushes(url, name, work, 3)
+    _stored_pushes(compute, url, name, work, 3)
     before = _stored(compute, name)
     assert len(before) == 3
     paths = [_copy_path(compute, name, e.key) for e in before]
@@ -158,7 +164,7 @@ def test_local_copies_stay_until_the_retention_has_passed(
     name = f"keep-{uuid.uuid4().hex[:8]}"
     url = f"http://127.0.0.1:{git_bridge(compute.address).server_address[1]}"
     work = _work(url, name, tmp_path)
-    _stored_pushes(url, name, work, 3)
+    _stored_pushes(compute, url, name, work, 3)
     before = _stored(compute, name)
     m = _maintainer(compute, tmp_path, retention_s=3600.0)
     _on_loop(compute, m.run_once)
@@ -178,7 +184,7 @@ def test_a_failing_merge_backs_its_repository_off(
     name = f"backoff-{uuid.uuid4().hex[:8]}"
     url = f"http://127.0.0.1:{git_bridge(compute.address).server_address[1]}"
     work = _work(url, name, tmp_path)
-    _stored_pushes(url, name, work, 2)
+    _stored_pushes(compute, url, name, work, 2)
     calls: list[int] = []
 
     def broken(*args: object, **kwargs: object) -> object:
@@ -289,7 +295,7 @@ def test_a_merge_that_does_not_cover_its_run_is_never_proposed(
     name = f"cover-{uuid.uuid4().hex[:8]}"
     url = f"http://127.0.0.1:{git_bridge(compute.address).server_address[1]}"
     work = _work(url, name, tmp_path)
-    _stored_pushes(url, name, work, 2)
+    _stored_pushes(compute, url, name, work, 2)
     before = _on_loop(compute, lambda: compute.host.read(name)).state
     real = maintainer_module.merge_stretch
 
@@ -315,7 +321,7 @@ def test_copies_a_previous_run_left_behind_are_deleted_once_the_repository_is_ho
     name = f"leftover-{uuid.uuid4().hex[:8]}"
     url = f"http://127.0.0.1:{git_bridge(compute.address).server_address[1]}"
     work = _work(url, name, tmp_path)
-    _stored_pushes(url, name, work, 1)
+    _stored_pushes(compute, url, name, work, 1)
     layers = compute.host.layers
     catalog = layers.catalog
     live = _stored(compute, name)
