@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import math
 import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import uvicorn
 
+from enroute_core.asgi_server import QuietServer
 from enroute_core.base.errors import EnrouteError, InvalidArgument
 from enroute_core.config import Config, load_config
 from enroute_core.discovery import MemberSource, follow, member_source
@@ -62,47 +62,6 @@ def address(sock: socket.socket) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-DATE_HEADER_S = 1.0
-"""How often the idle main loop wakes to refresh the ``Date`` header (uvicorn: each second)."""
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its signal capture: ours stops it and the exit status stays 0.
-
-    Its main loop waits for ``should_exit`` instead of looking every 100 ms: uvicorn's
-    wakes ten times a second per server to read a flag that only this module sets (from
-    the event loop), most of gitproto's CPU at rest (docs/services.md, "The fixed cost
-    of a request").
-    """
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        self._exit = asyncio.Event()
-        super().__init__(config)
-
-    @property
-    def should_exit(self) -> bool:
-        return self._exit.is_set()
-
-    @should_exit.setter
-    def should_exit(self, value: bool) -> None:
-        if value:
-            self._exit.set()
-        else:
-            self._exit.clear()
-
-    async def main_loop(self) -> None:
-        # on_tick refreshes the Date header when its counter is a multiple of 10 (once a
-        # second in uvicorn's loop), then answers whether to stop
-        while not await self.on_tick(0):
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(DATE_HEADER_S):
-                    await self._exit.wait()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 async def serve(
     app: GitprotoApp,
     sock: socket.socket,
@@ -139,7 +98,7 @@ async def serve(
         http=guarded_protocol(app.connections),  # connection bounds: connections.py
         ws="none",  # no WebSocket upgrade: it would hand the socket to a protocol not counted
     )
-    server = _Server(config)
+    server = QuietServer(config)
     ops = None
     if ops_sock is not None:
         ops_config = uvicorn.Config(
@@ -150,7 +109,7 @@ async def serve(
             access_log=False,
             ws="none",
         )
-        ops = _Server(ops_config)
+        ops = QuietServer(ops_config)
         ops_task = asyncio.create_task(ops.serve(sockets=[ops_sock]))
     loop = asyncio.get_running_loop()
 

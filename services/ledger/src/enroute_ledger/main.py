@@ -26,6 +26,7 @@ from pathlib import Path
 import grpc
 import uvicorn
 
+from enroute_core.asgi_server import QuietServer
 from enroute_core.base.errors import EnrouteError, InvalidArgument
 from enroute_core.base.ids import NodeId
 from enroute_core.config import Config, load_config
@@ -192,14 +193,14 @@ async def _start_grpc(config: Config, node: _Node, gate: Drain) -> tuple[grpc.ai
 
 async def _start_http(
     config: Config, app: StatusApp
-) -> tuple[uvicorn.Server, asyncio.Task[None], int] | None:
+) -> tuple[QuietServer, asyncio.Task[None], int] | None:
     """The status server on listen.http; None when it stopped before it started."""
     hhost, hport = split_hostport(config.listen.http, "127.0.0.1:9100")
     sock = socket.socket(socket.AF_INET6 if ":" in hhost else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((hhost, hport))
     hport = sock.getsockname()[1]
-    http = uvicorn.Server(
+    http = QuietServer(
         uvicorn.Config(app, log_level="warning", log_config=None, lifespan="off", access_log=False)
     )
     http_task = asyncio.get_running_loop().create_task(http.serve(sockets=[sock]))

@@ -1,8 +1,9 @@
-"""gitproto's HTTP server loop at rest (docs/services.md, "The fixed cost of a request").
+"""The HTTP server loop of gitproto and the ledger at rest (docs/services.md, "The fixed
+cost of a request").
 
-uvicorn's own main loop wakes every 100 ms to read ``should_exit``; gitproto's waits on
-it, waking once per ``DATE_HEADER_S`` for the ``Date`` header (RFC 9110 section 6.6.1:
-an origin server with a clock sends one), and still stops as soon as it is told to.
+uvicorn's own main loop wakes every 100 ms to read ``should_exit``; theirs waits on it,
+waking once per ``DATE_HEADER_S`` for the ``Date`` header (RFC 9110 section 6.6.1: an
+origin server with a clock sends one), and still stops as soon as it is told to.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from typing import Any
 
 import uvicorn
 
-from enroute_gitproto.main import DATE_HEADER_S, _Server
+from enroute_core.asgi_server import DATE_HEADER_S, QuietServer
 
 
-class _Counted(_Server):
+class _Counted(QuietServer):
     ticks = 0
 
     async def on_tick(self, counter: int) -> bool:
