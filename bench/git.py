@@ -562,6 +562,10 @@ def run(
         def measured(section: str, s: Server, work: Callable[[], float]) -> float:
             """``work``'s wall time; the server's CPU and peak RSS and the clients' CPU
             are kept under ``section``."""
+            # The disk's pending writes go first, outside the measurement: a run must not
+            # pay for what the run before it wrote (a clone's 267 MiB pack, git's repack,
+            # the scratch copy removed), which fell on whichever server came next
+            os.sync()
             kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             with Meter(s) as meter:
                 took = work()
@@ -718,7 +722,7 @@ def run(
         "store). Reference: `git http-backend` behind the threaded CGI bridge "
         "`bench/http_backend.py` (one CGI process per request). "
         f"{runs} runs each ({depth1_runs} of the depth-1 clone), alternating "
-        "servers. Load average at the end: "
+        "servers, each run after `sync`. Load average at the end: "
         f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1 / 5 / 15 min; other work shared "
         "the machine).",
         "",
