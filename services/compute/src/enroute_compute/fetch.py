@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Sequence
@@ -79,6 +80,27 @@ class _Waiting(Generic[_T]):
         self.task.cancel()
 
 
+def bulk_thread() -> bool:
+    """Run the calling thread under ``SCHED_BATCH``; True when it took (Linux).
+
+    A pack writer is bulk work: it streams hundreds of MiB of stored bytes as fast as
+    the client takes them, and it wakes each time the answer drains. Woken under the
+    default policy it preempts whatever runs on its core: the event loop's small
+    requests, and on a machine it shares with its clients, a git client's
+    one-threaded receiving phase. ``SCHED_BATCH`` keeps its priority (its nice value
+    and its share of the CPU) and only gives up that wakeup preemption
+    (docs/serving.md, "Pack writers": what it did to a large clone's wall)."""
+    policy = getattr(os, "SCHED_BATCH", None)
+    if policy is None:
+        return False
+    try:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+    except OSError as exc:  # a sandbox may refuse it: the thread runs as before
+        log.debug("pack writer stays under the default scheduling policy: %s", exc)
+        return False
+    return True
+
+
 class Fetcher:
     """The read side of the Git protocol over a :class:`RepositoryHost`."""
 
@@ -86,7 +108,9 @@ class Fetcher:
         self.host = host
         # pack writers wait on their clients: on asyncio's default pool (a few threads)
         # slow clients would starve planning, layer loads and object-store calls
-        self._writers = ThreadPoolExecutor(pack_writers, thread_name_prefix="pack-writer")
+        self._writers = ThreadPoolExecutor(
+            pack_writers, thread_name_prefix="pack-writer", initializer=bulk_thread
+        )
         self._refs: dict[str, tuple[RepoState, RefSnapshot]] = {}
         self._plans: dict[str, tuple[RepoState, tuple[object, ...], serve.PackPlan]] = {}
         """The last plan per repository, by the state its view was set with (one view
