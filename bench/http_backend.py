@@ -21,6 +21,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, cast
@@ -105,18 +106,25 @@ class Bridge(BaseHTTPRequestHandler):
 
     def _feed(self, sink: IO[bytes], chunked: bool, length: int) -> None:
         try:
-            while chunked and (size := int(self.rfile.readline().split(b";")[0], 16)):
-                sink.write(self.rfile.read(size))
-                self.rfile.readline()
-            if chunked:
-                self.rfile.readline()
-            while length > 0 and (data := self.rfile.read(min(length, CHUNK_BYTES))):
+            for data in request_body(self.rfile, chunked, length):
                 sink.write(data)
-                length -= len(data)
         except OSError:
             self.close_connection = True
         finally:
             sink.close()
+
+
+def request_body(rfile: io.BufferedIOBase, chunked: bool, length: int) -> Iterator[bytes]:
+    """A request body's pieces as they arrive: chunked (extensions ignored), or ``length``
+    bytes."""
+    while chunked and (size := int(rfile.readline().split(b";")[0], 16)):
+        yield rfile.read(size)
+        rfile.readline()
+    if chunked:
+        rfile.readline()
+    while length > 0 and (data := rfile.read(min(length, CHUNK_BYTES))):
+        yield data
+        length -= len(data)
 
 
 def _env() -> dict[str, str]:

@@ -24,6 +24,8 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from bench.http_backend import request_body
+
 WRITE_BYTES = 64 * 1024
 
 
@@ -32,20 +34,6 @@ def _kind(method: str, body: bytes) -> str:
     if method == "GET":
         return "adv"
     return "ls-refs" if b"command=ls-refs" in body else "fetch"
-
-
-def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
-    length = handler.headers.get("content-length")
-    if length:
-        return handler.rfile.read(int(length))
-    if handler.headers.get("transfer-encoding") != "chunked":
-        return b""
-    parts = []
-    while size := int(handler.rfile.readline().strip(), 16):
-        parts.append(handler.rfile.read(size))
-        handler.rfile.readline()
-    handler.rfile.readline()
-    return b"".join(parts)
 
 
 def handler_for(store: Path, upstream: str | None) -> type[BaseHTTPRequestHandler]:
@@ -62,7 +50,9 @@ def handler_for(store: Path, upstream: str | None) -> type[BaseHTTPRequestHandle
             self._answer("POST")
 
         def _answer(self, method: str) -> None:
-            body = _read_body(self)
+            chunked = "chunked" in self.headers.get("transfer-encoding", "")
+            length = int(self.headers.get("content-length") or 0)
+            body = b"".join(request_body(self.rfile, chunked, length))
             path = store / _kind(method, body)
             if upstream is not None:
                 data, ctype = self._forward(method, body, upstream)

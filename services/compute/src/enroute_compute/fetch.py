@@ -80,8 +80,8 @@ class _Waiting(Generic[_T]):
         self.task.cancel()
 
 
-def bulk_thread() -> bool:
-    """Run the calling thread under ``SCHED_BATCH``; True when it took (Linux).
+def bulk_thread() -> None:
+    """Run the calling thread under ``SCHED_BATCH`` (Linux; elsewhere nothing changes).
 
     A pack writer is bulk work: it streams hundreds of MiB of stored bytes as fast as
     the client takes them, and it wakes each time the answer drains. Woken under the
@@ -92,13 +92,11 @@ def bulk_thread() -> bool:
     (docs/serving.md, "Pack writers": what it did to a large clone's wall)."""
     policy = getattr(os, "SCHED_BATCH", None)
     if policy is None:
-        return False
+        return
     try:
         os.sched_setscheduler(0, policy, os.sched_param(0))
     except OSError as exc:  # a sandbox may refuse it: the thread runs as before
         log.debug("pack writer stays under the default scheduling policy: %s", exc)
-        return False
-    return True
 
 
 class Fetcher:
