@@ -22,10 +22,15 @@ serving from the object store under a disk budget); its rows are written beside 
 ``file://`` ones of the same run, as ratios to both, in a section of its own
 (``git-s3``, ``git-<profile>-s3``).
 
+With ``--split-cores`` the servers run on the last CPU and the git client on the others,
+a diagnostic: it tells what a server costs the client on a shared core (the setting
+of the targets, where the servers' threads and the client share the cores as they
+come) from what the server itself costs.
+
 Usage: ``python -m bench.git [--profile NAME] [--quick] [--runs N] [--only NAME,...] [--s3]
-[--section NAME] [--note TEXT]`` from the checkout root; ``--only`` runs a subset of the
-measurements (names: ``SECTIONS``), ``--section`` writes it under a name of its own so the
-full run's section stays.
+[--split-cores] [--section NAME] [--note TEXT]`` from the checkout root; ``--only`` runs a
+subset of the measurements (names: ``SECTIONS``), ``--section`` writes it under a name of
+its own so the full run's section stays.
 """
 
 from __future__ import annotations
@@ -100,14 +105,31 @@ class Server:
     proc: subprocess.Popen[str]
 
 
-def _start(name: str, argv: list[str], marker: str, log: Path | None = None) -> Server:
+def _on_cpus(cpus: frozenset[int] | None) -> list[str]:
+    """The argv prefix that keeps a child and what it starts on ``cpus`` (``--split-cores``):
+    util-linux's ``taskset``, as a ``preexec_fn`` is unsafe beside the bench's threads."""
+    return [] if cpus is None else ["taskset", "-c", ",".join(str(c) for c in sorted(cpus))]
+
+
+def _start(
+    name: str,
+    argv: list[str],
+    marker: str,
+    log: Path | None = None,
+    cpus: frozenset[int] | None = None,
+) -> Server:
     """Start a server and wait for its ready line; its stderr goes to ``log`` (shown when
-    it exits early) or nowhere."""
+    it exits early) or nowhere; ``cpus``: where it and its processes run."""
     # ENROUTE_* variables are configuration to the roles; the report path is not theirs.
     env = {k: v for k, v in os.environ.items() if k != "ENROUTE_BENCH_REPORT"}
     with open(log or os.devnull, "wb") as err:
         proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True
+            [*_on_cpus(cpus), *argv],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
         )
     assert proc.stdout is not None
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -271,10 +293,24 @@ def _show_server_logs(work: Path) -> None:
         print(f"--- {log.relative_to(work)} (its end) ---\n{tail}", file=sys.stderr)
 
 
+def _split_cores() -> tuple[frozenset[int], frozenset[int]]:
+    """``--split-cores``: the servers on the last of this process's CPUs, the client on the
+    rest, to tell a server's cost to the client on a shared core from its own cost."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 or shutil.which("taskset") is None:
+        raise SystemExit("--split-cores needs at least two CPUs and util-linux's taskset")
+    return frozenset(cpus[-1:]), frozenset(cpus[:-1])
+
+
+def _cpu_list(cpus: frozenset[int]) -> str:
+    return ", ".join(str(c) for c in sorted(cpus))
+
+
 class Bench:
-    def __init__(self, work: Path, runs: int) -> None:
+    def __init__(self, work: Path, runs: int, cpus: frozenset[int] | None = None) -> None:
         self.work = work
         self.runs = runs
+        self.cpus = cpus  # where the git client runs (--split-cores)
         home = work / "home"
         home.mkdir()
         self.env = git_env(home)
@@ -283,7 +319,7 @@ class Bench:
     def git(self, *args: str, cwd: Path | None = None) -> float:
         start = time.perf_counter()
         done = subprocess.run(
-            ["git", *args],
+            [*_on_cpus(self.cpus), "git", *args],
             check=False,
             cwd=cwd or self.work,
             env=self.env,
@@ -387,7 +423,13 @@ def _role_row(label: str, runs: list[Sample]) -> str:
     return "| " + " | ".join([label, *cols]) + " |"
 
 
-def _s3_server(work: Path, s3: S3Endpoint, source: Path, servers: list[Server]) -> int:
+def _s3_server(
+    work: Path,
+    s3: S3Endpoint,
+    source: Path,
+    servers: list[Server],
+    cpus: frozenset[int] | None = None,
+) -> int:
     """Start ``enroute dev`` on ``s3`` under a disk budget of a quarter of ``source``'s
     packs and add it to ``servers``; answers the budget in bytes."""
     packs = sum(p.stat().st_size for p in source.rglob("objects/pack/*.pack"))
@@ -397,7 +439,7 @@ def _s3_server(work: Path, s3: S3Endpoint, source: Path, servers: list[Server]) 
     enroute = str(Path(sys.executable).parent / "enroute")
     data = str(work / "enroute-s3-data")
     argv = [enroute, "dev", "--listen", "127.0.0.1:0", "--data", data, "--config", str(config)]
-    servers.append(_start(S3_SERVER, argv, "enroute ready: ", work / "enroute-s3.stderr"))
+    servers.append(_start(S3_SERVER, argv, "enroute ready: ", work / "enroute-s3.stderr", cpus))
     return budget
 
 
@@ -503,8 +545,10 @@ def run(
     cache: Path = CACHE,
     seed: int = 0,
     s3: S3Endpoint | None = None,
+    split_cores: bool = False,
 ) -> list[str]:
-    bench = Bench(work, runs)
+    server_cpus, client_cpus = _split_cores() if split_cores else (None, None)
+    bench = Bench(work, runs, client_cpus)
     depth1_runs = runs * SHORT_RUNS_FACTOR if name in SMALL_PROFILES else runs
     python = sys.executable
     enroute = str(Path(python).parent / "enroute")
@@ -514,12 +558,14 @@ def run(
             [enroute, "dev", "--listen", "127.0.0.1:0", "--data", str(work / "enroute-data")],
             "enroute ready: ",
             work / "enroute.stderr",
+            server_cpus,
         ),
         _start(
             "git",
             [python, "-m", "bench.http_backend", "--root", str(work / "git-root")],
             "reference ready: ",
             work / "git.stderr",
+            server_cpus,
         ),
     ]
     rows: list[str] = []
@@ -527,6 +573,13 @@ def run(
     role_rows: list[str] = []
     s3_rows: list[str] = []
     notes: list[str] = []  # before the tables
+    if server_cpus is not None and client_cpus is not None:
+        notes.append(
+            f"`--split-cores`: the servers ran on CPU {_cpu_list(server_cpus)} and the git "
+            f"client on CPU {_cpu_list(client_cpus)} (`taskset`), so neither "
+            "server's threads share the client's cores; a diagnostic, not the acceptance "
+            "setting, in which they share the machine's cores as they come."
+        )
     after: list[str] = []
     try:
         baseline = _baseline(servers[0])
@@ -549,7 +602,7 @@ def run(
         repo, gen_s = cached_repo(spec, cache, name)
         source = repo.path
         if s3 is not None:
-            budget = _s3_server(work, s3, source, servers)
+            budget = _s3_server(work, s3, source, servers, server_cpus)
             notes.append(
                 f"`{S3_SERVER}`: `enroute dev` on SeaweedFS (`weed mini`, loopback) with "
                 f"`node.disk_cache: {budget // 1024}KiB`, a quarter of the source's packs; "
@@ -777,6 +830,11 @@ def main() -> None:
     parser.add_argument(
         "--s3", action="store_true", help="also enroute dev on SeaweedFS under a 1/4 disk budget"
     )
+    parser.add_argument(
+        "--split-cores",
+        action="store_true",
+        help="servers on the last CPU, the git client on the others (a diagnostic)",
+    )
     args = parser.parse_args()
     name = "quick" if args.quick else args.profile
     large = name not in SMALL_PROFILES
@@ -790,7 +848,16 @@ def main() -> None:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="enroute-bench-git-"))
         s3 = stack.enter_context(seaweedfs_server(buckets=(BUCKET,))) if args.s3 else None
         try:
-            lines = run(Path(tmp), name, runs, only, cache=args.cache, seed=args.seed, s3=s3)
+            lines = run(
+                Path(tmp),
+                name,
+                runs,
+                only,
+                cache=args.cache,
+                seed=args.seed,
+                s3=s3,
+                split_cores=args.split_cores,
+            )
         except subprocess.CalledProcessError:
             _show_server_logs(Path(tmp))
             raise
