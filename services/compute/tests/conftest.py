@@ -20,7 +20,6 @@ import pytest
 from enroute_compute.host import RepositoryHost
 from enroute_compute.ledger_client import GrpcLedger
 from enroute_compute.ledger_port import LedgerPort
-from enroute_compute.local_ledger import LocalLedger
 from enroute_compute.main import SystemClock
 from enroute_compute.rpc.servicer import ComputeServicer
 from enroute_core.base.errors import ERROR_TABLE
@@ -31,6 +30,7 @@ from enroute_proto import find_error_detail
 from enroute_proto.channels import server_options
 from enroute_proto.gen.enroute.compute.v1 import compute_pb2, compute_pb2_grpc
 from enroute_testing.env import service_env
+from enroute_testing.local_ledger import LocalLedger
 
 ROOT = Path(__file__).resolve().parents[3]
 LEDGER_MAIN = ROOT / "services/ledger/src/enroute_ledger/__main__.py"

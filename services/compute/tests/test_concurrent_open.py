@@ -14,8 +14,8 @@ import pytest
 
 from enroute_compute.host import DEFAULT_HEAD, RepositoryHost
 from enroute_compute.ledger_port import CreateMode
-from enroute_compute.local_ledger import LocalLedger
 from enroute_compute.main import SystemClock
+from enroute_testing.local_ledger import LocalLedger
 
 
 @pytest.mark.asyncio

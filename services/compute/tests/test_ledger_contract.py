@@ -17,10 +17,10 @@ import pytest_asyncio
 
 from enroute_compute.ledger_client import GrpcLedger
 from enroute_compute.ledger_port import ChangeEvent, CreateMode, LedgerPort, SnapshotEvent
-from enroute_compute.local_ledger import LocalLedger
 from enroute_core.base.errors import IncarnationEnded, NotFound
 from enroute_core.base.ids import ObjectId
 from enroute_core.state import Commit, LayerKind, NewLayer, RefStatus, RefUpdate
+from enroute_testing.local_ledger import LocalLedger
 
 OID_A = ObjectId(bytes(range(1, 21)))
 OID_B = ObjectId(bytes(range(2, 22)))

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from enroute_compute.host import LoadingSnapshot, RepositoryHost
-from enroute_compute.local_ledger import LocalLedger
 from enroute_compute.main import SystemClock
 from enroute_compute.push import Pusher
 from enroute_core.base.errors import NotLocal
@@ -38,6 +37,7 @@ from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import StoreOptions
 from enroute_core.storage.objectstore.file import FileStore
 from enroute_testing.gitcli import run_git
+from enroute_testing.local_ledger import LocalLedger
 from enroute_testing.repogen import RepoSpec, generate_repo, pack_objects
 
 

@@ -16,10 +16,10 @@ import time
 import pytest
 
 from enroute_compute.host import RepositoryHost
-from enroute_compute.local_ledger import LocalLedger
 from enroute_compute.main import SystemClock
 from enroute_core.engine.cancel import WalkAbandoned, check_walk
 from enroute_core.engine.view import View
+from enroute_testing.local_ledger import LocalLedger
 
 WAIT_S = 10.0
 

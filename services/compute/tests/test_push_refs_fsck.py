@@ -17,7 +17,6 @@ import pytest
 
 from enroute_compute.host import RepositoryHost
 from enroute_compute.http import OpsServer
-from enroute_compute.local_ledger import LocalLedger
 from enroute_compute.main import SystemClock
 from enroute_compute.push import Pusher
 from enroute_core.base.errors import NotFound
@@ -26,6 +25,7 @@ from enroute_core.git.fsck import RECEIVE_POLICY, FsckPolicy
 from enroute_core.git.object_type import ObjectType
 from enroute_core.git.packwrite import write_pack
 from enroute_core.git.pktline import FLUSH_PKT, pkt_line
+from enroute_testing.local_ledger import LocalLedger
 
 ZERO = b"0" * 40
 IDENT = b"A U Thor <a@example.com> 1700000000 +0000"

@@ -21,13 +21,13 @@ import pytest
 
 from enroute_compute import push
 from enroute_compute.host import RepositoryHost
-from enroute_compute.local_ledger import LocalLedger
 from enroute_compute.main import SystemClock
 from enroute_compute.push import Pusher
 from enroute_core.base.limits import Limits
 from enroute_core.git.pktline import FLUSH_PKT, pkt_line
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import open_store
+from enroute_testing.local_ledger import LocalLedger
 from enroute_testing.repogen import RepoSpec, generate_repo, pack_objects
 
 pytestmark = pytest.mark.interop

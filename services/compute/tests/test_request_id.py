@@ -23,7 +23,6 @@ from enroute_compute.commits import BuiltCommit, CommitRequest, FileChange, Sign
 from enroute_compute.host import RepositoryHost
 from enroute_compute.ledger_client import GrpcLedger
 from enroute_compute.ledger_port import CreateMode, Proposed
-from enroute_compute.local_ledger import LocalLedger
 from enroute_compute.main import SystemClock
 from enroute_compute.push import Pusher
 from enroute_core.base.errors import StaleRef, Unavailable
@@ -38,6 +37,7 @@ from enroute_proto.request_id import (
     new_request_id,
     request_id_metadata,
 )
+from enroute_testing.local_ledger import LocalLedger
 from enroute_testing.repogen import RepoSpec, generate_repo, pack_objects
 from enroute_testing.waiting import until
 

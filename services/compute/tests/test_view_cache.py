@@ -21,7 +21,6 @@ import pytest
 from enroute_compute.fetch import Fetcher
 from enroute_compute.host import DEFAULT_HEAD, VIEW_FIXED_BYTES, RepositoryHost
 from enroute_compute.ledger_port import BarrierPoint, CreateMode
-from enroute_compute.local_ledger import LocalLedger
 from enroute_compute.push import Pusher
 from enroute_core.base.clock import FixedClock
 from enroute_core.base.ids import ObjectId
@@ -32,6 +31,7 @@ from enroute_core.storage.heap import release_free_heap
 from enroute_core.storage.layers import LayerService
 from enroute_core.storage.objectstore import StoreOptions
 from enroute_core.storage.objectstore.file import FileStore
+from enroute_testing.local_ledger import LocalLedger
 from enroute_testing.repogen import RepoSpec, generate_repo, pack_objects
 
 IDLE_MS = 1000

@@ -5,7 +5,8 @@ repository's state and the changes of its current incarnation in memory, with
 no Raft, no disk and no object store. It exists so that the compute's push and
 fetch paths can be tested without a ledger process; the contract tests run the
 same cases against the gRPC client and a real ledger when one is available.
-Never use it in production: nothing here is replicated or durable.
+Nothing here is replicated or durable, so it lives in the test kit, which no
+production module may import (the import contracts, pyproject.toml).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The host depends on this port only, so that the same push and fetch code runs
 against the ledger over gRPC (:mod:`enroute_compute.ledger_client`) and against
-an in-process state machine in tests (:mod:`enroute_compute.local_ledger`).
+an in-process state machine in tests (:mod:`enroute_testing.local_ledger`).
 Commands, changes and checkpoints are the typed values of ``enroute_core.state``;
 the gRPC client does the encoding.
 """
