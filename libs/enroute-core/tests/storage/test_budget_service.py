@@ -19,6 +19,7 @@ from enroute_core.base.limits import MiB
 from enroute_core.storage.diskbudget import CHUNK_BYTES
 from enroute_core.storage.layer import Kind, LayerEntry, SealedLayer, write_layer
 from enroute_core.storage.layers import LayerService, OpenLayer
+from enroute_core.storage.localfile import hole_punch_supported
 from enroute_core.storage.objectstore import StoreOptions
 from enroute_core.storage.objectstore.file import FileStore
 from enroute_core.storage.pool import Intent
@@ -200,3 +201,32 @@ async def test_property_no_punched_hole_and_restarts(tmp_path: Path, shm_dir: Pa
         with await svc.load(layer, local_indexes=[i]):
             assert layer.entry_bytes(i) == entries[i], (seed, i)
     await svc.close()
+
+
+@pytest.mark.asyncio
+async def test_a_filesystem_without_holes_is_found_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A budget that cannot evict is said when the node starts, not at its first eviction:
+    the probe's answer (the copies' filesystem) turns eviction off, with a warning."""
+    store = FileStore(str(tmp_path / "store"), StoreOptions(fsync=False))
+    real = LayerService(store, tmp_path / "real", disk_budget_bytes=MiB)
+    disk = real.stats().disk_budget
+    assert disk is not None and disk.eviction_supported == hole_punch_supported(tmp_path)
+    assert not [n for n in os.listdir(tmp_path / "real" / "copies") if "probe" in n]
+    await real.close()
+
+    seen: list[str] = []
+    monkeypatch.setattr(
+        "enroute_core.storage.layers.hole_punch_supported", lambda d: bool(seen.append(d))
+    )
+    with caplog.at_level("WARNING", logger="enroute_core.storage.layers"):
+        svc = LayerService(store, tmp_path / "node", disk_budget_bytes=MiB)
+    disk = svc.stats().disk_budget
+    assert disk is not None and not disk.eviction_supported
+    assert seen == [str(tmp_path / "node" / "copies")]
+    assert "cannot punch holes: the disk budget will not evict" in caplog.text
+    await svc.close()
+    unbounded = LayerService(store, tmp_path / "free")  # no budget: nothing to probe
+    assert len(seen) == 1 and unbounded.stats().disk_budget is None
+    await unbounded.close()

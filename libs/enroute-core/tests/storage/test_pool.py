@@ -42,7 +42,6 @@ from enroute_core.storage.pool import (
     Loader,
     PageClass,
     PageGuard,
-    PooledSource,
     PoolFile,
     Region,
     split_node_cache,
@@ -149,10 +148,9 @@ def test_hit_reuses_the_page_and_counts(tmp_path: Path) -> None:
     assert loader.calls == 1
     s = pool.stats()
     assert (s.hits, s.misses, s.pinned_bytes) == (1, 1, 0)
-    src = PooledSource(pool, f, Intent.POINT)
-    assert src.size == len(data)
-    for off, n in [(0, 10), (65530, 20), (100, 150_000), (len(data) - 5, 50), (len(data), 3)]:
-        assert src.read_at(off, n) == data[off : off + n]
+    assert f.size == len(data)
+    for off, n in [(0, 10), (65530, 20), (100, 150_000), (len(data) - 5, 5)]:
+        assert pool.read(f, off, n, Intent.POINT) == data[off : off + n]
 
 
 def test_loader_errors_fail_the_read_and_leave_no_page(tmp_path: Path) -> None:

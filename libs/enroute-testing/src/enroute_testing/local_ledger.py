@@ -25,7 +25,6 @@ from enroute_compute.ledger_port import (
     Proposed,
     RepoSummary,
     SnapshotEvent,
-    summary_of,
 )
 from enroute_core.base.errors import CorruptData, IncarnationEnded, InvalidArgument, NotFound
 from enroute_core.state import (
@@ -44,6 +43,18 @@ from enroute_core.state import (
 from enroute_core.state.names import check_repo_name
 
 LIST_LIMIT_MAX = 1000
+
+
+def summary_of(name: str, state: RepoState) -> RepoSummary:
+    return RepoSummary(
+        name=name,
+        incarnation=state.incarnation,
+        version=state.version,
+        deleted=state.deleted,
+        head=state.head,
+        head_kept=state.head_kept,
+        last_push_us=state.last_push_us,
+    )
 
 
 class _Repo:

@@ -142,15 +142,3 @@ class LedgerPort(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-def summary_of(name: str, state: RepoState) -> RepoSummary:
-    return RepoSummary(
-        name=name,
-        incarnation=state.incarnation,
-        version=state.version,
-        deleted=state.deleted,
-        head=state.head,
-        head_kept=state.head_kept,
-        last_push_us=state.last_push_us,
-    )

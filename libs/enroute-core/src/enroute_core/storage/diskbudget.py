@@ -26,10 +26,13 @@ Seed 004, "Disk budget" (``node.disk_cache``, default unbounded, i.e. None):
   fails the read with ``NotLocal`` rather than return a punched hole.
 
 Where holes cannot be punched (not Linux, or a filesystem that refuses:
-:class:`~enroute_core.storage.localfile.HolePunchUnsupported`), the first
-failed punch turns eviction off: the budget then never evicts, and
-``stats().eviction_supported`` says so. The chunk being evicted then keeps
-its bytes on disk, is marked absent and is refetched on its next use.
+:class:`~enroute_core.storage.localfile.HolePunchUnsupported`), eviction is
+off: the layer service probes the copies' directory at start
+(:meth:`DiskBudget.stop_evicting`, with a warning), and a failed punch later
+(a filesystem mounted over it since) turns it off too. The budget then never
+evicts, and ``stats().eviction_supported`` says so. A chunk whose punch
+failed keeps its bytes on disk, is marked absent and is refetched on its
+next use.
 
 Locking rule: one lock guards bitmaps, pins, claims, epochs, the ring and the
 counters; it is never held across a pread or a punch.
@@ -237,6 +240,12 @@ class DiskBudget:
     @property
     def budget_bytes(self) -> int | None:
         return self._budget
+
+    def stop_evicting(self) -> None:
+        """The copies' filesystem cannot punch holes (probed at start): never evict, as
+        after a first failed punch, but without losing that punch's chunk."""
+        with self._lock:
+            self._can_evict = False
 
     # -- files --------------------------------------------------------------------------------
 

@@ -57,7 +57,12 @@ from enroute_core.storage.diskbudget import (
 from enroute_core.storage.layer.reader import LayerReader, root_of
 from enroute_core.storage.loads import ChunkLoader, LoadGate, coalesce
 from enroute_core.storage.localcopy import LocalCopy
-from enroute_core.storage.localfile import ScratchFile, remove_scratch_leftovers, scratch_name
+from enroute_core.storage.localfile import (
+    ScratchFile,
+    hole_punch_supported,
+    remove_scratch_leftovers,
+    scratch_name,
+)
 from enroute_core.storage.objectstore.base import ObjectStore
 from enroute_core.storage.pool import DEFAULT_PAGE_CACHE_BYTES, BufferPool, Intent
 
@@ -184,6 +189,13 @@ class LayerService:
             self.budget = DiskBudget(disk_budget_bytes)
         if self.budget is not None:
             self._budget = self.budget.budget_bytes
+            if self._budget is not None and not hole_punch_supported(self._copies):
+                self.budget.stop_evicting()
+                log.warning(
+                    "node.disk_cache is %d bytes, but the filesystem of %s cannot punch "
+                    "holes: the disk budget will not evict, and local copies can grow past it",
+                    self._budget, self._copies,
+                )  # fmt: skip
         self._gate = gate or LoadGate()
         self._opening: dict[str, asyncio.Future[OpenLayer]] = {}
         self._hydrating: set[asyncio.Task[None]] = set()

@@ -302,7 +302,8 @@ def punch_hole(fd: int, offset: int, length: int) -> None:
 
 
 def hole_punch_supported(directory: str | os.PathLike[str]) -> bool:
-    """Probe ``directory``'s filesystem once (at startup): can it punch holes?"""
+    """Probe ``directory``'s filesystem once: can it punch holes? (The layer service
+    asks at start, so a budget that cannot evict is said before it is needed.)"""
     probe = os.path.join(os.fspath(directory), f".enroute-punch-probe-{os.getpid()}")
     fd = os.open(probe, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:

@@ -925,26 +925,6 @@ class BufferPool:
             return isinstance(file.slots[page_no], _Page)
 
 
-class PooledSource:
-    """A :class:`~enroute_core.git.source.ByteSource` over a file's pool pages."""
-
-    __slots__ = ("_file", "_intent", "_pool")
-
-    def __init__(self, pool: BufferPool, file: PoolFile, intent: Intent) -> None:
-        self._pool = pool
-        self._file = file
-        self._intent = intent
-
-    @property
-    def size(self) -> int:
-        return self._file.size
-
-    def read_at(self, offset: int, length: int) -> bytes:
-        assert offset >= 0 and length >= 0, (offset, length)
-        length = max(0, min(length, self._file.size - offset))
-        return self._pool.read(self._file, offset, length, self._intent) if length else b""
-
-
 # -- byte caches charged to the pool ----------------------------------------------------------
 
 _K = TypeVar("_K", bound=Hashable)
